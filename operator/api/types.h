@@ -1,0 +1,304 @@
+// The ModelSelectionJob resource (orrery.dev/v1alpha1) as plain C++ values: what a
+// user asks for (spec) and what the operator reports (status). The JSON/YAML
+// codec (codec.h) maps these to the wire form, defaults.h fills computed defaults,
+// validation.h checks them, expand.h turns the search space into concrete tasks.
+//
+// Scalars with a fixed default carry it as their initialiser; the same values are
+// written in crds/ and a test keeps the two equal (schema.h holds the constants).
+// std::optional marks what is genuinely optional or one-of (a model is gpt OR
+// mlp OR torchscript), so "absent" stays distinguishable from zero.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "operator/api/schema.h"
+
+namespace orrery::api {
+
+inline constexpr const char* kGroup = "orrery.dev";
+inline constexpr const char* kVersion = "v1alpha1";
+inline constexpr const char* kApiVersion = "orrery.dev/v1alpha1";
+inline constexpr const char* kKind = "ModelSelectionJob";
+inline constexpr const char* kPlural = "modelselectionjobs";
+inline constexpr const char* kShortName = "msj";
+
+// ---- model ----------------------------------------------------------------
+struct GptModel {
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int seq_len = 0;
+  int vocab = 0;
+  bool operator==(const GptModel&) const = default;
+};
+
+struct MlpModel {
+  int layers = 0;
+  int hidden = 0;
+  int inputs = 0;
+  int outputs = 0;
+  bool operator==(const MlpModel&) const = default;
+};
+
+struct TorchScriptModel {
+  std::string path;
+  bool operator==(const TorchScriptModel&) const = default;
+};
+
+// Exactly one member is set in a valid spec.
+struct ModelSpec {
+  std::optional<GptModel> gpt;
+  std::optional<MlpModel> mlp;
+  std::optional<TorchScriptModel> torchscript;
+  bool operator==(const ModelSpec&) const = default;
+};
+
+// ---- data -----------------------------------------------------------------
+struct TokenData {
+  std::string path;
+  TokenDtype dtype = kDefaultTokenDtype;
+  bool operator==(const TokenData&) const = default;
+};
+
+struct TextData {
+  std::string path;
+  bool operator==(const TextData&) const = default;
+};
+
+struct SyntheticData {
+  int64_t seed = 0;
+  int vocab_size = kDefaultSyntheticVocabSize;
+  int64_t samples = kDefaultSyntheticSamples;
+  bool operator==(const SyntheticData&) const = default;
+};
+
+// Exactly one member is set in a valid spec.
+struct DataSpec {
+  std::optional<TokenData> tokens;
+  std::optional<TextData> text;
+  std::optional<SyntheticData> synthetic;
+  bool operator==(const DataSpec&) const = default;
+};
+
+// ---- training -------------------------------------------------------------
+struct TrainingSpec {
+  std::optional<int64_t> steps;  // exactly one of steps and epochs
+  std::optional<int64_t> epochs;
+  int64_t batch_size = 0;  // global, across all ranks; required
+  Optimizer optimizer = kDefaultOptimizer;
+  double learning_rate = 0;  // required
+  double weight_decay = kDefaultWeightDecay;
+  double momentum = kDefaultMomentum;  // sgd only
+  LrSchedule schedule = kDefaultLrSchedule;
+  int64_t warmup_steps = kDefaultWarmupSteps;
+  bool operator==(const TrainingSpec&) const = default;
+};
+
+// ---- search space ---------------------------------------------------------
+// Grid: every combination of the listed values.
+struct GridSpace {
+  std::vector<double> learning_rate;
+  std::vector<int64_t> batch_size;
+  std::vector<double> weight_decay;
+  std::vector<int64_t> warmup_steps;
+  std::vector<Optimizer> optimizer;
+  bool operator==(const GridSpace&) const = default;
+};
+
+// One sampled hyper-parameter: a range [min, max] (log-uniform when log_scale)
+// or a list of values to choose from uniformly.
+struct Distribution {
+  std::optional<double> min;
+  std::optional<double> max;
+  bool log_scale = false;
+  std::vector<double> values;
+  bool operator==(const Distribution&) const = default;
+};
+
+struct RandomSpace {
+  int64_t seed = 0;
+  int count = 0;  // required
+  std::optional<Distribution> learning_rate;
+  std::optional<Distribution> batch_size;
+  std::optional<Distribution> weight_decay;
+  std::optional<Distribution> warmup_steps;
+  bool operator==(const RandomSpace&) const = default;
+};
+
+// At most one of grid and random.
+struct SearchSpace {
+  std::optional<GridSpace> grid;
+  std::optional<RandomSpace> random;
+  bool operator==(const SearchSpace&) const = default;
+};
+
+struct TaskSpec {
+  std::string name;
+  double weight = kDefaultTaskWeight;  // for the weightedCompletionTime objective
+  ModelSpec model;
+  DataSpec data;
+  TrainingSpec training;
+  std::optional<SearchSpace> search_space;
+  bool operator==(const TaskSpec&) const = default;
+};
+
+// ---- how the job may run --------------------------------------------------
+struct GpuRange {
+  int min = kDefaultGpusPerTaskMin;
+  int max = kDefaultGpusPerTaskMax;
+  bool operator==(const GpuRange&) const = default;
+};
+
+struct Toleration {
+  std::string key;
+  std::string operator_ = "Equal";  // "operator" is a C++ keyword
+  std::string value;
+  std::string effect;  // "" means all effects
+  std::optional<int64_t> toleration_seconds;
+  bool operator==(const Toleration&) const = default;
+};
+
+struct ResourcesSpec {
+  std::vector<Template> templates = DefaultTemplates();
+  GpuRange gpus_per_task;
+  int gpu_quota = 0;  // required
+  std::string gpu_resource_name = kDefaultGpuResourceName;
+  std::map<std::string, std::string> node_selector;
+  std::vector<Toleration> tolerations;
+  std::string image = kDefaultWorkerImage;
+  bool operator==(const ResourcesSpec&) const = default;
+};
+
+struct SchedulingSpec {
+  Objective objective = kDefaultObjective;
+  int solver_time_limit_seconds = kDefaultSolverTimeLimitSeconds;
+  int replan_interval_seconds = kDefaultReplanIntervalSeconds;
+  double min_switch_gain = kDefaultMinSwitchGain;
+  bool operator==(const SchedulingSpec&) const = default;
+};
+
+struct ProfilingSpec {
+  int trial_steps = kDefaultTrialSteps;
+  std::vector<int> gpu_counts;  // empty: powers of two within gpusPerTask (defaults.h)
+  bool reuse_cache = true;
+  bool operator==(const ProfilingSpec&) const = default;
+};
+
+struct ElasticitySpec {
+  bool enabled = false;
+  std::optional<int64_t> min_batch_size;  // defaulted from the tasks (defaults.h)
+  std::optional<int64_t> max_batch_size;
+  LrScaling learning_rate_scaling = kDefaultLrScaling;
+  bool operator==(const ElasticitySpec&) const = default;
+};
+
+struct CheckpointSpec {
+  std::string claim_name;  // "" = no volume: node-local scratch, lost with the pod
+  std::string path = kDefaultCheckpointPath;
+  int64_t interval_steps = kDefaultCheckpointIntervalSteps;
+  int keep = kDefaultCheckpointKeep;
+  bool operator==(const CheckpointSpec&) const = default;
+};
+
+struct ModelSelectionJobSpec {
+  std::vector<TaskSpec> tasks;
+  ResourcesSpec resources;
+  SchedulingSpec scheduling;
+  ProfilingSpec profiling;
+  ElasticitySpec elasticity;
+  CheckpointSpec checkpoints;
+  bool suspend = false;
+  bool operator==(const ModelSelectionJobSpec&) const = default;
+};
+
+// ---- status ---------------------------------------------------------------
+struct Condition {
+  std::string type;    // Ready, Progressing, Degraded, ...
+  std::string status;  // "True", "False", "Unknown"
+  int64_t observed_generation = 0;
+  std::string last_transition_time;  // RFC 3339
+  std::string reason;
+  std::string message;
+  bool operator==(const Condition&) const = default;
+};
+
+struct PlanStatus {
+  double makespan_seconds = 0;
+  double lower_bound_seconds = 0;
+  double gap = 0;  // (makespan - lower bound) / makespan
+  double solve_seconds = 0;
+  int64_t revision = 0;
+  bool operator==(const PlanStatus&) const = default;
+};
+
+struct TaskConfig {
+  Template template_ = Template::kDdp;  // "template" is a C++ keyword
+  int gpus = 0;
+  int64_t batch_size = 0;
+  std::vector<std::string> nodes;
+  bool operator==(const TaskConfig&) const = default;
+};
+
+struct CheckpointRef {
+  int64_t step = 0;
+  std::string path;
+  std::string time;  // RFC 3339
+  bool operator==(const CheckpointRef&) const = default;
+};
+
+struct TaskStatus {
+  std::string name;
+  TaskState state = TaskState::kPending;
+  std::optional<TaskConfig> config;
+  int64_t steps_done = 0;
+  int64_t steps_total = 0;
+  double progress = 0;            // 0..1
+  double samples_per_second = 0;  // measured throughput
+  double eta_seconds = 0;
+  std::optional<CheckpointRef> last_checkpoint;
+  int restarts = 0;
+  std::string message;
+  bool operator==(const TaskStatus&) const = default;
+};
+
+struct ModelSelectionJobStatus {
+  Phase phase = Phase::kPending;
+  int64_t observed_generation = 0;
+  std::vector<Condition> conditions;
+  std::optional<PlanStatus> plan;
+  std::vector<TaskStatus> tasks;
+  std::string task_summary;  // "done/total", shown by kubectl get
+  int gpus_held = 0;
+  std::string eta;  // human duration ("1h20m"), shown by kubectl get
+  bool operator==(const ModelSelectionJobStatus&) const = default;
+};
+
+// The metadata Orrery reads. Everything else the server sends (managedFields,
+// ownerReferences, ...) is kept verbatim in `extra_json` so a decode/encode cycle
+// of an object read from the server loses nothing.
+struct ObjectMeta {
+  std::string name;
+  std::string namespace_;
+  std::string uid;
+  std::string resource_version;
+  int64_t generation = 0;
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+  std::string extra_json;  // serialised JSON object of the remaining fields, or ""
+  bool operator==(const ObjectMeta&) const = default;
+};
+
+struct ModelSelectionJob {
+  std::string api_version = kApiVersion;
+  std::string kind = kKind;
+  ObjectMeta metadata;
+  ModelSelectionJobSpec spec;
+  std::optional<ModelSelectionJobStatus> status;
+  bool operator==(const ModelSelectionJob&) const = default;
+};
+
+}  // namespace orrery::api

@@ -1,0 +1,470 @@
+// Validation of ModelSelectionJob; see validation.h. Numeric bounds come from
+// schema.h's kLimits (shared with the CRD); the cross-field rules below mirror the
+// CRD's CEL rules and use the same wording.
+#include "operator/api/validation.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "operator/api/expand.h"
+
+namespace orrery::api {
+
+const Limit& LimitFor(std::string_view path) {
+  for (const Limit& l : kLimits) {
+    if (l.path == path) return l;
+  }
+  std::abort();  // a rule names a limit schema.h lacks: a programming error
+}
+
+bool IsDns1123Label(const std::string& s) {
+  if (s.empty() || s.size() > 63) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    if (!alnum && !(c == '-' && i != 0 && i + 1 != s.size())) return false;
+  }
+  return true;
+}
+
+bool IsDns1123Subdomain(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  while (true) {
+    size_t dot = s.find('.', start);
+    std::string label = s.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!IsDns1123Label(label)) return false;
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
+}
+
+namespace {
+
+std::string Num(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
+  char buf[64];
+  auto [ptr, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  return ec == std::errc() ? std::string(buf, ptr) : "?";
+}
+
+std::string Range(const Limit& l) {
+  if (l.min && l.max) return "between " + Num(*l.min) + " and " + Num(*l.max);
+  if (l.min) return (l.exclusive_min ? "greater than " : "of at least ") + Num(*l.min);
+  return "of at most " + Num(*l.max);
+}
+
+class Checker {
+ public:
+  explicit Checker(std::vector<FieldError>* errors) : errors_(errors) {}
+
+  void Add(std::string path, std::string message, std::string fix) {
+    errors_->push_back({std::move(path), std::move(message), std::move(fix)});
+  }
+
+  // A number against the limit named `pattern`; false when out of bounds.
+  bool Value(std::string_view pattern, const std::string& path, double v) {
+    const Limit& l = LimitFor(pattern);
+    std::string fix = "use a value " + Range(l);
+    if (l.min && l.exclusive_min && !(v > *l.min)) {
+      Add(path, "must be greater than " + Num(*l.min), fix);
+      return false;
+    }
+    if (l.min && !l.exclusive_min && v < *l.min) {
+      Add(path, "must be at least " + Num(*l.min), fix);
+      return false;
+    }
+    if (l.max && v > *l.max) {
+      Add(path, "must be at most " + Num(*l.max), fix);
+      return false;
+    }
+    return true;
+  }
+
+  void Items(std::string_view pattern, const std::string& path, size_t n) {
+    const Limit& l = LimitFor(pattern);
+    if (l.min && static_cast<double>(n) < *l.min) {
+      Add(path,
+          *l.min == 1 ? std::string("must not be empty")
+                      : "must have at least " + Num(*l.min) + " items",
+          "list at least " + Num(*l.min) + (*l.min == 1 ? " item" : " items"));
+    }
+    if (l.max && static_cast<double>(n) > *l.max) {
+      Add(path, "must have at most " + Num(*l.max) + " items, has " + std::to_string(n),
+          "shorten the list to " + Num(*l.max) + " items");
+    }
+  }
+
+  void Length(std::string_view pattern, const std::string& path, const std::string& s) {
+    const Limit& l = LimitFor(pattern);
+    if (l.min && static_cast<double>(s.size()) < *l.min) {
+      Add(path, "required value", "set a non-empty string");
+    }
+    if (l.max && static_cast<double>(s.size()) > *l.max) {
+      Add(path,
+          "must be at most " + Num(*l.max) + " characters long, is " + std::to_string(s.size()),
+          "shorten it");
+    }
+  }
+
+ private:
+  std::vector<FieldError>* errors_;
+};
+
+void CheckModel(Checker& c, const ModelSpec& m, const std::string& path) {
+  int kinds = (m.gpt ? 1 : 0) + (m.mlp ? 1 : 0) + (m.torchscript ? 1 : 0);
+  if (kinds != 1) {
+    c.Add(path, "must set exactly one of gpt, mlp, torchscript",
+          kinds == 0 ? "add a model, e.g. gpt: {layers: 12, hidden: 768, heads: 12, seqLen: 1024, "
+                       "vocab: 50257}"
+                     : "keep one model kind per task; write another task for the other model");
+  }
+  if (m.gpt) {
+    const std::string p = path + ".gpt";
+    c.Value("spec.tasks[].model.gpt.layers", p + ".layers", m.gpt->layers);
+    c.Value("spec.tasks[].model.gpt.hidden", p + ".hidden", m.gpt->hidden);
+    bool heads_ok = c.Value("spec.tasks[].model.gpt.heads", p + ".heads", m.gpt->heads);
+    c.Value("spec.tasks[].model.gpt.seqLen", p + ".seqLen", m.gpt->seq_len);
+    c.Value("spec.tasks[].model.gpt.vocab", p + ".vocab", m.gpt->vocab);
+    if (heads_ok && m.gpt->hidden > 0 && m.gpt->hidden % m.gpt->heads != 0) {
+      c.Add(p + ".heads", "hidden must be divisible by heads",
+            "choose heads that divide hidden (" + std::to_string(m.gpt->hidden) + ")");
+    }
+  }
+  if (m.mlp) {
+    const std::string p = path + ".mlp";
+    c.Value("spec.tasks[].model.mlp.layers", p + ".layers", m.mlp->layers);
+    c.Value("spec.tasks[].model.mlp.hidden", p + ".hidden", m.mlp->hidden);
+    c.Value("spec.tasks[].model.mlp.inputs", p + ".inputs", m.mlp->inputs);
+    c.Value("spec.tasks[].model.mlp.outputs", p + ".outputs", m.mlp->outputs);
+  }
+  if (m.torchscript)
+    c.Length("spec.tasks[].model.torchscript.path", path + ".torchscript.path",
+             m.torchscript->path);
+}
+
+void CheckData(Checker& c, const DataSpec& d, const ModelSpec& m, const std::string& path) {
+  int kinds = (d.tokens ? 1 : 0) + (d.text ? 1 : 0) + (d.synthetic ? 1 : 0);
+  if (kinds != 1) {
+    c.Add(path, "must set exactly one of tokens, text, synthetic",
+          kinds == 0 ? "add a data source, e.g. synthetic: {seed: 1}"
+                     : "keep one data source per task");
+  }
+  if (d.tokens) c.Length("spec.tasks[].data.tokens.path", path + ".tokens.path", d.tokens->path);
+  if (d.text) c.Length("spec.tasks[].data.text.path", path + ".text.path", d.text->path);
+  if (d.synthetic) {
+    const std::string p = path + ".synthetic";
+    c.Value("spec.tasks[].data.synthetic.seed", p + ".seed",
+            static_cast<double>(d.synthetic->seed));
+    bool vocab_ok =
+        c.Value("spec.tasks[].data.synthetic.vocabSize", p + ".vocabSize", d.synthetic->vocab_size);
+    c.Value("spec.tasks[].data.synthetic.samples", p + ".samples",
+            static_cast<double>(d.synthetic->samples));
+    if (vocab_ok && m.gpt && m.gpt->vocab > 0 && d.synthetic->vocab_size > m.gpt->vocab) {
+      c.Add(p + ".vocabSize",
+            "must not exceed the model's vocab (" + std::to_string(m.gpt->vocab) + ")",
+            "lower vocabSize or raise model.gpt.vocab");
+    }
+  }
+}
+
+void CheckTraining(Checker& c, const TrainingSpec& t, const std::string& path) {
+  if (t.steps.has_value() == t.epochs.has_value()) {
+    c.Add(path, "must set exactly one of steps and epochs",
+          t.steps ? "remove steps or epochs"
+                  : "set steps (optimizer steps) or epochs (passes over the data)");
+  }
+  if (t.steps)
+    c.Value("spec.tasks[].training.steps", path + ".steps", static_cast<double>(*t.steps));
+  if (t.epochs)
+    c.Value("spec.tasks[].training.epochs", path + ".epochs", static_cast<double>(*t.epochs));
+  c.Value("spec.tasks[].training.batchSize", path + ".batchSize",
+          static_cast<double>(t.batch_size));
+  c.Value("spec.tasks[].training.learningRate", path + ".learningRate", t.learning_rate);
+  c.Value("spec.tasks[].training.weightDecay", path + ".weightDecay", t.weight_decay);
+  c.Value("spec.tasks[].training.momentum", path + ".momentum", t.momentum);
+  bool warmup_ok = c.Value("spec.tasks[].training.warmupSteps", path + ".warmupSteps",
+                           static_cast<double>(t.warmup_steps));
+  if (warmup_ok && t.steps && *t.steps >= 1 && t.warmup_steps >= *t.steps) {
+    c.Add(path + ".warmupSteps", "must be less than steps (" + std::to_string(*t.steps) + ")",
+          "shorten the warm-up or train for more steps");
+  }
+}
+
+// A list of grid values: bounds per item and no repeats.
+template <typename T>
+void CheckGridList(Checker& c, const std::vector<T>& values, std::string_view items_pattern,
+                   std::string_view value_pattern, const std::string& path) {
+  c.Items(items_pattern, path, values.size());
+  std::set<T> seen;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if constexpr (std::is_arithmetic_v<T>)
+      c.Value(value_pattern, IndexPath(path, i), static_cast<double>(values[i]));
+    if (!seen.insert(values[i]).second) {
+      c.Add(IndexPath(path, i), "duplicate value", "list each value once");
+    }
+  }
+}
+
+void CheckDistribution(Checker& c, const Distribution& d, std::string_view param_pattern,
+                       bool integer, const std::string& path, std::string_view values_pattern) {
+  bool has_range = d.min || d.max;
+  if (has_range == !d.values.empty()) {
+    c.Add(path, "must set either min and max, or values",
+          has_range ? "remove values or remove min/max"
+                    : "add min and max (a range) or values (a list)");
+  }
+  auto check_value = [&](double v, const std::string& p) {
+    bool ok = c.Value(param_pattern, p, v);
+    if (ok && integer && v != std::floor(v)) c.Add(p, "must be a whole number", "round it");
+    return ok;
+  };
+  if (has_range) {
+    if (!d.min) c.Add(path + ".min", "required value", "set min together with max");
+    if (!d.max) c.Add(path + ".max", "required value", "set max together with min");
+    bool min_ok = d.min && check_value(*d.min, path + ".min");
+    bool max_ok = d.max && check_value(*d.max, path + ".max");
+    if (min_ok && max_ok && *d.min > *d.max)
+      c.Add(path, "min must not exceed max", "swap min and max");
+    if (d.log_scale && min_ok && *d.min <= 0) {
+      c.Add(path + ".min", "must be greater than 0 when logScale is true",
+            "raise min or set logScale: false");
+    }
+  } else if (d.log_scale) {
+    c.Add(path + ".logScale", "applies only to a min/max range", "remove logScale");
+  }
+  if (!d.values.empty()) {
+    c.Items(values_pattern, path + ".values", d.values.size());
+    for (size_t i = 0; i < d.values.size(); ++i)
+      check_value(d.values[i], IndexPath(path + ".values", i));
+  }
+}
+
+void CheckSearchSpace(Checker& c, const SearchSpace& s, const std::string& path) {
+  if (s.grid.has_value() == s.random.has_value()) {
+    c.Add(path, "must set exactly one of grid and random",
+          s.grid ? "keep grid or random; write a second task for the other"
+                 : "add grid (lists of values) or random (seed, count and ranges), or remove "
+                   "searchSpace");
+  }
+  const std::string base = "spec.tasks[].searchSpace.";
+  if (s.grid) {
+    const GridSpace& g = *s.grid;
+    const std::string p = path + ".grid";
+    if (g.learning_rate.empty() && g.batch_size.empty() && g.weight_decay.empty() &&
+        g.warmup_steps.empty() && g.optimizer.empty()) {
+      c.Add(p, "must list values for at least one parameter",
+            "add e.g. learningRate: [1e-4, 3e-4] (also batchSize, weightDecay, warmupSteps, "
+            "optimizer)");
+    }
+    if (!g.learning_rate.empty())
+      CheckGridList(c, g.learning_rate, base + "grid.learningRate",
+                    "spec.tasks[].training.learningRate", p + ".learningRate");
+    if (!g.batch_size.empty())
+      CheckGridList(c, g.batch_size, base + "grid.batchSize", "spec.tasks[].training.batchSize",
+                    p + ".batchSize");
+    if (!g.weight_decay.empty())
+      CheckGridList(c, g.weight_decay, base + "grid.weightDecay",
+                    "spec.tasks[].training.weightDecay", p + ".weightDecay");
+    if (!g.warmup_steps.empty())
+      CheckGridList(c, g.warmup_steps, base + "grid.warmupSteps",
+                    "spec.tasks[].training.warmupSteps", p + ".warmupSteps");
+    if (!g.optimizer.empty())
+      CheckGridList(c, g.optimizer, base + "grid.optimizer", "", p + ".optimizer");
+  }
+  if (s.random) {
+    const RandomSpace& r = *s.random;
+    const std::string p = path + ".random";
+    c.Value(base + "random.seed", p + ".seed", static_cast<double>(r.seed));
+    c.Value(base + "random.count", p + ".count", r.count);
+    if (!r.learning_rate && !r.batch_size && !r.weight_decay && !r.warmup_steps) {
+      c.Add(p, "must give a distribution for at least one parameter",
+            "add e.g. learningRate: {min: 1e-5, max: 1e-3, logScale: true}");
+    }
+    if (r.learning_rate)
+      CheckDistribution(c, *r.learning_rate, "spec.tasks[].training.learningRate", false,
+                        p + ".learningRate", base + "random.learningRate.values");
+    if (r.batch_size)
+      CheckDistribution(c, *r.batch_size, "spec.tasks[].training.batchSize", true, p + ".batchSize",
+                        base + "random.batchSize.values");
+    if (r.weight_decay)
+      CheckDistribution(c, *r.weight_decay, "spec.tasks[].training.weightDecay", false,
+                        p + ".weightDecay", base + "random.weightDecay.values");
+    if (r.warmup_steps)
+      CheckDistribution(c, *r.warmup_steps, "spec.tasks[].training.warmupSteps", true,
+                        p + ".warmupSteps", base + "random.warmupSteps.values");
+  }
+}
+
+void CheckResources(Checker& c, const ResourcesSpec& r) {
+  const std::string p = "spec.resources";
+  c.Items("spec.resources.templates", p + ".templates", r.templates.size());
+  std::set<Template> seen;
+  for (size_t i = 0; i < r.templates.size(); ++i) {
+    if (!seen.insert(r.templates[i]).second) {
+      c.Add(IndexPath(p + ".templates", i), "duplicate value", "list each template once");
+    }
+  }
+  bool min_ok =
+      c.Value("spec.resources.gpusPerTask.min", p + ".gpusPerTask.min", r.gpus_per_task.min);
+  bool max_ok =
+      c.Value("spec.resources.gpusPerTask.max", p + ".gpusPerTask.max", r.gpus_per_task.max);
+  if (min_ok && max_ok && r.gpus_per_task.min > r.gpus_per_task.max) {
+    c.Add(p + ".gpusPerTask", "min must not exceed max",
+          "lower min to " + std::to_string(r.gpus_per_task.max) + " or raise max to " +
+              std::to_string(r.gpus_per_task.min));
+  }
+  bool quota_ok = c.Value("spec.resources.gpuQuota", p + ".gpuQuota", r.gpu_quota);
+  if (quota_ok && min_ok && r.gpu_quota < r.gpus_per_task.min) {
+    c.Add(p + ".gpuQuota", "must be at least gpusPerTask.min, or no task could ever start",
+          "raise gpuQuota to " + std::to_string(r.gpus_per_task.min) + " or lower gpusPerTask.min");
+  }
+  c.Length("spec.resources.gpuResourceName", p + ".gpuResourceName", r.gpu_resource_name);
+  c.Length("spec.resources.image", p + ".image", r.image);
+  for (const auto& [key, value] : r.node_selector) {
+    if (key.empty()) c.Add(p + ".nodeSelector", "keys must not be empty", "remove the empty key");
+  }
+  c.Items("spec.resources.tolerations", p + ".tolerations", r.tolerations.size());
+  for (size_t i = 0; i < r.tolerations.size(); ++i) {
+    const Toleration& t = r.tolerations[i];
+    const std::string tp = IndexPath(p + ".tolerations", i);
+    if (t.operator_ != "Equal" && t.operator_ != "Exists") {
+      c.Add(tp + ".operator", "unsupported value \"" + t.operator_ + "\"",
+            "use one of: Equal, Exists");
+    }
+    if (t.operator_ == "Exists" && !t.value.empty()) {
+      c.Add(tp + ".value", "must be empty when operator is Exists", "remove value");
+    }
+    if (t.key.empty() && t.operator_ != "Exists") {
+      c.Add(tp + ".operator", "must be Exists when key is empty",
+            "set operator: Exists or give a key");
+    }
+    if (!t.effect.empty() && t.effect != "NoSchedule" && t.effect != "PreferNoSchedule" &&
+        t.effect != "NoExecute") {
+      c.Add(tp + ".effect", "unsupported value \"" + t.effect + "\"",
+            "use one of: NoSchedule, PreferNoSchedule, NoExecute (or leave empty for all)");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<FieldError> ValidateSpec(const ModelSelectionJobSpec& spec) {
+  std::vector<FieldError> errors;
+  Checker c(&errors);
+  c.Items("spec.tasks", "spec.tasks", spec.tasks.size());
+  std::map<std::string, size_t> names;
+  for (size_t i = 0; i < spec.tasks.size(); ++i) {
+    const TaskSpec& t = spec.tasks[i];
+    const std::string p = IndexPath("spec.tasks", i);
+    c.Length("spec.tasks[].name", p + ".name", t.name);
+    if (!t.name.empty() && !IsDns1123Label(t.name)) {
+      c.Add(p + ".name",
+            "\"" + t.name +
+                "\" is not a valid name: lower-case letters, digits and '-', starting and "
+                "ending with a letter or digit",
+            "rename it, e.g. \"gpt-small\"");
+    }
+    auto [it, inserted] = names.emplace(t.name, i);
+    if (!inserted && !t.name.empty()) {
+      c.Add(p + ".name",
+            "task names must be unique: \"" + t.name + "\" is also spec.tasks[" +
+                std::to_string(it->second) + "].name",
+            "rename one of them");
+    }
+    c.Value("spec.tasks[].weight", p + ".weight", t.weight);
+    CheckModel(c, t.model, p + ".model");
+    CheckData(c, t.data, t.model, p + ".data");
+    CheckTraining(c, t.training, p + ".training");
+    if (t.search_space) CheckSearchSpace(c, *t.search_space, p + ".searchSpace");
+  }
+  CheckResources(c, spec.resources);
+
+  const std::string s = "spec.scheduling";
+  c.Value("spec.scheduling.solverTimeLimitSeconds", s + ".solverTimeLimitSeconds",
+          spec.scheduling.solver_time_limit_seconds);
+  c.Value("spec.scheduling.replanIntervalSeconds", s + ".replanIntervalSeconds",
+          spec.scheduling.replan_interval_seconds);
+  c.Value("spec.scheduling.minSwitchGain", s + ".minSwitchGain", spec.scheduling.min_switch_gain);
+
+  const std::string pr = "spec.profiling";
+  c.Value("spec.profiling.trialSteps", pr + ".trialSteps", spec.profiling.trial_steps);
+  c.Items("spec.profiling.gpuCounts", pr + ".gpuCounts", spec.profiling.gpu_counts.size());
+  std::set<int> counts;
+  const GpuRange& range = spec.resources.gpus_per_task;
+  for (size_t i = 0; i < spec.profiling.gpu_counts.size(); ++i) {
+    int g = spec.profiling.gpu_counts[i];
+    const std::string gp = IndexPath(pr + ".gpuCounts", i);
+    if (g < range.min || g > range.max) {
+      c.Add(gp,
+            "must lie within resources.gpusPerTask [" + std::to_string(range.min) + ", " +
+                std::to_string(range.max) + "]",
+            "remove " + std::to_string(g) + " or widen gpusPerTask");
+    }
+    if (!counts.insert(g).second) c.Add(gp, "duplicate value", "list each GPU count once");
+  }
+
+  const std::string el = "spec.elasticity";
+  bool emin_ok = !spec.elasticity.min_batch_size ||
+                 c.Value("spec.elasticity.minBatchSize", el + ".minBatchSize",
+                         static_cast<double>(*spec.elasticity.min_batch_size));
+  bool emax_ok = !spec.elasticity.max_batch_size ||
+                 c.Value("spec.elasticity.maxBatchSize", el + ".maxBatchSize",
+                         static_cast<double>(*spec.elasticity.max_batch_size));
+  if (emin_ok && emax_ok && spec.elasticity.min_batch_size && spec.elasticity.max_batch_size &&
+      *spec.elasticity.min_batch_size > *spec.elasticity.max_batch_size) {
+    c.Add(el, "minBatchSize must not exceed maxBatchSize", "swap them or widen the range");
+  }
+
+  const std::string ck = "spec.checkpoints";
+  c.Length("spec.checkpoints.claimName", ck + ".claimName", spec.checkpoints.claim_name);
+  if (!spec.checkpoints.claim_name.empty() && !IsDns1123Subdomain(spec.checkpoints.claim_name)) {
+    c.Add(ck + ".claimName",
+          "\"" + spec.checkpoints.claim_name + "\" is not a valid PersistentVolumeClaim name",
+          "use lower-case letters, digits, '-' and '.'");
+  }
+  c.Length("spec.checkpoints.path", ck + ".path", spec.checkpoints.path);
+  if (!spec.checkpoints.path.empty() && spec.checkpoints.path[0] != '/') {
+    c.Add(ck + ".path", "must be an absolute path", "start it with /, e.g. /checkpoints");
+  }
+  c.Value("spec.checkpoints.intervalSteps", ck + ".intervalSteps",
+          static_cast<double>(spec.checkpoints.interval_steps));
+  c.Value("spec.checkpoints.keep", ck + ".keep", spec.checkpoints.keep);
+
+  // The expansion cap is only meaningful for a search space that is otherwise sound.
+  if (errors.empty()) {
+    std::vector<ExpandedTask> expanded;
+    for (FieldError& e : ExpandTasks(spec, &expanded)) errors.push_back(std::move(e));
+  }
+  return errors;
+}
+
+std::vector<FieldError> ValidateJob(const ModelSelectionJob& job) {
+  std::vector<FieldError> errors;
+  if (job.api_version != kApiVersion) {
+    errors.push_back({"apiVersion",
+                      "must be " + std::string(kApiVersion) + ", not \"" + job.api_version + "\"",
+                      std::string("write apiVersion: ") + kApiVersion});
+  }
+  if (job.kind != kKind) {
+    errors.push_back({"kind", "must be " + std::string(kKind) + ", not \"" + job.kind + "\"",
+                      std::string("write kind: ") + kKind});
+  }
+  if (job.metadata.name.empty()) {
+    errors.push_back({"metadata.name", "required value", "give the job a name"});
+  } else if (!IsDns1123Subdomain(job.metadata.name)) {
+    errors.push_back({"metadata.name", "\"" + job.metadata.name + "\" is not a valid object name",
+                      "use lower-case letters, digits, '-' and '.'"});
+  }
+  for (FieldError& e : ValidateSpec(job.spec)) errors.push_back(std::move(e));
+  return errors;
+}
+
+Status CheckJob(const ModelSelectionJob& job) {
+  return FieldErrorsToStatus(ValidateJob(job), "invalid ModelSelectionJob " + job.metadata.name);
+}
+
+}  // namespace orrery::api

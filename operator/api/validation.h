@@ -1,0 +1,28 @@
+// Checks a ModelSelectionJob and reports every problem with its field path and a
+// fix. The same rules back `orrery validate` and the operator; the CRD in crds/
+// carries the subset an API server can check (bounds, enums, CEL cross-field
+// rules) so a bad job is usually refused at `kubectl apply` already.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "operator/api/field_error.h"
+#include "operator/api/types.h"
+
+namespace orrery::api {
+
+// Every problem in the spec (after ApplyDefaults), including a search space that
+// expands past kMaxExpandedTasks. Paths start with `spec`.
+std::vector<FieldError> ValidateSpec(const ModelSelectionJobSpec& spec);
+// apiVersion, kind, metadata.name, then the spec.
+std::vector<FieldError> ValidateJob(const ModelSelectionJob& job);
+// OK, or INVALID_ARGUMENT listing every problem.
+Status CheckJob(const ModelSelectionJob& job);
+
+// Name rules shared with expansion and the CLI.
+bool IsDns1123Label(const std::string& s);      // [a-z0-9]([-a-z0-9]*[a-z0-9])?, <= 63
+bool IsDns1123Subdomain(const std::string& s);  // dot-separated labels, <= 253
+
+}  // namespace orrery::api

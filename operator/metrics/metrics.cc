@@ -1,0 +1,194 @@
+// Metric definitions and the exposer adapter. prometheus-cpp throws on a bad
+// address or a port in use; that is caught here and becomes a Status.
+#include "operator/metrics/metrics.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include <prometheus/exposer.h>
+#include <prometheus/text_serializer.h>
+
+namespace orrery::metrics {
+const std::vector<MetricDef>& AllMetricDefs() {
+  static const auto* defs = new std::vector<MetricDef>{
+      {"orrery_reconcile_total",
+       MetricKind::kCounter,
+       "Reconciles by controller and result (success, error, requeue).",
+       {"controller", "result"}},
+      {"orrery_reconcile_duration_seconds",
+       MetricKind::kHistogram,
+       "Time one reconcile took.",
+       {"controller"}},
+      {"orrery_workqueue_depth", MetricKind::kGauge, "Keys waiting in a work queue.", {"queue"}},
+      {"orrery_workqueue_adds_total",
+       MetricKind::kCounter,
+       "Keys added to a work queue.",
+       {"queue"}},
+      {"orrery_workqueue_queue_duration_seconds",
+       MetricKind::kHistogram,
+       "Time a key waited in a work queue before a worker took it.",
+       {"queue"}},
+      {"orrery_planner_solve_duration_seconds",
+       MetricKind::kHistogram,
+       "Time the planner took for one plan, by planner.",
+       {"planner"}},
+      {"orrery_plan_makespan_seconds",
+       MetricKind::kGauge,
+       "Makespan of the adopted plan, from the time it was made.",
+       {"msj"}},
+      {"orrery_plan_lower_bound_seconds",
+       MetricKind::kGauge,
+       "Lower bound on the makespan the planner proved.",
+       {"msj"}},
+      {"orrery_replans_total",
+       MetricKind::kCounter,
+       "Re-plans, by whether the new plan was adopted.",
+       {"msj", "adopted"}},
+      {"orrery_job_gpus_planned",
+       MetricKind::kGauge,
+       "GPUs the adopted plan gives a job now.",
+       {"msj"}},
+      {"orrery_job_gpus_held",
+       MetricKind::kGauge,
+       "GPUs a job's running pods request now.",
+       {"msj"}},
+      {"orrery_cluster_gpus",
+       MetricKind::kGauge,
+       "GPUs in the cluster by state: allocatable, held (by Orrery), idle.",
+       {"state"}},
+      {"orrery_job_tasks",
+       MetricKind::kGauge,
+       "Tasks of a job by state (pending, profiling, running, succeeded, failed).",
+       {"msj", "state"}},
+      {"orrery_jobs", MetricKind::kGauge, "ModelSelectionJobs by phase.", {"phase"}},
+      {"orrery_profiling_runs_total",
+       MetricKind::kCounter,
+       "Profiling trial runs by result (ok, oom, crash, timeout, cached).",
+       {"result"}},
+      {"orrery_rescales_total",
+       MetricKind::kCounter,
+       "Task rescales by reason (node_lost, node_joined, pod_failed, plan).",
+       {"msj", "reason"}},
+      {"orrery_kube_requests_total",
+       MetricKind::kCounter,
+       "Requests to the Kubernetes API by verb and HTTP status code.",
+       {"verb", "code"}},
+      {"orrery_leader",
+       MetricKind::kGauge,
+       "1 while this operator replica holds the leader lease, else 0.",
+       {}},
+      {"orrery_worker_step_duration_seconds",
+       MetricKind::kHistogram,
+       "Time of one training step on one rank.",
+       {"msj", "task", "rank"}},
+      {"orrery_worker_samples_total",
+       MetricKind::kCounter,
+       "Samples one rank has trained on.",
+       {"msj", "task", "rank"}},
+      {"orrery_worker_loss",
+       MetricKind::kGauge,
+       "Latest training loss of a task.",
+       {"msj", "task"}},
+      {"orrery_worker_checkpoint_duration_seconds",
+       MetricKind::kHistogram,
+       "Time to save or load a checkpoint, by operation.",
+       {"msj", "task", "op"}},
+      {"orrery_worker_checkpoint_bytes",
+       MetricKind::kGauge,
+       "Size of the task's last committed checkpoint.",
+       {"msj", "task"}},
+      {"orrery_plan_gap_ratio",
+       MetricKind::kGauge,
+       "Relative gap between the adopted plan and its lower bound (0 = proven optimal).",
+       {"msj"}},
+      {"orrery_rescale_duration_seconds",
+       MetricKind::kHistogram,
+       "From the decision to rescale to the task running in its new layout.",
+       {"msj"}},
+      {"orrery_worker_samples_per_second",
+       MetricKind::kGauge,
+       "Training throughput of one rank, over the last report interval.",
+       {"msj", "task", "rank"}},
+  };
+  return *defs;
+}
+
+namespace {
+
+const MetricDef& Def(const std::string& name) {
+  for (const MetricDef& d : AllMetricDefs()) {
+    if (d.name == name) return d;
+  }
+  std::fprintf(stderr, "metric %s is not in AllMetricDefs()\n", name.c_str());
+  std::abort();  // a broken invariant: every family is declared in the table
+}
+
+prometheus::Family<prometheus::Counter>& MakeCounter(prometheus::Registry& r,
+                                                     const std::string& n) {
+  return prometheus::BuildCounter().Name(n).Help(Def(n).help).Register(r);
+}
+prometheus::Family<prometheus::Gauge>& MakeGauge(prometheus::Registry& r, const std::string& n) {
+  return prometheus::BuildGauge().Name(n).Help(Def(n).help).Register(r);
+}
+prometheus::Family<prometheus::Histogram>& MakeHistogram(prometheus::Registry& r,
+                                                         const std::string& n) {
+  return prometheus::BuildHistogram().Name(n).Help(Def(n).help).Register(r);
+}
+
+}  // namespace
+
+OperatorMetrics::OperatorMetrics(prometheus::Registry& r)
+    : reconciles(MakeCounter(r, "orrery_reconcile_total")),
+      reconcile_seconds(MakeHistogram(r, "orrery_reconcile_duration_seconds")),
+      queue_depth(MakeGauge(r, "orrery_workqueue_depth")),
+      queue_adds(MakeCounter(r, "orrery_workqueue_adds_total")),
+      queue_wait_seconds(MakeHistogram(r, "orrery_workqueue_queue_duration_seconds")),
+      solve_seconds(MakeHistogram(r, "orrery_planner_solve_duration_seconds")),
+      plan_gap(MakeGauge(r, "orrery_plan_gap_ratio")),
+      plan_makespan_seconds(MakeGauge(r, "orrery_plan_makespan_seconds")),
+      plan_lower_bound_seconds(MakeGauge(r, "orrery_plan_lower_bound_seconds")),
+      replans(MakeCounter(r, "orrery_replans_total")),
+      gpus_planned(MakeGauge(r, "orrery_job_gpus_planned")),
+      gpus_held(MakeGauge(r, "orrery_job_gpus_held")),
+      cluster_gpus(MakeGauge(r, "orrery_cluster_gpus")),
+      tasks(MakeGauge(r, "orrery_job_tasks")),
+      jobs(MakeGauge(r, "orrery_jobs")),
+      profiling_runs(MakeCounter(r, "orrery_profiling_runs_total")),
+      rescales(MakeCounter(r, "orrery_rescales_total")),
+      rescale_seconds(MakeHistogram(r, "orrery_rescale_duration_seconds")),
+      api_requests(MakeCounter(r, "orrery_kube_requests_total")),
+      leader(MakeGauge(r, "orrery_leader")) {}
+
+WorkerMetrics::WorkerMetrics(prometheus::Registry& r)
+    : step_seconds(MakeHistogram(r, "orrery_worker_step_duration_seconds")),
+      samples_per_second(MakeGauge(r, "orrery_worker_samples_per_second")),
+      samples(MakeCounter(r, "orrery_worker_samples_total")),
+      loss(MakeGauge(r, "orrery_worker_loss")),
+      checkpoint_seconds(MakeHistogram(r, "orrery_worker_checkpoint_duration_seconds")),
+      checkpoint_bytes(MakeGauge(r, "orrery_worker_checkpoint_bytes")) {}
+
+StatusOr<std::unique_ptr<Exposer>> Exposer::Start(const std::string& address,
+                                                  std::shared_ptr<prometheus::Registry> registry) {
+  std::unique_ptr<Exposer> e(new Exposer());
+  try {
+    e->exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
+    e->exposer_->RegisterCollectable(registry);
+    const auto ports = e->exposer_->GetListeningPorts();
+    if (ports.empty()) return UnavailableError("metrics exposer on " + address + " has no port");
+    e->port_ = ports.front();
+  } catch (const std::exception& ex) {
+    return UnavailableError("cannot serve metrics on " + address + ": " + ex.what() +
+                            " (fix: pick a free port with --metrics-bind-address)");
+  }
+  e->registry_ = std::move(registry);
+  return e;
+}
+
+Exposer::~Exposer() = default;
+
+std::string Serialize(const prometheus::Registry& registry) {
+  return prometheus::TextSerializer().Serialize(registry.Collect());
+}
+
+}  // namespace orrery::metrics

@@ -1,0 +1,73 @@
+// Plan checker: re-derives every rule from the problem alone, sharing no code
+// with the schedulers it checks beyond the data model.
+#include "operator/planner/checker.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+namespace orrery::planner {
+namespace {
+// Plans are in seconds; allow float rounding but nothing a user could notice.
+constexpr double kEps = 1e-6;
+}  // namespace
+
+Status CheckPlan(const Problem& problem, const Plan& plan) {
+  if (plan.assignments.size() != problem.tasks.size())
+    return InvalidArgumentError("plan has " + std::to_string(plan.assignments.size()) +
+                                " assignments for " + std::to_string(problem.tasks.size()) +
+                                " tasks");
+  std::map<GpuSlot, std::vector<std::pair<double, double>>> busy;
+  for (size_t t = 0; t < problem.tasks.size(); ++t) {
+    const Task& task = problem.tasks[t];
+    const Assignment& a = plan.assignments[t];
+    std::string who = "task " + task.name + ": ";
+    if (a.config < 0 || a.config >= static_cast<int>(task.configs.size()))
+      return InvalidArgumentError(who + "configuration index out of range");
+    const Config& c = task.configs[static_cast<size_t>(a.config)];
+    if (static_cast<int>(a.gpus.size()) != c.gpus)
+      return InvalidArgumentError(who + "runs on " + std::to_string(a.gpus.size()) +
+                                  " GPUs, its configuration names " + std::to_string(c.gpus));
+    std::set<GpuSlot> distinct(a.gpus.begin(), a.gpus.end());
+    if (distinct.size() != a.gpus.size()) return InvalidArgumentError(who + "uses a GPU twice");
+    std::map<int, int> per_node;
+    for (const GpuSlot& g : a.gpus) {
+      if (g.node < 0 || g.node >= static_cast<int>(problem.nodes.size()) || g.gpu < 0 ||
+          g.gpu >= problem.nodes[static_cast<size_t>(g.node)].gpus)
+        return InvalidArgumentError(who + "uses a GPU that does not exist");
+      if (problem.nodes[static_cast<size_t>(g.node)].gpu_memory_gib + kEps < c.memory_gib)
+        return InvalidArgumentError(who + "does not fit in the GPU memory of node " +
+                                    problem.nodes[static_cast<size_t>(g.node)].name);
+      ++per_node[g.node];
+    }
+    if (static_cast<int>(per_node.size()) != c.nodes)
+      return InvalidArgumentError(who + "spans " + std::to_string(per_node.size()) +
+                                  " nodes, its configuration spans " + std::to_string(c.nodes));
+    for (const auto& [node, count] : per_node) {
+      if (count != c.GpusPerNode()) return InvalidArgumentError(who + "uneven split across nodes");
+    }
+    if (a.start + kEps < task.arrival)
+      return InvalidArgumentError(who + "starts before it arrives");
+    double need = task.work / c.throughput;
+    bool moved = task.running &&
+                 (task.running->config != a.config || task.running->gpus.size() != a.gpus.size() ||
+                  !std::is_permutation(a.gpus.begin(), a.gpus.end(), task.running->gpus.begin()));
+    if (moved) need += task.running->switch_cost_s;
+    if (a.end + kEps * std::max(1.0, need) < a.start + need)
+      return InvalidArgumentError(who + "ends before its work is done");
+    for (const GpuSlot& g : a.gpus) busy[g].push_back({a.start, a.end});
+  }
+  for (auto& [slot, intervals] : busy) {
+    std::sort(intervals.begin(), intervals.end());
+    for (size_t i = 1; i < intervals.size(); ++i) {
+      if (intervals[i].first + kEps * std::max(1.0, intervals[i].first) < intervals[i - 1].second)
+        return InvalidArgumentError("GPU " + std::to_string(slot.gpu) + " of node " +
+                                    problem.nodes[static_cast<size_t>(slot.node)].name +
+                                    " is used by two tasks at once");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace orrery::planner

@@ -1,0 +1,85 @@
+// The elastic allocator (Saxena et al., "Effective Elastic Scaling of Deep
+// Learning Workloads", MASCOTS 2020): GPUs and global batch size chosen together
+// for every active task, by how well each task turns GPUs into progress. A task's
+// batch size may move within its bounds as its GPU count moves, so a task that
+// scales poorly at a fixed batch can still use more GPUs well at a larger batch.
+//
+// The choice is a multiple-choice knapsack over the cluster's GPUs, solved exactly
+// by dynamic programming in O(tasks x GPUs x options): for each task pick one option
+// (GPUs, batch) or none (queued), total GPUs within capacity, maximising the summed
+// value of the chosen options. Pure: no I/O, no clock.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace orrery::planner::elastic {
+
+// One feasible way to run a task: `gpus` GPUs at global batch `batch_size`
+// (per-GPU batch within GPU memory, global batch within the spec's bounds).
+struct Option {
+  int gpus = 0;
+  int batch_size = 0;
+  double throughput = 0;  // samples per second
+};
+
+struct ElasticTask {
+  std::string name;
+  double total_work = 0;      // samples in the whole task
+  double remaining_work = 0;  // samples still to do
+  double weight = 1;
+  std::vector<Option> options;
+  // The option it runs under now (index into options), or -1 when queued.
+  int current = -1;
+};
+
+// What a task's progress is worth, the quantity the allocator maximises.
+enum class Value {
+  // weight x throughput / total work: the fraction of the task done per second.
+  // Comparable across tasks of different sizes; the paper's aggregate throughput
+  // with each job normalised by its size.
+  kNormalizedThroughput,
+  // weight x throughput / remaining work: favours tasks close to done
+  // (shortest-remaining-time flavour), which lowers mean completion time.
+  kRemainingFraction,
+};
+
+struct Allocation {
+  std::vector<int> choice;  // per task: index into options, or -1 (queued)
+  int gpus_used = 0;
+  double value = 0;
+};
+
+// Chooses options maximising the summed value with at most `capacity` GPUs.
+// Ties are broken deterministically: a task stays queued when that is as good,
+// otherwise it takes the fewest GPUs, and at one GPU count the lowest option index. InvalidArgument
+// for a negative capacity or an option with non-positive GPUs or negative throughput (naming
+// tasks[i].options[j]).
+StatusOr<Allocation> Allocate(const std::vector<ElasticTask>& tasks, int capacity,
+                              Value value = Value::kNormalizedThroughput);
+
+// The value one option adds under `value`.
+double OptionValue(const ElasticTask& task, const Option& option, Value value);
+
+// Builds a task's option table from per-GPU-count profiles. For each GPU count g
+// in `gpu_counts` and each global batch B in [min_batch, max_batch] that is a
+// multiple of g with B/g <= max_batch_per_gpu, the throughput comes from
+// `throughput(g, B)`; entries with non-positive throughput are dropped.
+template <typename ThroughputFn>
+std::vector<Option> BuildOptions(const std::vector<int>& gpu_counts, int min_batch, int max_batch,
+                                 int max_batch_per_gpu, int batch_step, ThroughputFn throughput) {
+  std::vector<Option> options;
+  for (int g : gpu_counts) {
+    if (g <= 0) continue;
+    for (int b = min_batch; b <= max_batch; b += batch_step) {
+      if (b % g != 0 || b / g > max_batch_per_gpu) continue;
+      const double t = throughput(g, b);
+      if (t > 0) options.push_back({g, b, t});
+    }
+  }
+  return options;
+}
+
+}  // namespace orrery::planner::elastic

@@ -1,0 +1,400 @@
+// List scheduler over per-GPU ready times. A GPU is handed to the next task only
+// after its previous task ends (no backfilling into earlier holes), which keeps
+// placement O(tasks x GPUs) and the result easy to reason about; the planners
+// compensate by trying several orders and configuration choices.
+#include "operator/planner/list_scheduler.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+namespace orrery::planner {
+namespace {
+
+struct NodeOffer {
+  int node = -1;
+  double start = 0;
+  double idle = 0;  // GPU-seconds left idle before `start` on the chosen GPUs
+};
+
+// The earliest start on `node` for `k` GPUs no earlier than `ready`, and the
+// GPUs to use: among those free by then, the ones freed last (best fit).
+NodeOffer Offer(const std::vector<double>& free_at, int node, int k, double ready,
+                std::vector<int>* pick) {
+  std::vector<int> idx(free_at.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](int a, int b) {
+    return free_at[static_cast<size_t>(a)] < free_at[static_cast<size_t>(b)] ||
+           (free_at[static_cast<size_t>(a)] == free_at[static_cast<size_t>(b)] && a < b);
+  });
+  NodeOffer offer;
+  offer.node = node;
+  offer.start = std::max(ready, free_at[static_cast<size_t>(idx[static_cast<size_t>(k - 1)])]);
+  // GPUs free by `start`, take the k latest-freed.
+  size_t usable = 0;
+  while (usable < idx.size() && free_at[static_cast<size_t>(idx[usable])] <= offer.start) ++usable;
+  if (pick) pick->clear();
+  for (size_t i = usable - static_cast<size_t>(k); i < usable; ++i) {
+    offer.idle += offer.start - free_at[static_cast<size_t>(idx[i])];
+    if (pick) pick->push_back(idx[i]);
+  }
+  return offer;
+}
+
+bool Eligible(const Node& n, const Config& c) {
+  return n.gpus >= c.GpusPerNode() && n.gpu_memory_gib >= c.memory_gib;
+}
+
+}  // namespace
+
+std::vector<int> OrderTasks(const Problem& problem, const std::vector<int>& choice,
+                            OrderRule rule) {
+  size_t n = problem.tasks.size();
+  std::vector<double> key(n), key2(n);
+  for (size_t t = 0; t < n; ++t) {
+    const Task& task = problem.tasks[t];
+    double run = RunSeconds(task, choice[t]);
+    int gpus = task.configs[static_cast<size_t>(choice[t])].gpus;
+    switch (rule) {
+      case OrderRule::kLongestFirst:
+        key[t] = -run;
+        key2[t] = 0;
+        break;
+      case OrderRule::kWidestFirst:
+        key[t] = -gpus;
+        key2[t] = -run;
+        break;
+      case OrderRule::kMostGpuTimeFirst:
+        key[t] = -gpus * run;
+        key2[t] = 0;
+        break;
+      case OrderRule::kArrivalThenLongest:
+        key[t] = task.arrival;
+        key2[t] = -run;
+        break;
+      case OrderRule::kSmithRatio:
+        key[t] = -task.weight / (gpus * run);
+        key2[t] = task.arrival;
+        break;
+    }
+  }
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    size_t ua = static_cast<size_t>(a), ub = static_cast<size_t>(b);
+    if (key[ua] != key[ub]) return key[ua] < key[ub];
+    return key2[ua] < key2[ub];
+  });
+  return order;
+}
+
+namespace {
+
+Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
+                    const std::vector<int>& order) {
+  Plan plan;
+  plan.assignments.resize(problem.tasks.size());
+  std::vector<std::vector<double>> free_at(problem.nodes.size());
+  for (size_t n = 0; n < problem.nodes.size(); ++n)
+    free_at[n].assign(static_cast<size_t>(problem.nodes[n].gpus), 0.0);
+
+  std::vector<bool> pinned(problem.tasks.size(), false);
+  for (size_t t = 0; t < problem.tasks.size(); ++t) {
+    const Task& task = problem.tasks[t];
+    if (!task.running || task.running->config != choice[t]) continue;
+    bool ok = true;
+    for (const GpuSlot& g : task.running->gpus) {
+      if (g.node < 0 || g.node >= static_cast<int>(problem.nodes.size()) || g.gpu < 0 ||
+          g.gpu >= problem.nodes[static_cast<size_t>(g.node)].gpus ||
+          free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] > 0)
+        ok = false;
+    }
+    if (!ok) continue;
+    Assignment& a = plan.assignments[t];
+    a.config = choice[t];
+    a.gpus = task.running->gpus;
+    std::sort(a.gpus.begin(), a.gpus.end());
+    a.start = 0;
+    a.end = RunSeconds(task, choice[t]);
+    for (const GpuSlot& g : a.gpus)
+      free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] = a.end;
+    pinned[t] = true;
+  }
+
+  std::vector<NodeOffer> offers;
+  std::vector<int> pick;
+  for (int ti : order) {
+    size_t t = static_cast<size_t>(ti);
+    if (pinned[t]) continue;
+    const Task& task = problem.tasks[t];
+    const Config& c = task.configs[static_cast<size_t>(choice[t])];
+    int k = c.GpusPerNode();
+    offers.clear();
+    for (size_t n = 0; n < problem.nodes.size(); ++n) {
+      if (!Eligible(problem.nodes[n], c)) continue;
+      offers.push_back(Offer(free_at[n], static_cast<int>(n), k, task.arrival, nullptr));
+    }
+    // Cheapest nodes first: earliest start, then least idle, then index.
+    std::sort(offers.begin(), offers.end(), [](const NodeOffer& a, const NodeOffer& b) {
+      if (a.start != b.start) return a.start < b.start;
+      if (a.idle != b.idle) return a.idle < b.idle;
+      return a.node < b.node;
+    });
+    offers.resize(static_cast<size_t>(c.nodes));
+    double start = 0;
+    for (const NodeOffer& o : offers) start = std::max(start, o.start);
+    // A task moved off its GPUs (same config, other GPUs) pays the switch cost.
+    double run = RunSeconds(task, choice[t]);
+    if (task.running && task.running->config == choice[t]) run += task.running->switch_cost_s;
+    Assignment& a = plan.assignments[t];
+    a.config = choice[t];
+    a.start = start;
+    a.end = start + run;
+    a.gpus.clear();
+    for (const NodeOffer& o : offers) {
+      (void)Offer(free_at[static_cast<size_t>(o.node)], o.node, k, start, &pick);
+      for (int g : pick) {
+        a.gpus.push_back({o.node, g});
+        free_at[static_cast<size_t>(o.node)][static_cast<size_t>(g)] = a.end;
+      }
+    }
+    std::sort(a.gpus.begin(), a.gpus.end());
+  }
+  Summarize(problem, plan);
+  return plan;
+}
+
+// Busy intervals per GPU, sorted by start.
+using Timeline = std::vector<std::pair<double, double>>;
+
+bool FreeDuring(const Timeline& tl, double s, double e) {
+  for (const auto& [a, b] : tl) {
+    if (a >= e) break;
+    if (b > s && a < e) return false;
+  }
+  return true;
+}
+
+double PrevEnd(const Timeline& tl, double s) {
+  double prev = 0;
+  for (const auto& [a, b] : tl) {
+    if (b <= s) prev = std::max(prev, b);
+    if (a > s) break;
+  }
+  return prev;
+}
+
+void Occupy(Timeline& tl, double s, double e) {
+  auto it = std::lower_bound(tl.begin(), tl.end(), std::make_pair(s, e));
+  tl.insert(it, {s, e});
+}
+
+struct Slot {
+  double start = std::numeric_limits<double>::infinity();
+  double idle = 0;
+  std::vector<int> gpus;
+};
+
+// Earliest start >= ready (and < bound) on this node where k GPUs are free for
+// `run` seconds, with the k free GPUs whose previous task ended last.
+Slot EarliestSlot(const std::vector<Timeline>& node, int k, double ready, double run,
+                  double bound) {
+  std::vector<double> cands = {ready};
+  for (const Timeline& tl : node)
+    for (const auto& iv : tl)
+      if (iv.second > ready && iv.second < bound) cands.push_back(iv.second);
+  std::sort(cands.begin(), cands.end());
+  cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
+  Slot slot;
+  std::vector<std::pair<double, int>> free;
+  for (double s : cands) {
+    if (s >= bound) break;
+    free.clear();
+    for (size_t g = 0; g < node.size(); ++g) {
+      if (FreeDuring(node[g], s, s + run))
+        free.push_back({s - PrevEnd(node[g], s), static_cast<int>(g)});
+    }
+    if (static_cast<int>(free.size()) < k) continue;
+    std::sort(free.begin(), free.end());
+    slot.start = s;
+    for (int i = 0; i < k; ++i) {
+      slot.idle += free[static_cast<size_t>(i)].first;
+      slot.gpus.push_back(free[static_cast<size_t>(i)].second);
+    }
+    return slot;
+  }
+  return slot;
+}
+
+struct Placed {
+  double start = std::numeric_limits<double>::infinity();
+  double run = 0;
+  std::vector<GpuSlot> gpus;
+};
+
+// Where task t would start under config `config` given what is already busy.
+Placed FindSlot(const Problem& problem, const std::vector<std::vector<Timeline>>& busy, size_t t,
+                int config, double bound = std::numeric_limits<double>::infinity()) {
+  const Task& task = problem.tasks[t];
+  const Config& c = task.configs[static_cast<size_t>(config)];
+  int k = c.GpusPerNode();
+  Placed placed;
+  placed.run = RunSeconds(task, config);
+  // Same configuration on other GPUs still pays the move.
+  if (task.running && task.running->config == config) placed.run += task.running->switch_cost_s;
+  double run = placed.run;
+  if (c.nodes == 1) {
+    Slot best;
+    best.start = bound;
+    int best_node = -1;
+    for (size_t n = 0; n < problem.nodes.size(); ++n) {
+      if (!Eligible(problem.nodes[n], c)) continue;
+      // Only a start no later than the best so far can win.
+      Slot s = EarliestSlot(busy[n], k, task.arrival, run, best.start + 1e-9);
+      if (s.gpus.empty()) continue;
+      if (best_node < 0 || s.start < best.start - 1e-9 ||
+          (s.start <= best.start + 1e-9 && s.idle < best.idle)) {
+        best = std::move(s);
+        best_node = static_cast<int>(n);
+      }
+    }
+    if (best_node < 0) return placed;
+    placed.start = best.start;
+    for (int g : best.gpus) placed.gpus.push_back({best_node, g});
+  } else {
+    // Spanning nodes: the earliest time enough nodes each have k GPUs free.
+    // Each node's earliest slot from s is monotone in s, so jump s to the
+    // nodes-th smallest of them until that many nodes can start exactly at s.
+    std::vector<size_t> eligible;
+    for (size_t n = 0; n < problem.nodes.size(); ++n)
+      if (Eligible(problem.nodes[n], c)) eligible.push_back(n);
+    double s = task.arrival;
+    for (int guard = 0; guard < 100000 && s < bound; ++guard) {
+      std::vector<std::pair<double, size_t>> at;  // (earliest start, index into slots)
+      std::vector<Slot> slots;
+      for (size_t n : eligible) {
+        Slot slot = EarliestSlot(busy[n], k, s, run, std::numeric_limits<double>::infinity());
+        slot.gpus.push_back(static_cast<int>(n));  // node index rides at the back
+        at.push_back({slot.start, slots.size()});
+        slots.push_back(std::move(slot));
+      }
+      std::sort(at.begin(), at.end());
+      double next = at[static_cast<size_t>(c.nodes - 1)].first;
+      if (next > s + 1e-9) {
+        s = next;
+        continue;
+      }
+      // At least c.nodes nodes start at s: least idle first.
+      std::vector<size_t> hosts;
+      for (const auto& [start_at, i] : at)
+        if (start_at <= s + 1e-9) hosts.push_back(i);
+      std::stable_sort(hosts.begin(), hosts.end(),
+                       [&](size_t x, size_t y) { return slots[x].idle < slots[y].idle; });
+      placed.start = s;
+      for (int i = 0; i < c.nodes; ++i) {
+        std::vector<int>& g = slots[hosts[static_cast<size_t>(i)]].gpus;
+        int node = g.back();
+        g.pop_back();
+        for (int gpu : g) placed.gpus.push_back({node, gpu});
+      }
+      break;
+    }
+  }
+  std::sort(placed.gpus.begin(), placed.gpus.end());
+  return placed;
+}
+
+// Pins running tasks that keep their configuration; returns which were pinned.
+std::vector<bool> PinRunning(const Problem& problem, const std::vector<int>& choice, Plan& plan,
+                             std::vector<std::vector<Timeline>>& busy) {
+  std::vector<bool> pinned(problem.tasks.size(), false);
+  for (size_t t = 0; t < problem.tasks.size(); ++t) {
+    const Task& task = problem.tasks[t];
+    if (!task.running || choice[t] < 0 || task.running->config != choice[t]) continue;
+    bool ok = true;
+    for (const GpuSlot& g : task.running->gpus) {
+      if (g.node < 0 || g.node >= static_cast<int>(problem.nodes.size()) || g.gpu < 0 ||
+          g.gpu >= problem.nodes[static_cast<size_t>(g.node)].gpus ||
+          !busy[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)].empty())
+        ok = false;
+    }
+    if (!ok) continue;
+    Assignment& a = plan.assignments[t];
+    a.config = choice[t];
+    a.gpus = task.running->gpus;
+    std::sort(a.gpus.begin(), a.gpus.end());
+    a.start = 0;
+    a.end = RunSeconds(task, choice[t]);
+    for (const GpuSlot& g : a.gpus)
+      Occupy(busy[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)], 0, a.end);
+    pinned[t] = true;
+  }
+  return pinned;
+}
+
+std::vector<std::vector<Timeline>> EmptyTimelines(const Problem& problem) {
+  std::vector<std::vector<Timeline>> busy(problem.nodes.size());
+  for (size_t n = 0; n < problem.nodes.size(); ++n)
+    busy[n].resize(static_cast<size_t>(problem.nodes[n].gpus));
+  return busy;
+}
+
+void Commit(std::vector<std::vector<Timeline>>& busy, Assignment& a, int config, const Placed& p) {
+  a.config = config;
+  a.start = p.start;
+  a.end = p.start + p.run;
+  a.gpus = p.gpus;
+  for (const GpuSlot& g : a.gpus)
+    Occupy(busy[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)], a.start, a.end);
+}
+
+Plan BackfillSchedule(const Problem& problem, const std::vector<int>& choice,
+                      const std::vector<int>& order) {
+  Plan plan;
+  plan.assignments.resize(problem.tasks.size());
+  auto busy = EmptyTimelines(problem);
+  std::vector<bool> pinned = PinRunning(problem, choice, plan, busy);
+  for (int ti : order) {
+    size_t t = static_cast<size_t>(ti);
+    if (pinned[t]) continue;
+    Commit(busy, plan.assignments[t], choice[t], FindSlot(problem, busy, t, choice[t]));
+  }
+  Summarize(problem, plan);
+  return plan;
+}
+
+}  // namespace
+
+Plan ListSchedule(const Problem& problem, const std::vector<int>& choice,
+                  const std::vector<int>& order, Placement placement) {
+  return placement == Placement::kAppend ? AppendSchedule(problem, choice, order)
+                                         : BackfillSchedule(problem, choice, order);
+}
+
+Plan BestListSchedule(const Problem& problem, const std::vector<int>& choice, OrderRule* rule,
+                      Placement* placement) {
+  std::vector<OrderRule> rules;
+  if (problem.objective == Objective::kMakespan) {
+    rules = {OrderRule::kLongestFirst, OrderRule::kWidestFirst, OrderRule::kMostGpuTimeFirst,
+             OrderRule::kArrivalThenLongest};
+  } else {
+    rules = {OrderRule::kSmithRatio, OrderRule::kArrivalThenLongest, OrderRule::kLongestFirst};
+  }
+  Plan best;
+  bool have = false;
+  for (OrderRule r : rules) {
+    std::vector<int> order = OrderTasks(problem, choice, r);
+    for (Placement pl : {Placement::kBackfill, Placement::kAppend}) {
+      Plan p = ListSchedule(problem, choice, order, pl);
+      if (!have || p.objective < best.objective) {
+        best = std::move(p);
+        have = true;
+        if (rule) *rule = r;
+        if (placement) *placement = pl;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace orrery::planner

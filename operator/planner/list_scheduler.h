@@ -1,0 +1,42 @@
+// List scheduling: turns a configuration choice per task and a priority order
+// into a concrete schedule on nodes and GPU indices. Each task in turn starts as
+// early as enough GPUs on one node (or on as many nodes as its configuration
+// spans) are free and it has arrived, on the GPUs that leave the least idle time.
+// Running tasks that keep their configuration stay on their GPUs from time 0.
+// Every planner ends here, so every plan is concrete and checkable.
+#pragma once
+
+#include <vector>
+
+#include "operator/planner/problem.h"
+
+namespace orrery::planner {
+
+enum class OrderRule {
+  kLongestFirst,        // LPT on run time
+  kWidestFirst,         // most GPUs first, then longest
+  kMostGpuTimeFirst,    // GPUs x run time
+  kArrivalThenLongest,  // earliest arrival, then longest
+  kSmithRatio,          // weight / (GPUs x run time), best first: for weighted completion
+};
+
+// Task indices in the order `rule` gives for `choice`; ties by task index.
+std::vector<int> OrderTasks(const Problem& problem, const std::vector<int>& choice, OrderRule rule);
+
+enum class Placement {
+  kAppend,    // a GPU takes the next task only after its last one: O(tasks x GPUs)
+  kBackfill,  // a task may fill an earlier hole long enough for it
+};
+
+// Schedules in `order`; `choice[t]` must be a config of task t that fits the
+// cluster. The plan's lower bound is left 0.
+Plan ListSchedule(const Problem& problem, const std::vector<int>& choice,
+                  const std::vector<int>& order, Placement placement = Placement::kBackfill);
+
+// The best ListSchedule over the order rules suited to the problem's objective
+// and both placements.
+// Reports the winning rule and placement when asked.
+Plan BestListSchedule(const Problem& problem, const std::vector<int>& choice,
+                      OrderRule* rule = nullptr, Placement* placement = nullptr);
+
+}  // namespace orrery::planner

@@ -1,0 +1,22 @@
+// Combinatorial lower bounds on a plan's objective, valid for every schedule and
+// cheap enough to compute for thousands of tasks. Planners combine them with the
+// bound CBC proves on their MILP.
+#pragma once
+
+#include "operator/planner/problem.h"
+
+namespace orrery::planner {
+
+// The least C such that every task has a fitting configuration finishing by C
+// (arrival + run time <= C) and the sum over tasks of their least GPU-time among
+// those configurations fits in C x total GPUs. At least as tight as both "longest
+// task" and "total least work over GPUs". 0 for an empty problem.
+double MakespanLowerBound(const Problem& problem);
+
+// Sum over tasks of weight x (arrival + shortest fitting run time).
+double WeightedCompletionLowerBound(const Problem& problem);
+
+// The bound for the problem's own objective.
+double LowerBound(const Problem& problem);
+
+}  // namespace orrery::planner

@@ -1,0 +1,108 @@
+// The simulate command: argument parsing and file I/O around Simulate().
+#include "operator/sim/simulate_command.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "common/clock.h"
+#include "operator/sim/simulator.h"
+
+namespace orrery::sim {
+
+int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::string path, policy = "orrery", json_path, svg_path;
+  int seed = 1;
+  double interval = -1, limit = -1, gain = -1, switch_cost = -1;
+  const char* usage =
+      "usage: orrery simulate WORKLOAD.yaml [--policy "
+      "orrery|saturn|greedy|current-practice[-static]] [--seed S]\n"
+      "                       [--json FILE|-] [--svg FILE] [--replan-interval S] "
+      "[--solver-time-limit S]\n"
+      "                       [--adopt-gain FRACTION] [--switch-cost S]\n";
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](std::string* v) {
+      if (i + 1 >= args.size()) return false;
+      *v = args[++i];
+      return true;
+    };
+    std::string v;
+    if (a == "--policy" && value(&policy)) continue;
+    if (a == "--json" && value(&json_path)) continue;
+    if (a == "--svg" && value(&svg_path)) continue;
+    if (a == "--seed" && value(&v)) {
+      seed = std::stoi(v);
+      continue;
+    }
+    if (a == "--replan-interval" && value(&v)) {
+      interval = std::stod(v);
+      continue;
+    }
+    if (a == "--solver-time-limit" && value(&v)) {
+      limit = std::stod(v);
+      continue;
+    }
+    if (a == "--adopt-gain" && value(&v)) {
+      gain = std::stod(v);
+      continue;
+    }
+    if (a == "--switch-cost" && value(&v)) {
+      switch_cost = std::stod(v);
+      continue;
+    }
+    if (!a.empty() && a[0] != '-' && path.empty()) {
+      path = a;
+      continue;
+    }
+    err << usage;
+    return 2;
+  }
+  if (path.empty()) {
+    err << usage;
+    return 2;
+  }
+  std::ifstream in(path);
+  if (!in) {
+    err << "cannot read " << path << "\n";
+    return 1;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  auto workload = planner::ParseWorkload(text.str());
+  if (!workload.ok()) {
+    err << path << ": " << workload.status() << "\n";
+    return 1;
+  }
+  SimOptions options;
+  const std::string kStatic = "-static";
+  if (policy.size() > kStatic.size() &&
+      policy.compare(policy.size() - kStatic.size(), kStatic.size(), kStatic) == 0) {
+    options.engine.introspect = false;
+    policy.resize(policy.size() - kStatic.size());
+  }
+  options.engine.policy = policy;
+  options.engine.seed = seed;
+  if (interval > 0) options.engine.replan_interval_s = interval;
+  if (limit > 0) options.engine.solver_time_limit_s = limit;
+  if (gain >= 0) options.engine.adopt_gain = gain;
+  if (switch_cost >= 0) options.engine.switch_cost_s = switch_cost;
+  auto planner = planner::MakePlanner(policy);
+  if (!planner.ok()) {
+    err << planner.status() << "\n";
+    return 2;
+  }
+  auto result = Simulate(*workload, options, SystemClock::Get());
+  if (!result.ok()) {
+    err << "simulation failed: " << result.status() << "\n";
+    return 1;
+  }
+  out << ResultTable(*result);
+  if (json_path == "-")
+    out << ResultJson(*result);
+  else if (!json_path.empty())
+    std::ofstream(json_path) << ResultJson(*result);
+  if (!svg_path.empty()) std::ofstream(svg_path) << GanttSvg(*result);
+  return 0;
+}
+
+}  // namespace orrery::sim

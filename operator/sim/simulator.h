@@ -1,0 +1,68 @@
+// The simulated world: a discrete-event cluster that runs the engine's plans.
+// True speed differs from profiled speed by a per-task factor, nodes are lost
+// and join at given times, tasks arrive. The simulator observes (progress,
+// measured throughput after a warm-up, live nodes), calls the engine on each
+// trigger, and applies adopted plans: a running task whose configuration or
+// GPUs change is checkpointed and restarted, paying the switching cost. Tasks
+// start in each GPU's planned order as soon as their GPUs are free, so a plan
+// made with wrong speeds still runs, just worse. Every interval a task actually
+// ran is recorded so a schedule can be checked without the simulator.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "operator/engine/engine.h"
+#include "operator/planner/workload_io.h"
+
+namespace orrery::sim {
+
+struct SimOptions {
+  engine::EngineOptions engine;
+  double measure_after_s = 600;         // running time before throughput is known
+  double checkpoint_interval_s = 1800;  // progress since the last checkpoint is lost with a node
+  double max_time_s = 1e8;              // safety stop
+};
+
+struct RunInterval {
+  std::string task;
+  double start = 0;
+  double end = 0;
+  std::string template_name;
+  int gpus = 0;
+  int batch_size = 0;
+  std::vector<planner::GpuSlot> slots;  // node and GPU indices
+  std::string ended_by;                 // finished, preempted, node-lost
+};
+
+struct SimResult {
+  std::string workload;
+  std::string policy;
+  double makespan = 0;
+  double mean_completion = 0;  // completion minus arrival
+  double p95_completion = 0;
+  double gpu_utilisation = 0;  // GPU-seconds allocated over GPU-seconds alive until makespan
+  double solver_seconds = 0;
+  int replans = 0;  // solves
+  int adoptions = 0;
+  int switches = 0;  // running tasks checkpointed and moved by an adopted plan
+  int tasks = 0;
+  int node_events = 0;
+  std::vector<RunInterval> intervals;
+  std::vector<double> completion;  // per task, absolute
+  int nodes_total = 0;             // nodes ever present (lanes in the chart)
+  int gpus_per_node = 0;
+};
+
+// Runs the workload to completion. `clock` measures solver time (may be null).
+StatusOr<SimResult> Simulate(const planner::Workload& workload, const SimOptions& options,
+                             const Clock* clock);
+
+std::string ResultJson(const SimResult& result);
+std::string ResultTable(const SimResult& result);
+// One lane per GPU, one bar per interval, coloured per task.
+std::string GanttSvg(const SimResult& result);
+
+}  // namespace orrery::sim

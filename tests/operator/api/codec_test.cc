@@ -1,0 +1,202 @@
+// Codec: round-trips of every field, strict decoding with field paths.
+#include "operator/api/codec.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/operator/api/test_jobs.h"
+
+namespace orrery::api {
+namespace {
+
+std::vector<FieldError> DecodeErrors(const std::string& yaml) {
+  auto json = YamlToJson(yaml);
+  EXPECT_TRUE(json.ok()) << json.status();
+  ModelSelectionJob job;
+  std::vector<FieldError> errors;
+  DecodeJob(*json, &job, &errors);
+  return errors;
+}
+
+bool HasError(const std::vector<FieldError>& errors, const std::string& path,
+              const std::string& text) {
+  for (const auto& e : errors) {
+    if (e.path == path && FormatFieldError(e).find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string Dump(const std::vector<FieldError>& errors) {
+  std::string s;
+  for (const auto& e : errors) s += FormatFieldError(e) + "\n";
+  return s;
+}
+
+TEST(CodecTest, FullJobRoundTripsThroughJson) {
+  ModelSelectionJob job = testing::FullJob();
+  auto back = JobFromJsonText(JobToJson(job));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, job);
+}
+
+TEST(CodecTest, FullJobRoundTripsThroughYaml) {
+  ModelSelectionJob job = testing::FullJob();
+  std::string yaml = JobToYaml(job);
+  auto back = JobFromYaml(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(*back, job) << yaml;
+  // And the text is stable: encoding the decoded job gives the same YAML.
+  EXPECT_EQ(JobToYaml(*back), yaml);
+}
+
+TEST(CodecTest, DecodesTheMinimalManifestWithDefaults) {
+  auto job = JobFromYaml(testing::kMinimalYaml);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->metadata.name, "small");
+  ASSERT_EQ(job->spec.tasks.size(), 1u);
+  const TaskSpec& t = job->spec.tasks[0];
+  ASSERT_TRUE(t.model.mlp.has_value());
+  EXPECT_EQ(t.model.mlp->hidden, 32);
+  EXPECT_FALSE(t.model.gpt.has_value());
+  EXPECT_EQ(t.data.synthetic->seed, 3);
+  EXPECT_EQ(t.data.synthetic->vocab_size, kDefaultSyntheticVocabSize);
+  EXPECT_EQ(*t.training.steps, 100);
+  EXPECT_FALSE(t.training.epochs.has_value());
+  EXPECT_DOUBLE_EQ(t.training.learning_rate, 1e-3);
+  EXPECT_EQ(t.training.optimizer, Optimizer::kAdamW);
+  EXPECT_EQ(job->spec.resources.gpu_quota, 4);
+  EXPECT_EQ(job->spec.resources.templates.size(), 5u);
+  EXPECT_EQ(job->spec.resources.gpu_resource_name, "nvidia.com/gpu");
+  EXPECT_FALSE(job->status.has_value());
+}
+
+TEST(CodecTest, UnknownFieldsAreErrorsWithPathAndSuggestion) {
+  auto errors = DecodeErrors(R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: x}
+spec:
+  tasks:
+  - name: a
+    model: {mlp: {layers: 1, hidden: 1, inputs: 1, outputs: 1, dropout: 0.1}}
+    data: {synthetic: {}}
+    training: {steps: 1, batchSize: 1, learningRate: 0.1, learningrate: 0.2}
+  resources: {gpuQuota: 1}
+  extra: true
+)");
+  EXPECT_TRUE(HasError(errors, "spec.tasks[0].model.mlp.dropout", "unknown field \"dropout\""))
+      << Dump(errors);
+  EXPECT_TRUE(
+      HasError(errors, "spec.tasks[0].training.learningrate", "did you mean \"learningRate\"?"))
+      << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "spec.extra", "unknown field")) << Dump(errors);
+  EXPECT_EQ(errors.size(), 3u) << Dump(errors);
+}
+
+TEST(CodecTest, WrongTypesAndMissingRequiredFields) {
+  auto errors = DecodeErrors(R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: x}
+spec:
+  tasks:
+  - name: 7
+    model: {gpt: {layers: two, hidden: 1, heads: 1, seqLen: 1}}
+    data: {tokens: {path: p, dtype: int8}}
+    training: {steps: 1.5, batchSize: "8"}
+  resources: {gpuQuota: 1, templates: ddp, nodeSelector: {a: 1}}
+  suspend: "no"
+)");
+  EXPECT_TRUE(HasError(errors, "spec.tasks[0].name", "must be a string")) << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "spec.tasks[0].model.gpt.layers", "must be an integer"))
+      << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "spec.tasks[0].model.gpt.vocab", "required value")) << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "spec.tasks[0].data.tokens.dtype", "use one of: uint16, uint32"))
+      << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "spec.tasks[0].training.steps", "must be an integer"))
+      << Dump(errors);
+  EXPECT_TRUE(
+      HasError(errors, "spec.tasks[0].training.batchSize", "must be an integer, not a string"))
+      << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "spec.tasks[0].training.learningRate", "required value"))
+      << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "spec.resources.templates", "must be a list")) << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "spec.resources.nodeSelector[a]", "must be a string"))
+      << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "spec.suspend", "must be a boolean")) << Dump(errors);
+}
+
+TEST(CodecTest, IntegralFloatsAreIntegersAsTheServerAccepts) {
+  auto json = YamlToJson(R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: x}
+spec:
+  tasks:
+  - name: a
+    model: {mlp: {layers: 1, hidden: 1, inputs: 1, outputs: 1}}
+    data: {synthetic: {}}
+    training: {steps: 1e5, batchSize: 32.0, learningRate: 1}
+  resources: {gpuQuota: 1}
+)");
+  auto job = JobFromJson(*json);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(*job->spec.tasks[0].training.steps, 100000);
+  EXPECT_EQ(job->spec.tasks[0].training.batch_size, 32);
+  EXPECT_DOUBLE_EQ(job->spec.tasks[0].training.learning_rate, 1.0);
+}
+
+TEST(CodecTest, OutOfRangeIntegersAreErrors) {
+  auto errors = DecodeErrors(R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: x}
+spec:
+  tasks: []
+  resources: {gpuQuota: 99999999999}
+)");
+  EXPECT_TRUE(HasError(errors, "spec.resources.gpuQuota", "too large")) << Dump(errors);
+}
+
+TEST(CodecTest, NullMeansUnset) {
+  auto json = YamlToJson(std::string(testing::kMinimalYaml) + "  scheduling: ~\n");
+  auto job = JobFromJson(*json);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec.scheduling, SchedulingSpec{});
+}
+
+TEST(CodecTest, MetadataFromTheServerIsKept) {
+  auto json = Json::parse(R"({"apiVersion": "orrery.dev/v1alpha1", "kind": "ModelSelectionJob",
+    "metadata": {"name": "j", "namespace": "ns", "generation": 4, "uid": "u",
+                 "managedFields": [{"manager": "kubectl"}], "creationTimestamp": "2026-01-01T00:00:00Z"},
+    "spec": {"tasks": [], "resources": {"gpuQuota": 1}}})");
+  auto job = JobFromJson(json);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->metadata.generation, 4);
+  EXPECT_EQ(job->metadata.namespace_, "ns");
+  Json out = EncodeJob(*job);
+  EXPECT_EQ(out["metadata"]["managedFields"][0]["manager"], "kubectl");
+  EXPECT_EQ(out["metadata"]["creationTimestamp"], "2026-01-01T00:00:00Z");
+}
+
+TEST(CodecTest, StatusDecodesStrictly) {
+  Json status = EncodeStatus(testing::FullJob().status.value());
+  ModelSelectionJobStatus decoded;
+  std::vector<FieldError> errors;
+  DecodeStatus(status, "status", &decoded, &errors);
+  EXPECT_TRUE(errors.empty()) << Dump(errors);
+  EXPECT_EQ(decoded, *testing::FullJob().status);
+  status["tasks"][0]["state"] = "Sleeping";
+  status["bogus"] = 1;
+  errors.clear();
+  DecodeStatus(status, "status", &decoded, &errors);
+  EXPECT_TRUE(HasError(errors, "status.tasks[0].state", "unsupported value \"Sleeping\""))
+      << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "status.bogus", "unknown field")) << Dump(errors);
+}
+
+TEST(CodecTest, TopLevelMustBeAnObject) {
+  ModelSelectionJob job;
+  std::vector<FieldError> errors;
+  DecodeJob(Json::array(), &job, &errors);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].message, "must be an object, not a list");
+}
+
+}  // namespace
+}  // namespace orrery::api

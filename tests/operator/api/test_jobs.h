@@ -1,0 +1,111 @@
+// Jobs shared by the API tests: a small valid manifest, and a job with every
+// optional field set (so a walk over its JSON visits every field the codec knows).
+#pragma once
+
+#include <string>
+
+#include "operator/api/types.h"
+
+namespace orrery::api::testing {
+
+inline const char* kMinimalYaml = R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata:
+  name: small
+spec:
+  tasks:
+  - name: mlp
+    model:
+      mlp: {layers: 2, hidden: 32, inputs: 16, outputs: 4}
+    data:
+      synthetic: {seed: 3}
+    training:
+      steps: 100
+      batchSize: 16
+      learningRate: 1e-3
+  resources:
+    gpuQuota: 4
+)";
+
+inline ModelSelectionJob FullJob() {
+  ModelSelectionJob job;
+  job.metadata.name = "full";
+  job.metadata.namespace_ = "team-a";
+  job.metadata.uid = "0b7c";
+  job.metadata.resource_version = "42";
+  job.metadata.generation = 3;
+  job.metadata.labels = {{"app", "sweep"}};
+  job.metadata.annotations = {{"note", "x"}};
+  job.metadata.extra_json = R"({"creationTimestamp":"2026-01-01T00:00:00Z"})";
+
+  TaskSpec t;
+  t.name = "gpt";
+  t.weight = 2.5;
+  t.model.gpt = GptModel{4, 256, 8, 128, 1000};
+  t.model.mlp = MlpModel{2, 64, 32, 10};
+  t.model.torchscript = TorchScriptModel{"models/m.pt"};
+  t.data.tokens = TokenData{"/data/a.u32", TokenDtype::kUint32};
+  t.data.text = TextData{"data/corpus/quickstart.txt"};
+  t.data.synthetic = SyntheticData{9, 512, 1000};
+  t.training.steps = 1000;
+  t.training.epochs = 2;
+  t.training.batch_size = 64;
+  t.training.optimizer = Optimizer::kSgd;
+  t.training.learning_rate = 3e-4;
+  t.training.weight_decay = 0.01;
+  t.training.momentum = 0.8;
+  t.training.schedule = LrSchedule::kCosine;
+  t.training.warmup_steps = 10;
+  SearchSpace s;
+  s.grid = GridSpace{
+      {1e-4, 3e-4}, {32, 64}, {0.0, 0.1}, {0, 100}, {Optimizer::kAdam, Optimizer::kAdamW}};
+  Distribution d;
+  d.min = 1e-5;
+  d.max = 1e-3;
+  d.log_scale = true;
+  d.values = {1e-4, 2e-4};
+  s.random = RandomSpace{7, 5, d, d, d, d};
+  t.search_space = s;
+  job.spec.tasks.push_back(t);
+
+  ResourcesSpec& r = job.spec.resources;
+  r.templates = {Template::kDdp, Template::kSpill};
+  r.gpus_per_task = {2, 4};
+  r.gpu_quota = 16;
+  r.gpu_resource_name = "amd.com/gpu";
+  r.node_selector = {{"pool", "a100"}};
+  r.tolerations = {Toleration{"gpu", "Equal", "yes", "NoSchedule", 30}};
+  r.image = "worker:dev";
+  job.spec.scheduling = {Objective::kWeightedCompletionTime, 60, 120, 0.2};
+  job.spec.profiling = {5, {2, 4}, false};
+  job.spec.elasticity = {true, 16, 256, LrScaling::kSqrt};
+  job.spec.checkpoints = {"ckpt", "/ck", 50, 4};
+  job.spec.suspend = true;
+
+  ModelSelectionJobStatus st;
+  st.phase = Phase::kRunning;
+  st.observed_generation = 3;
+  st.conditions = {
+      Condition{"Ready", "True", 3, "2026-01-01T00:00:00Z", "Planned", "plan adopted"}};
+  st.plan = PlanStatus{3600, 3000, 0.1667, 1.5, 2};
+  TaskStatus ts;
+  ts.name = "gpt-r0";
+  ts.state = TaskState::kRunning;
+  ts.config = TaskConfig{Template::kFsdp, 4, 64, {"node-a", "node-b"}};
+  ts.steps_done = 10;
+  ts.steps_total = 100;
+  ts.progress = 0.1;
+  ts.samples_per_second = 123.5;
+  ts.eta_seconds = 900;
+  ts.last_checkpoint = CheckpointRef{10, "/ck/gpt-r0/10", "2026-01-01T00:10:00Z"};
+  ts.restarts = 1;
+  ts.message = "rescaled from 2 to 4 GPUs";
+  st.tasks = {ts};
+  st.task_summary = "0/5";
+  st.gpus_held = 4;
+  st.eta = "15m";
+  job.status = st;
+  return job;
+}
+
+}  // namespace orrery::api::testing

@@ -1,0 +1,134 @@
+#include "operator/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/planner/checker.h"
+
+namespace orrery::engine {
+namespace {
+
+planner::Config Cfg(int gpus, double thr) {
+  planner::Config c;
+  c.template_name = "ddp";
+  c.gpus = gpus;
+  c.batch_size = 8 * gpus;
+  c.throughput = thr;
+  c.memory_gib = 10;
+  return c;
+}
+
+WorldView TwoNodes() {
+  WorldView w;
+  w.now = 1000;
+  w.nodes = {{"a", 2, 40, true}, {"b", 2, 40, true}};
+  for (int i = 0; i < 3; ++i) {
+    TaskView t;
+    t.name = "t" + std::to_string(i);
+    t.remaining_work = 100.0 * (i + 1);
+    t.profile = {Cfg(1, 1), Cfg(2, 1.8)};
+    w.tasks.push_back(t);
+  }
+  return w;
+}
+
+EngineOptions Options(bool introspect = true) {
+  EngineOptions o;
+  o.introspect = introspect;
+  o.solver_time_limit_s = 2;
+  o.switch_cost_s = 50;
+  return o;
+}
+
+TEST(EngineTest, RemainingProblemSkipsDeadNodesAndDoneTasksAndScalesSpeed) {
+  WorldView w = TwoNodes();
+  w.nodes[0].alive = false;
+  w.tasks[0].done = true;
+  w.tasks[1].speed_factor = 0.5;
+  w.tasks[2].running = RunningView{0, {{1, 1}}};
+  RemainingProblem rp = BuildRemainingProblem(w, 50);
+  ASSERT_EQ(rp.problem.nodes.size(), 1u);
+  EXPECT_EQ(rp.node_index, (std::vector<int>{1}));
+  ASSERT_EQ(rp.problem.tasks.size(), 2u);
+  EXPECT_EQ(rp.task_index, (std::vector<int>{1, 2}));
+  EXPECT_DOUBLE_EQ(rp.problem.tasks[0].configs[1].throughput, 0.9);
+  ASSERT_TRUE(rp.problem.tasks[1].running.has_value());
+  EXPECT_EQ(rp.problem.tasks[1].running->gpus, (std::vector<planner::GpuSlot>{{0, 1}}));
+  EXPECT_DOUBLE_EQ(rp.problem.tasks[1].running->switch_cost_s, 50);
+}
+
+TEST(EngineTest, StartAdoptsAPlanInWorldTerms) {
+  Engine engine(Options(), nullptr);
+  WorldView w = TwoNodes();
+  w.nodes[0].alive = false;
+  auto d = engine.Decide(w, Trigger::kStart);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->adopted);
+  ASSERT_EQ(d->plan.assignments.size(), 3u);
+  for (const planner::Assignment& a : d->plan.assignments) {
+    EXPECT_GE(a.start, 1000);
+    for (const planner::GpuSlot& g : a.gpus) EXPECT_EQ(g.node, 1);  // the live node, world index
+  }
+  ASSERT_TRUE(engine.current_plan().has_value());
+}
+
+TEST(EngineTest, KeepsPlanWhenGainIsBelowThreshold) {
+  Engine engine(Options(), nullptr);
+  WorldView w = TwoNodes();
+  ASSERT_TRUE(engine.Decide(w, Trigger::kStart).ok());
+  // Nothing changed: a re-plan cannot gain 5%.
+  auto d = engine.Decide(w, Trigger::kInterval);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->solved);
+  EXPECT_FALSE(d->adopted) << d->reason;
+  EXPECT_EQ(engine.adoptions(), 1);
+}
+
+TEST(EngineTest, AdoptsWhenMeasuredSpeedMakesThePlanBad) {
+  Engine engine(Options(), nullptr);
+  WorldView w;
+  w.nodes = {{"a", 2, 40, true}};
+  for (int i = 0; i < 2; ++i) {
+    TaskView t;
+    t.name = "t" + std::to_string(i);
+    t.remaining_work = 1000;
+    t.profile = {Cfg(1, 1), Cfg(2, 1.9)};
+    w.tasks.push_back(t);
+  }
+  ASSERT_TRUE(engine.Decide(w, Trigger::kStart).ok());
+  // t0 turns out 4x slower on everything: the planned split is now far off.
+  w.tasks[0].speed_factor = 0.25;
+  w.now = 10;
+  auto d = engine.Decide(w, Trigger::kThroughputDrift);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->solved);
+  EXPECT_LT(d->new_objective, d->current_objective);
+  EXPECT_EQ(d->adopted, d->new_objective < 0.95 * d->current_objective);
+}
+
+TEST(EngineTest, StaticPolicySolvesOnlyWhenForced) {
+  Engine engine(Options(false), nullptr);
+  WorldView w = TwoNodes();
+  ASSERT_TRUE(engine.Decide(w, Trigger::kStart).ok());
+  EXPECT_FALSE(engine.ShouldSolve(Trigger::kInterval));
+  EXPECT_FALSE(engine.ShouldSolve(Trigger::kThroughputDrift));
+  EXPECT_TRUE(engine.ShouldSolve(Trigger::kCapacityChanged));
+  auto d = engine.Decide(w, Trigger::kThroughputDrift);
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->solved);
+  EXPECT_EQ(engine.solves(), 1);
+}
+
+TEST(EngineTest, RunningTaskIsNotMovedForNothing) {
+  Engine engine(Options(), nullptr);
+  WorldView w = TwoNodes();
+  w.tasks.resize(1);
+  w.tasks[0].running = RunningView{1, {{0, 0}, {0, 1}}};
+  auto d = engine.Decide(w, Trigger::kCapacityChanged);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(d->adopted);
+  EXPECT_EQ(d->plan.assignments[0].config, 1);
+  EXPECT_EQ(d->plan.assignments[0].gpus, (std::vector<planner::GpuSlot>{{0, 0}, {0, 1}}));
+}
+
+}  // namespace
+}  // namespace orrery::engine

@@ -1,0 +1,154 @@
+// The elastic allocator is exact for its objective: on small random cases its
+// value equals a brute force over every combination of options; its choices
+// respect capacity; and its tie-breaking makes it deterministic.
+#include "operator/planner/elastic/allocator.h"
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+
+#include <gtest/gtest.h>
+
+namespace orrery::planner::elastic {
+namespace {
+
+// splitmix64: a fixed generator, so the cases are the same on every machine.
+struct Rng {
+  uint64_t state;
+  uint64_t Next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  int Uniform(int lo, int hi) {
+    return lo + static_cast<int>(Next() % static_cast<uint64_t>(hi - lo + 1));
+  }
+  double Unit() { return static_cast<double>(Next() >> 11) / 9007199254740992.0; }
+};
+
+double BruteForce(const std::vector<ElasticTask>& tasks, int capacity, Value value) {
+  double best = 0;
+  std::function<void(size_t, int, double)> go = [&](size_t i, int used, double v) {
+    if (i == tasks.size()) {
+      best = std::max(best, v);
+      return;
+    }
+    go(i + 1, used, v);  // queued
+    for (const Option& o : tasks[i].options) {
+      if (used + o.gpus <= capacity) go(i + 1, used + o.gpus, v + OptionValue(tasks[i], o, value));
+    }
+  };
+  go(0, 0, 0);
+  return best;
+}
+
+std::vector<ElasticTask> RandomTasks(Rng& rng, int n) {
+  std::vector<ElasticTask> tasks(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    ElasticTask& t = tasks[static_cast<size_t>(i)];
+    t.name = "t" + std::to_string(i);
+    t.total_work = 1000 + rng.Uniform(0, 100000);
+    t.remaining_work = t.total_work * (0.1 + 0.9 * rng.Unit());
+    t.weight = 1 + rng.Uniform(0, 2);
+    const double base = 50 + 200 * rng.Unit();
+    const double efficiency = 0.5 + 0.5 * rng.Unit();  // per doubling
+    for (int g = 1; g <= 8; g *= 2) {
+      for (int b = 32; b <= 256; b *= 2) {
+        if (b % g != 0) continue;
+        // Throughput grows with GPUs by the task's efficiency and with batch size
+        // sub-linearly, as profiles do.
+        const double t_gb = base * std::pow(g, std::log2(1 + efficiency)) * std::pow(b / 32.0, 0.3);
+        t.options.push_back({g, b, t_gb});
+      }
+    }
+  }
+  return tasks;
+}
+
+TEST(ElasticAllocatorTest, MatchesBruteForceOnRandomSmallCases) {
+  Rng rng{42};
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = rng.Uniform(1, 4);
+    const int capacity = rng.Uniform(0, 12);
+    const auto tasks = RandomTasks(rng, n);
+    for (Value v : {Value::kNormalizedThroughput, Value::kRemainingFraction}) {
+      auto got = Allocate(tasks, capacity, v);
+      ASSERT_TRUE(got.ok()) << got.status();
+      const double want = BruteForce(tasks, capacity, v);
+      EXPECT_NEAR(got->value, want, 1e-9 * std::max(1.0, want)) << "trial " << trial;
+      // The reported value and GPUs are those of the reported choice.
+      double value = 0;
+      int gpus = 0;
+      for (size_t i = 0; i < tasks.size(); ++i) {
+        const int c = got->choice[i];
+        if (c < 0) continue;
+        gpus += tasks[i].options[static_cast<size_t>(c)].gpus;
+        value += OptionValue(tasks[i], tasks[i].options[static_cast<size_t>(c)], v);
+      }
+      EXPECT_EQ(gpus, got->gpus_used);
+      EXPECT_LE(gpus, capacity);
+      EXPECT_NEAR(value, got->value, 1e-9 * std::max(1.0, value));
+    }
+  }
+}
+
+TEST(ElasticAllocatorTest, LargerBatchWinsWhenFixedBatchScalesPoorly) {
+  // One task, 8 GPUs. At batch 32 it barely scales (communication-bound); at
+  // batch 256 on 8 GPUs it is far faster. The allocator takes GPUs and batch
+  // together, which a fixed-batch policy cannot.
+  ElasticTask t{"a", 1e6, 1e6, 1, {}, -1};
+  t.options = {{1, 32, 100}, {8, 32, 130}, {8, 256, 600}};
+  auto got = Allocate({t}, 8);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->choice[0], 2);
+}
+
+TEST(ElasticAllocatorTest, ScarceGpusGoToTheTaskThatScalesBest) {
+  ElasticTask good{"good", 1000, 1000, 1, {{1, 32, 100}, {4, 128, 390}}, -1};
+  ElasticTask poor{"poor", 1000, 1000, 1, {{1, 32, 100}, {4, 128, 140}}, -1};
+  auto got = Allocate({good, poor}, 5);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->choice[0], 1);  // 4 GPUs to the task that turns them into work
+  EXPECT_EQ(got->choice[1], 0);
+  EXPECT_EQ(got->gpus_used, 5);
+}
+
+TEST(ElasticAllocatorTest, QueuesWhatDoesNotFitAndIsDeterministic) {
+  Rng rng{7};
+  auto tasks = RandomTasks(rng, 40);
+  auto a = Allocate(tasks, 16);
+  auto b = Allocate(tasks, 16);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->choice, b->choice);
+  int queued = 0;
+  for (int c : a->choice) queued += c < 0 ? 1 : 0;
+  EXPECT_GE(queued, 40 - 16);  // each running task holds at least one GPU
+}
+
+TEST(ElasticAllocatorTest, RejectsBadInputWithFieldPath) {
+  ElasticTask t{"a", 10, 10, 1, {{0, 32, 1}}, -1};
+  auto got = Allocate({t}, 4);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().message(), "tasks[0].options[0].gpus: must be at least 1");
+  EXPECT_FALSE(Allocate({}, -1).ok());
+  auto empty = Allocate({}, 8);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->choice.empty());
+}
+
+TEST(ElasticAllocatorTest, BuildOptionsKeepsBatchWithinBoundsAndMemory) {
+  auto options =
+      BuildOptions({1, 2, 4}, 32, 128, 64, 32, [](int g, int b) { return g * 10.0 + b; });
+  for (const Option& o : options) {
+    EXPECT_EQ(o.batch_size % o.gpus, 0);
+    EXPECT_LE(o.batch_size / o.gpus, 64);
+    EXPECT_GE(o.batch_size, 32);
+    EXPECT_LE(o.batch_size, 128);
+  }
+  // 1 GPU: 32, 64 (96 and 128 exceed 64 per GPU); 2 GPUs: 32..128; 4 GPUs: 32..128.
+  EXPECT_EQ(options.size(), 2u + 4u + 4u);
+}
+
+}  // namespace
+}  // namespace orrery::planner::elastic

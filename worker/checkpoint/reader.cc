@@ -1,0 +1,291 @@
+// Overlap-driven parallel reads with block verification (see reader.h).
+#include "worker/checkpoint/reader.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <sys/stat.h>
+
+#include "worker/checkpoint/crc32c.h"
+#include "worker/checkpoint/io.h"
+#include "worker/checkpoint/overlap.h"
+
+namespace orrery::checkpoint {
+namespace {
+
+// A stretch of file bytes that goes to one place in a destination buffer.
+struct Piece {
+  uint64_t file_off = 0;
+  uint64_t len = 0;
+  char* dst = nullptr;
+};
+
+// One pread: a byte range of one chunk, the pieces inside it, and the blocks to check.
+struct ReadOp {
+  int file = 0;
+  uint64_t off = 0;
+  uint64_t len = 0;
+  std::vector<Piece> pieces;
+  const ChunkMeta* chunk = nullptr;
+  uint64_t first_block =
+      0;  // blocks [first_block, first_block + n) cover [off, off+len) when verifying
+  bool verify = false;
+};
+
+// Runs `fn(i)` for i in [0, n) on up to `threads` threads; returns the first error.
+Status ParallelFor(size_t n, int threads, const std::function<Status(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  Status first;
+  std::atomic<bool> failed{false};
+  auto work = [&] {
+    while (!failed.load()) {
+      const size_t i = next.fetch_add(1);
+      if (i >= n) return;
+      Status s = fn(i);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first.ok()) first = s;
+        failed = true;
+      }
+    }
+  };
+  const int t = static_cast<int>(std::min<size_t>(n, static_cast<size_t>(std::max(1, threads))));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < t; ++i) pool.emplace_back(work);
+  work();
+  for (auto& th : pool) th.join();
+  return first;
+}
+
+// Splits the pieces of one chunk (sorted by file offset) into read ops.
+void PlanChunk(int file, const ChunkMeta& c, std::vector<Piece> pieces, const LoadOptions& opt,
+               std::vector<ReadOp>& ops) {
+  std::sort(pieces.begin(), pieces.end(),
+            [](const Piece& a, const Piece& b) { return a.file_off < b.file_off; });
+  // Byte ranges to read: the pieces themselves, or the whole blocks they touch.
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end) in file bytes
+  const uint64_t chunk_end = c.offset + c.bytes;
+  for (const Piece& p : pieces) {
+    uint64_t b = p.file_off, e = p.file_off + p.len;
+    if (opt.verify) {
+      b = c.offset + (b - c.offset) / c.block_size * c.block_size;
+      e = std::min(chunk_end,
+                   c.offset + (e - c.offset + c.block_size - 1) / c.block_size * c.block_size);
+    }
+    if (!ranges.empty() && b <= ranges.back().second) {
+      ranges.back().second = std::max(ranges.back().second, e);
+    } else {
+      ranges.emplace_back(b, e);
+    }
+  }
+  // Cut ranges into ops of at most max_read (whole blocks when verifying).
+  uint64_t step = std::max<uint64_t>(opt.max_read, 1);
+  if (opt.verify) step = std::max<uint64_t>(step / c.block_size, 1) * c.block_size;
+  size_t pi = 0;
+  for (const auto& [rb, re] : ranges) {
+    for (uint64_t b = rb; b < re; b += step) {
+      ReadOp op;
+      op.file = file;
+      op.off = b;
+      op.len = std::min(step, re - b);
+      op.chunk = &c;
+      op.verify = opt.verify;
+      op.first_block = (b - c.offset) / c.block_size;
+      const uint64_t e = op.off + op.len;
+      // Pieces overlapping [b, e), cut at the op's edges.
+      while (pi < pieces.size() && pieces[pi].file_off + pieces[pi].len <= b) ++pi;
+      for (size_t k = pi; k < pieces.size() && pieces[k].file_off < e; ++k) {
+        const Piece& p = pieces[k];
+        const uint64_t s = std::max(p.file_off, b);
+        const uint64_t t = std::min(p.file_off + p.len, e);
+        if (s < t) op.pieces.push_back({s, t - s, p.dst + (s - p.file_off)});
+      }
+      ops.push_back(std::move(op));
+    }
+  }
+}
+
+}  // namespace
+
+StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir) {
+  const std::string path = JoinPath(dir, kMetadataFile);
+  auto text = ReadWholeFile(path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return NotFoundError("no committed checkpoint in " + dir + " (" + path + " is missing)");
+    }
+    return text.status();
+  }
+  ORRERY_ASSIGN_OR_RETURN(Metadata m, MetadataFromJson(*text, path));
+  CheckpointReader r;
+  r.dir_ = dir;
+  r.metadata_ = std::move(m);
+  return r;
+}
+
+std::string CheckpointReader::FilePath(int file) const {
+  return JoinPath(dir_, metadata_.files[static_cast<size_t>(file)].name);
+}
+
+Status CheckpointReader::CheckFiles() const {
+  for (size_t i = 0; i < metadata_.files.size(); ++i) {
+    const std::string path = FilePath(static_cast<int>(i));
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return NotFoundError("shard file " + path + " is missing");
+    const auto size = static_cast<uint64_t>(st.st_size);
+    if (size != metadata_.files[i].size) {
+      return DataLossError("shard file " + path + " has " + std::to_string(size) +
+                           " bytes, the metadata records " +
+                           std::to_string(metadata_.files[i].size) +
+                           (size < metadata_.files[i].size ? " (truncated)" : ""));
+    }
+  }
+  return OkStatus();
+}
+
+Status CheckpointReader::VerifyAll(int threads) const {
+  ORRERY_RETURN_IF_ERROR(CheckFiles());
+  // The whole-file CRC covers every byte, so one sequential pass per file suffices.
+  return ParallelFor(metadata_.files.size(), threads, [&](size_t i) -> Status {
+    const std::string path = FilePath(static_cast<int>(i));
+    ORRERY_ASSIGN_OR_RETURN(File f, File::OpenRead(path));
+    std::vector<char> buf(8u << 20);
+    uint32_t crc = 0;
+    const uint64_t size = metadata_.files[i].size;
+    for (uint64_t off = 0; off < size; off += buf.size()) {
+      const uint64_t n = std::min<uint64_t>(buf.size(), size - off);
+      ORRERY_RETURN_IF_ERROR(f.ReadAt(off, buf.data(), n));
+      crc = Crc32cExtend(crc, buf.data(), n);
+    }
+    if (crc != metadata_.files[i].crc32c) {
+      return DataLossError("shard file " + path + " fails its checksum (crc32c " +
+                           std::to_string(crc) + ", metadata records " +
+                           std::to_string(metadata_.files[i].crc32c) + ")");
+    }
+    return OkStatus();
+  });
+}
+
+Status CheckpointReader::Load(const std::vector<LoadRequest>& requests, const LoadOptions& options,
+                              LoadStats* stats) const {
+  // Group the pieces by chunk: (tensor, chunk index) -> pieces.
+  std::map<const ChunkMeta*, std::vector<Piece>> by_chunk;
+  LoadStats local;
+  for (const LoadRequest& req : requests) {
+    const TensorMeta* t = metadata_.Find(req.name);
+    if (t == nullptr) return NotFoundError("tensor " + req.name + " is not in checkpoint " + dir_);
+    const uint64_t es = DTypeSize(t->spec.dtype);
+    if (req.region.sizes.size() != t->spec.shape.size()) {
+      return InvalidArgumentError("tensor " + req.name +
+                                  ": requested region has the wrong number of dimensions");
+    }
+    if (req.dst_bytes < static_cast<uint64_t>(req.region.Numel()) * es) {
+      return InvalidArgumentError("tensor " + req.name + ": destination buffer too small");
+    }
+    int64_t covered = 0;
+    for (const ChunkMeta& c : t->chunks) {
+      for (const CopyRun& run : Overlap(req.region, c.region)) {
+        by_chunk[&c].push_back({c.offset + static_cast<uint64_t>(run.src) * es,
+                                static_cast<uint64_t>(run.count) * es,
+                                static_cast<char*>(req.dst) + static_cast<uint64_t>(run.dst) * es});
+        covered += run.count;
+      }
+    }
+    if (covered != req.region.Numel()) {
+      return DataLossError("tensor " + req.name + ": checkpoint " + dir_ + " stores " +
+                           std::to_string(covered) + " of the " +
+                           std::to_string(req.region.Numel()) + " elements requested");
+    }
+    local.bytes_needed += static_cast<uint64_t>(req.region.Numel()) * es;
+  }
+  std::vector<ReadOp> ops;
+  std::map<int, bool> files_used;
+  for (auto& [chunk, pieces] : by_chunk) {
+    PlanChunk(chunk->file, *chunk, std::move(pieces), options, ops);
+    files_used[chunk->file] = true;
+  }
+  // Open each file once; preads from several threads share the descriptor.
+  ORRERY_RETURN_IF_ERROR(CheckFiles());
+  std::map<int, File> files;
+  for (const auto& [f, used] : files_used) {
+    ORRERY_ASSIGN_OR_RETURN(File file, File::OpenRead(FilePath(f)));
+    files.emplace(f, std::move(file));
+  }
+  for (const ReadOp& op : ops) {
+    local.bytes_read += op.len;
+    local.reads += 1;
+  }
+  // Big ops first so the threads finish together.
+  std::sort(ops.begin(), ops.end(), [](const ReadOp& a, const ReadOp& b) { return a.len > b.len; });
+  Status s = ParallelFor(ops.size(), options.threads, [&](size_t i) -> Status {
+    const ReadOp& op = ops[i];
+    const File& file = files.at(op.file);
+    const bool direct =
+        op.pieces.size() == 1 && op.pieces[0].file_off == op.off && op.pieces[0].len == op.len;
+    thread_local std::vector<char> bounce;
+    char* buf;
+    if (direct) {
+      buf = op.pieces[0].dst;
+    } else {
+      if (bounce.size() < op.len) bounce.resize(op.len);
+      buf = bounce.data();
+    }
+    if (!op.verify) {
+      ORRERY_RETURN_IF_ERROR(file.ReadAt(op.off, buf, op.len));
+    } else {
+      // One block per read, checked while it is still in cache.
+      const ChunkMeta& c = *op.chunk;
+      for (uint64_t pos = 0, blk = op.first_block; pos < op.len; pos += c.block_size, ++blk) {
+        const uint64_t n = std::min<uint64_t>(c.block_size, op.len - pos);
+        ORRERY_RETURN_IF_ERROR(file.ReadAt(op.off + pos, buf + pos, n));
+        const uint32_t crc = Crc32c(buf + pos, n);
+        if (crc != c.block_crcs[blk]) {
+          return DataLossError("shard file " + file.path() + " fails its checksum in bytes [" +
+                               std::to_string(op.off + pos) + ", " +
+                               std::to_string(op.off + pos + n) + ")");
+        }
+      }
+    }
+    if (!direct) {
+      for (const Piece& p : op.pieces) std::memcpy(p.dst, buf + (p.file_off - op.off), p.len);
+    }
+    return OkStatus();
+  });
+  if (stats != nullptr) *stats += local;
+  return s;
+}
+
+Status LoadRank(const CheckpointReader& reader, const std::vector<RankBuffer>& buffers,
+                const Layout& layout, int rank, const StageFn& stages, const LoadOptions& options,
+                LoadStats* stats) {
+  std::vector<LoadRequest> requests;
+  for (const RankBuffer& b : buffers) {
+    const TensorMeta* t = reader.metadata().Find(b.spec.name);
+    if (t == nullptr)
+      return NotFoundError("tensor " + b.spec.name + " is not in checkpoint " + reader.dir());
+    if (t->spec.shape != b.spec.shape || t->spec.dtype != b.spec.dtype) {
+      return FailedPreconditionError("tensor " + b.spec.name +
+                                     ": the checkpoint holds a different shape or dtype");
+    }
+    ORRERY_ASSIGN_OR_RETURN(LocalPiece piece, LocalPieceOf(b.spec, layout, rank, stages));
+    if (!piece.present) continue;
+    const uint64_t es = DTypeSize(b.spec.dtype);
+    if (b.bytes != static_cast<uint64_t>(piece.buffer_elements) * es) {
+      return InvalidArgumentError(
+          "tensor " + b.spec.name + ": buffer has " + std::to_string(b.bytes) + " bytes, rank " +
+          std::to_string(rank) + " holds " +
+          std::to_string(static_cast<uint64_t>(piece.buffer_elements) * es));
+    }
+    const uint64_t valid = static_cast<uint64_t>(piece.region.Numel()) * es;
+    if (b.bytes > valid) std::memset(static_cast<char*>(b.data) + valid, 0, b.bytes - valid);
+    requests.push_back({b.spec.name, piece.region, b.data, valid});
+  }
+  return reader.Load(requests, options, stats);
+}
+
+}  // namespace orrery::checkpoint

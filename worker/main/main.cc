@@ -1,0 +1,96 @@
+// orrery-worker: the process in every worker pod and every local rank.
+//
+//   orrery-worker train   [task flags]   train, checkpoint, resume (worker/train/trainer.h)
+//   orrery-worker profile [task flags]   time one configuration (worker/profile/profiler.h)
+//   orrery-worker checkpoint inspect|reshard ...   (worker/checkpoint/cli.h)
+//
+// Task flags are listed in worker/train/task.h. Rendezvous comes from RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT (or ORRERY_STORE_PATH for a file store on
+// one machine); ORRERY_BACKEND=nccl selects NCCL on GPU builds.
+// Exit codes: 0 done (completed, or preempted after its checkpoint), 1 failed,
+// 2 usage error. SIGTERM and SIGINT ask for a checkpoint and a clean exit.
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "worker/checkpoint/cli.h"
+#include "worker/dist/communicator.h"
+#include "worker/profile/profiler.h"
+#include "worker/train/trainer.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void OnTerminate(int) { g_stop.store(true); }
+
+void Usage(std::ostream& os) {
+  os << "usage: orrery-worker train|profile [--flag=value ...]\n"
+        "       orrery-worker checkpoint inspect|reshard ...\n"
+        "see worker/train/task.h for the flags\n";
+}
+
+int RunTask(const std::string& mode, const std::vector<std::string>& args) {
+  auto task = orrery::train::ParseTaskFlags(args);
+  if (!task.ok()) {
+    std::cerr << "orrery-worker " << mode << ": " << task.status() << "\n";
+    Usage(std::cerr);
+    return 2;
+  }
+  auto env = orrery::dist::RendezvousFromEnv();
+  if (!env.ok()) {
+    std::cerr << "orrery-worker: " << env.status() << "\n";
+    return 2;
+  }
+  std::unique_ptr<orrery::dist::Rendezvous> rdv;
+  if (env->world_size > 1) {
+    const char* backend = std::getenv("ORRERY_BACKEND");
+    auto connected = orrery::dist::Connect(*env, backend != nullptr ? backend : "gloo");
+    if (!connected.ok()) {
+      std::cerr << "orrery-worker: " << connected.status() << "\n";
+      return 1;
+    }
+    rdv = std::move(*connected);
+  }
+  if (mode == "profile") {
+    auto p = orrery::profile::Profile(*task, rdv.get(), std::cout);
+    if (!p.ok()) {
+      std::cerr << "orrery-worker profile: " << p.status() << "\n";
+      return 1;
+    }
+    return 0;
+  }
+  std::signal(SIGTERM, OnTerminate);
+  std::signal(SIGINT, OnTerminate);
+  auto r = orrery::train::Train(*task, rdv.get(), std::cout, &g_stop);
+  if (!r.ok()) {
+    std::cerr << "orrery-worker train: " << r.status() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    Usage(std::cerr);
+    return 2;
+  }
+  std::string mode = argv[1];
+  if (mode == "checkpoint") return orrery::checkpoint::RunCheckpointCommand(argc - 1, argv + 1);
+  if (mode == "--help" || mode == "help") {
+    Usage(std::cout);
+    return 0;
+  }
+  if (mode != "train" && mode != "profile") {
+    std::cerr << "orrery-worker: unknown command '" << mode << "'\n";
+    Usage(std::cerr);
+    return 2;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  return RunTask(mode, args);
+}

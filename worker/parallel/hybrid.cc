@@ -1,0 +1,463 @@
+// The ddp, tensor and pipeline templates, and any dp × tp × pp composition of
+// them (see strategy.h). Each rank builds the whole model from the seed, keeps
+// its pipeline stage's layers, and slices the blocks for its tensor-parallel
+// rank; data-parallel replicas all-reduce gradients in buckets.
+#include <chrono>
+#include <map>
+
+#include "worker/parallel/internal.h"
+
+namespace orrery::parallel::internal {
+namespace {
+
+// Bucketed gradient all-reduce overlapped with backward (Li et al. 2020,
+// "PyTorch Distributed", §3.2): a hook on every parameter copies its gradient
+// into its bucket as autograd produces it; a full bucket starts its
+// asynchronous all-reduce at once, while backward goes on with earlier layers.
+// Buckets launch strictly in bucket order on every rank, because collectives
+// are matched by order.
+class DdpBuckets {
+ public:
+  DdpBuckets(std::vector<at::Tensor> params, int64_t bucket_bytes, dist::Communicator* comm)
+      : params_(std::move(params)), comm_(comm) {
+    // Backward produces gradients roughly in reverse registration order.
+    Bucket current;
+    int64_t bytes = 0;
+    for (size_t k = params_.size(); k-- > 0;) {
+      const at::Tensor& p = params_[k];
+      if (!current.members.empty() && bytes + Bytes(p) > bucket_bytes) {
+        buckets_.push_back(std::move(current));
+        current = Bucket();
+        bytes = 0;
+      }
+      current.members.push_back(k);
+      current.offsets.push_back(bytes / static_cast<int64_t>(p.element_size()));
+      bytes += Bytes(p);
+    }
+    if (!current.members.empty()) buckets_.push_back(std::move(current));
+    where_.resize(params_.size());
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      Bucket& bucket = buckets_[b];
+      int64_t numel = 0;
+      for (size_t j = 0; j < bucket.members.size(); ++j) {
+        where_[bucket.members[j]] = {b, j};
+        numel += params_[bucket.members[j]].numel();
+      }
+      bucket.flat = at::zeros({numel}, params_[bucket.members[0]].options().requires_grad(false));
+      bucket.filled.assign(bucket.members.size(), false);
+    }
+    for (size_t k = 0; k < params_.size(); ++k) {
+      // Frozen parameters get no gradient and no hook; Finish() sends zeros for them.
+      if (!params_[k].requires_grad()) continue;
+      hooks_.emplace_back(
+          k, params_[k].register_hook([this, k](const at::Tensor& g) { OnGrad(k, g); }));
+    }
+  }
+
+  ~DdpBuckets() {
+    for (auto [k, handle] : hooks_) params_[k].remove_hook(handle);
+  }
+  DdpBuckets(const DdpBuckets&) = delete;
+  DdpBuckets& operator=(const DdpBuckets&) = delete;
+
+  // Only the backward pass that completes a step's gradients syncs (earlier
+  // pipeline micro-batches just accumulate).
+  void Arm(bool on) {
+    armed_ = on;
+    if (!on) return;
+    next_launch_ = 0;
+    for (auto& b : buckets_) {
+      b.ready = 0;
+      b.filled.assign(b.members.size(), false);
+      b.op.reset();
+    }
+  }
+
+  // Launches what backward did not reach (parameters without gradients count as
+  // zero), waits for every bucket and writes the averaged gradients back.
+  Status Finish() {
+    armed_ = false;
+    for (auto& b : buckets_) {
+      for (size_t j = 0; j < b.members.size(); ++j) {
+        if (b.filled[j]) continue;
+        const at::Tensor& p = params_[b.members[j]];
+        Slice(b, j).copy_(p.grad().defined() ? p.grad().view({-1})
+                                             : at::zeros({p.numel()}, p.options()));
+        b.filled[j] = true;
+        ++b.ready;
+      }
+    }
+    LaunchReady();
+    Status result;
+    for (auto& b : buckets_) {
+      Status s = b.op->Wait();
+      if (!s.ok() && result.ok()) result = s;
+    }
+    if (!result.ok()) return result.WithContext("data-parallel gradient all-reduce");
+    for (auto& b : buckets_) {
+      for (size_t j = 0; j < b.members.size(); ++j) {
+        at::Tensor& p = params_[b.members[j]];
+        at::Tensor g = Slice(b, j).view(p.sizes()).clone();
+        p.mutable_grad() = g;
+      }
+    }
+    return OkStatus();
+  }
+
+  int count() const { return static_cast<int>(buckets_.size()); }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> members;
+    std::vector<int64_t> offsets;
+    std::vector<bool> filled;
+    at::Tensor flat;
+    int ready = 0;
+    std::unique_ptr<dist::PendingOp> op;
+  };
+
+  at::Tensor Slice(Bucket& b, size_t j) {
+    return b.flat.narrow(0, b.offsets[j], params_[b.members[j]].numel());
+  }
+
+  void OnGrad(size_t k, const at::Tensor& g) {
+    if (!armed_) return;
+    auto [b, j] = where_[k];
+    Bucket& bucket = buckets_[b];
+    if (bucket.filled[j]) return;
+    const at::Tensor& p = params_[k];
+    torch::NoGradGuard no_grad;
+    at::Tensor total = p.grad().defined() ? p.grad() + g : g;
+    Slice(bucket, j).copy_(total.reshape({-1}));
+    bucket.filled[j] = true;
+    if (++bucket.ready == static_cast<int>(bucket.members.size())) LaunchReady();
+  }
+
+  void LaunchReady() {
+    while (next_launch_ < buckets_.size() &&
+           buckets_[next_launch_].ready ==
+               static_cast<int>(buckets_[next_launch_].members.size())) {
+      Bucket& b = buckets_[next_launch_++];
+      b.op = comm_->AllReduceAsync(b.flat, dist::ReduceOp::kAvg);
+    }
+  }
+
+  std::vector<at::Tensor> params_;
+  dist::Communicator* comm_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::pair<size_t, size_t>> where_;
+  std::vector<std::pair<size_t, unsigned>> hooks_;
+  size_t next_launch_ = 0;
+  bool armed_ = false;
+};
+
+struct FullParam {
+  std::string name;
+  std::vector<int64_t> shape;
+  int stage = 0;
+};
+
+class HybridStrategy final : public Strategy {
+ public:
+  static StatusOr<std::unique_ptr<Strategy>> Create(const model::ModelConfig& mc,
+                                                    const StrategyConfig& config,
+                                                    const OptimizerConfig& opt,
+                                                    dist::Rendezvous* rdv) {
+    auto s = std::unique_ptr<HybridStrategy>(new HybridStrategy());
+    ORRERY_RETURN_IF_ERROR(s->Init(mc, config, opt, rdv));
+    return std::unique_ptr<Strategy>(std::move(s));
+  }
+
+  StatusOr<double> Step(const model::Batch& global_batch) override {
+    try {
+      return StepImpl(global_batch);
+    } catch (const std::exception& e) {
+      return StatusFromException(e, info_.name + " step");
+    }
+  }
+
+  void SetLearningRate(double lr) override { optimizer_->SetLearningRate(lr); }
+
+  StatusOr<model::NamedTensors> GatherFullParameters() override {
+    try {
+      std::map<std::string, at::Tensor> local;
+      for (auto& [name, p] : stage_.NamedParameters()) {
+        at::Tensor t = p.detach().contiguous();
+        int dim = layout_.tp > 1 ? model::GptTensorParallelDim(name) : -1;
+        if (dim >= 0) {
+          at::Tensor all = at::empty({layout_.tp * t.numel()}, t.options());
+          ORRERY_RETURN_IF_ERROR(tp_->AllGather(t, all));
+          std::vector<at::Tensor> parts;
+          for (int r = 0; r < layout_.tp; ++r)
+            parts.push_back(all.narrow(0, r * t.numel(), t.numel()).view(t.sizes()));
+          t = at::cat(parts, dim);
+        }
+        local[name] = t.clone();
+      }
+      model::NamedTensors out;
+      for (const auto& fp : full_params_) {
+        at::Tensor t;
+        if (fp.stage == coords_.pp) {
+          t = local.at(fp.name);
+        } else {
+          t = at::empty(fp.shape, at::kFloat);
+        }
+        if (layout_.pp > 1) ORRERY_RETURN_IF_ERROR(pp_->Broadcast(t, fp.stage));
+        out.emplace_back(fp.name, t);
+      }
+      return out;
+    } catch (const std::exception& e) {
+      return StatusFromException(e, "gathering parameters");
+    }
+  }
+
+  Status LoadFullParameters(const model::NamedTensors& full) override {
+    optimizer_->Reset();
+    return CopyNamed(full, stage_.NamedParameters(), coords_.tp, layout_.tp);
+  }
+
+  StatusOr<model::NamedTensors> GatherFullOptimizerState() override {
+    return GatherOptimizerState(*this, *optimizer_);
+  }
+  Status LoadFullState(const model::NamedTensors& params,
+                       const model::NamedTensors& state) override {
+    return internal::LoadFullState(*this, *optimizer_, params, state);
+  }
+
+  StrategyInfo Info() const override { return info_; }
+
+ private:
+  HybridStrategy() = default;
+
+  Status Init(const model::ModelConfig& mc, const StrategyConfig& config,
+              const OptimizerConfig& opt, dist::Rendezvous* rdv) {
+    layout_ = config.layout;
+    int rank = rdv == nullptr ? 0 : rdv->config().rank;
+    coords_ = dist::CoordinatesOf(layout_, rank);
+    info_.name = config.name;
+    info_.layout = layout_;
+    ORRERY_ASSIGN_OR_RETURN(model::Model full, model::BuildModel(mc));
+    if (!full.supports_surgery && (layout_.tp > 1 || layout_.pp > 1)) {
+      return FailedPreconditionError(
+          "a TorchScript model cannot be split by the tensor or pipeline template; use ddp or "
+          "fsdp");
+    }
+    if (layout_.tp > 1 && mc.kind != "gpt") {
+      return FailedPreconditionError("the tensor template needs the GPT model, not " + mc.kind);
+    }
+    int n_layers = static_cast<int>(full.layers.size());
+    if (layout_.pp > n_layers) {
+      return InvalidArgumentError(std::to_string(layout_.pp) + " pipeline stages for a model of " +
+                                  std::to_string(n_layers) + " layers");
+    }
+    // Groups are joined in the same order on every rank: world, tp, dp, pp.
+    if (layout_.world_size() > 1) {
+      ORRERY_ASSIGN_OR_RETURN(world_, rdv->NewGroup("world", AllRanks()));
+    }
+    if (layout_.tp > 1) {
+      ORRERY_ASSIGN_OR_RETURN(tp_, rdv->NewGroup(dist::TensorGroupName(layout_, rank),
+                                                 dist::TensorGroup(layout_, rank)));
+    }
+    if (layout_.dp > 1) {
+      ORRERY_ASSIGN_OR_RETURN(
+          dp_, rdv->NewGroup(dist::DataGroupName(layout_, rank), dist::DataGroup(layout_, rank)));
+    }
+    if (layout_.pp > 1) {
+      ORRERY_ASSIGN_OR_RETURN(pp_, rdv->NewGroup(dist::PipelineGroupName(layout_, rank),
+                                                 dist::PipelineGroup(layout_, rank)));
+    }
+    // Pipeline stages.
+    std::vector<int> starts = config.stage_starts;
+    if (layout_.pp > 1 && starts.empty()) {
+      ORRERY_ASSIGN_OR_RETURN(starts, MeasureAndBalance(mc, full));
+    }
+    if (static_cast<int>(starts.size()) != layout_.pp - 1) {
+      return InvalidArgumentError("pipeline needs " + std::to_string(layout_.pp - 1) +
+                                  " stage starts");
+    }
+    std::vector<int> bounds{0};
+    for (int s : starts) bounds.push_back(s);
+    bounds.push_back(n_layers);
+    for (size_t i = 1; i < bounds.size(); ++i) {
+      if (bounds[i] <= bounds[i - 1])
+        return InvalidArgumentError(
+            "pipeline stage starts must increase and leave every stage a layer");
+    }
+    info_.stage_starts = starts;
+    for (int s = 0; s < layout_.pp; ++s) {
+      for (int l = bounds[static_cast<size_t>(s)]; l < bounds[static_cast<size_t>(s) + 1]; ++l) {
+        for (auto& [name, p] : full.layers[static_cast<size_t>(l)]->NamedParameters()) {
+          full_params_.push_back({name, p.sizes().vec(), s});
+        }
+      }
+    }
+    model::Model sliced = full;
+    if (layout_.tp > 1) {
+      ORRERY_ASSIGN_OR_RETURN(sliced, model::SliceGptForTensorParallel(mc.gpt, full, coords_.tp,
+                                                                       layout_.tp, tp_.get()));
+    }
+    stage_.kind = sliced.kind;
+    stage_.supports_surgery = sliced.supports_surgery;
+    for (int l = bounds[static_cast<size_t>(coords_.pp)];
+         l < bounds[static_cast<size_t>(coords_.pp) + 1]; ++l) {
+      stage_.layers.push_back(sliced.layers[static_cast<size_t>(l)]);
+    }
+    first_stage_ = coords_.pp == 0;
+    last_stage_ = coords_.pp == layout_.pp - 1;
+    micro_batches_ =
+        layout_.pp > 1 ? (config.micro_batches > 0 ? config.micro_batches : 2 * layout_.pp) : 1;
+    info_.micro_batches = micro_batches_;
+    for (auto& [name, p] : stage_.NamedParameters()) params_.push_back(p);
+    for (const auto& p : params_) info_.peak_device_parameter_bytes += 2 * Bytes(p);
+    optimizer_ = std::make_unique<Optimizer>(opt, params_);
+    if (layout_.dp > 1) {
+      ddp_ = std::make_unique<DdpBuckets>(params_, config.bucket_bytes, dp_.get());
+      info_.bucket_bytes = config.bucket_bytes;
+      info_.buckets = ddp_->count();
+    }
+    return OkStatus();
+  }
+
+  std::vector<int> AllRanks() const {
+    std::vector<int> r;
+    for (int i = 0; i < layout_.world_size(); ++i) r.push_back(i);
+    return r;
+  }
+
+  // Times each layer's forward on a probe micro-batch (best of 3; backward is
+  // taken as twice forward, so the ratio between layers is what matters) on
+  // rank 0 and broadcasts the costs so that every rank cuts the same stages.
+  StatusOr<std::vector<int>> MeasureAndBalance(const model::ModelConfig& mc,
+                                               const model::Model& full) {
+    size_t n = full.layers.size();
+    at::Tensor costs = at::zeros({static_cast<int64_t>(n)}, at::kDouble);
+    if (world_ == nullptr || world_->rank() == 0) {
+      torch::NoGradGuard no_grad;
+      model::Batch probe = model::SyntheticBatch(mc, 2, 0);
+      for (int rep = 0; rep < 3; ++rep) {
+        at::Tensor x = probe.inputs;
+        for (size_t l = 0; l < n; ++l) {
+          auto t0 = std::chrono::steady_clock::now();
+          x = full.layers[l]->Forward(x);
+          double ms =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count() *
+              3.0;
+          double& c = costs.data_ptr<double>()[l];
+          c = rep == 0 ? ms : std::min(c, ms);
+        }
+      }
+    }
+    if (world_ != nullptr) ORRERY_RETURN_IF_ERROR(world_->Broadcast(costs, 0));
+    std::vector<double> v(costs.data_ptr<double>(), costs.data_ptr<double>() + n);
+    info_.layer_cost_ms = v;
+    return BalanceStages(v, layout_.pp);
+  }
+
+  StatusOr<double> StepImpl(const model::Batch& global_batch) {
+    ORRERY_ASSIGN_OR_RETURN(model::Batch local,
+                            model::SliceBatch(global_batch, coords_.dp, layout_.dp));
+    for (auto& p : params_) p.mutable_grad().reset();
+    double local_loss = 0.0;
+    if (layout_.pp == 1) {
+      if (ddp_) ddp_->Arm(true);
+      at::Tensor loss = model::Loss(stage_.Forward(local.inputs), local.targets);
+      loss.backward();
+      local_loss = loss.item<double>();
+    } else {
+      ORRERY_ASSIGN_OR_RETURN(local_loss, PipelineStep(local));
+    }
+    if (ddp_) ORRERY_RETURN_IF_ERROR(ddp_->Finish());
+    std::vector<at::Tensor> grads;
+    for (auto& p : params_) grads.push_back(p.grad());
+    optimizer_->Step(grads);
+    // The loss is known on the last stage; average over replicas, then share it.
+    at::Tensor loss = at::full({1}, local_loss, at::kDouble);
+    if (dp_ && last_stage_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(loss, dist::ReduceOp::kAvg));
+    if (pp_) ORRERY_RETURN_IF_ERROR(pp_->Broadcast(loss, layout_.pp - 1));
+    return loss.item<double>();
+  }
+
+  // GPipe (Huang et al. 2019): all micro-batches forward, then all backward;
+  // gradients accumulate over micro-batches, each loss scaled by 1/M so the sum
+  // is the mean over the local batch. Activations travel with a shape header.
+  StatusOr<double> PipelineStep(const model::Batch& local) {
+    int m_count = micro_batches_;
+    if (local.size() % m_count != 0) {
+      return InvalidArgumentError("local batch of " + std::to_string(local.size()) +
+                                  " does not split into " + std::to_string(m_count) +
+                                  " micro-batches");
+    }
+    int prev = coords_.pp - 1, next = coords_.pp + 1;
+    std::vector<at::Tensor> inputs(static_cast<size_t>(m_count)),
+        outputs(static_cast<size_t>(m_count));
+    std::vector<std::unique_ptr<dist::PendingOp>> sends;
+    double loss_sum = 0.0;
+    for (int m = 0; m < m_count; ++m) {
+      ORRERY_ASSIGN_OR_RETURN(model::Batch mb, model::SliceBatch(local, m, m_count));
+      at::Tensor x;
+      if (first_stage_) {
+        x = mb.inputs;
+      } else {
+        at::Tensor header = at::zeros({8}, at::kLong);
+        ORRERY_RETURN_IF_ERROR(pp_->Recv(header, prev, 4 * m));
+        std::vector<int64_t> shape(header.data_ptr<int64_t>() + 1,
+                                   header.data_ptr<int64_t>() + 1 + header[0].item<int64_t>());
+        x = at::empty(shape, at::kFloat);
+        ORRERY_RETURN_IF_ERROR(pp_->Recv(x, prev, 4 * m + 1));
+        x.requires_grad_(true);
+      }
+      at::Tensor y = stage_.Forward(x);
+      if (last_stage_) {
+        y = model::Loss(y, mb.targets) / static_cast<double>(m_count);
+        loss_sum += y.item<double>();
+      } else {
+        at::Tensor header = at::zeros({8}, at::kLong);
+        header[0] = y.dim();
+        for (int64_t d = 0; d < y.dim(); ++d) header[d + 1] = y.size(d);
+        sends.push_back(pp_->SendAsync(header, next, 4 * m));
+        sends.push_back(pp_->SendAsync(y.detach().contiguous(), next, 4 * m + 1));
+      }
+      inputs[static_cast<size_t>(m)] = x;
+      outputs[static_cast<size_t>(m)] = y;
+    }
+    for (int m = m_count - 1; m >= 0; --m) {
+      if (ddp_) ddp_->Arm(m == 0);  // the last backward of the step syncs
+      at::Tensor& y = outputs[static_cast<size_t>(m)];
+      if (last_stage_) {
+        y.backward();
+      } else {
+        at::Tensor g = at::empty(y.sizes(), y.options().requires_grad(false));
+        ORRERY_RETURN_IF_ERROR(pp_->Recv(g, next, 4 * m + 2));
+        y.backward(g);
+      }
+      if (!first_stage_)
+        sends.push_back(pp_->SendAsync(inputs[static_cast<size_t>(m)].grad(), prev, 4 * m + 2));
+      outputs[static_cast<size_t>(m)] = at::Tensor();
+    }
+    for (auto& s : sends) ORRERY_RETURN_IF_ERROR(s->Wait().WithContext("pipeline send"));
+    return loss_sum;
+  }
+
+  dist::Layout layout_;
+  dist::Coordinates coords_;
+  std::unique_ptr<dist::Communicator> world_, tp_, dp_, pp_;
+  model::Model stage_;
+  std::vector<FullParam> full_params_;
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<DdpBuckets> ddp_;
+  bool first_stage_ = true, last_stage_ = true;
+  int micro_batches_ = 1;
+  StrategyInfo info_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Strategy>> MakeHybrid(const model::ModelConfig& mc,
+                                               const StrategyConfig& config,
+                                               const OptimizerConfig& opt, dist::Rendezvous* rdv) {
+  return HybridStrategy::Create(mc, config, opt, rdv);
+}
+
+}  // namespace orrery::parallel::internal

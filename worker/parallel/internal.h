@@ -1,0 +1,79 @@
+// Private to worker/parallel: the optimizer the templates share and the
+// constructors of each template, so strategy.cc can dispatch without every
+// template living in one translation unit.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "worker/parallel/strategy.h"
+
+namespace orrery::parallel::internal {
+
+// SGD with momentum or AdamW over whatever tensors this rank owns (full
+// parameters, tensor-parallel slices or flat FSDP shards): both are elementwise,
+// so sharding the state changes nothing but where it lives.
+class Optimizer {
+ public:
+  Optimizer(OptimizerConfig config, std::vector<at::Tensor> params);
+  void SetLearningRate(double lr) { config_.lr = lr; }
+  // grads[i] belongs to params[i]; an undefined gradient skips that parameter.
+  void Step(const std::vector<at::Tensor>& grads);
+  void Reset();
+
+  // The state's slots, each shaped like the parameters: sgd {"momentum"},
+  // adamw {"exp_avg", "exp_avg_sq"}; and the number of steps taken (Adam's
+  // bias correction depends on it).
+  std::vector<std::string> SlotNames() const;
+  int64_t steps() const { return steps_; }
+  // Exchanges the values of every parameter with slot k's (in place, so the
+  // template's own views of its parameters now show the slot). Twice restores.
+  void SwapWithSlot(size_t k);
+  // Installs a state: slots[k][i] is slot k of params[i] (same shapes).
+  Status SetState(const std::vector<std::vector<at::Tensor>>& slots, int64_t steps);
+  const std::vector<at::Tensor>& params() const { return params_; }
+
+ private:
+  OptimizerConfig config_;
+  std::vector<at::Tensor> params_;
+  std::vector<at::Tensor> m_, v_;
+  int64_t steps_ = 0;
+};
+
+// Turns any exception from a step into a status (torch ops, collectives inside
+// autograd functions).
+Status StatusFromException(const std::exception& e, const std::string& what);
+
+// Builds the stage-local model pieces for hybrid (ddp × tensor × pipeline).
+StatusOr<std::unique_ptr<Strategy>> MakeHybrid(const model::ModelConfig& model,
+                                               const StrategyConfig& config,
+                                               const OptimizerConfig& optimizer,
+                                               dist::Rendezvous* rendezvous);
+StatusOr<std::unique_ptr<Strategy>> MakeFsdp(const model::ModelConfig& model,
+                                             const StrategyConfig& config,
+                                             const OptimizerConfig& optimizer,
+                                             dist::Rendezvous* rendezvous);
+StatusOr<std::unique_ptr<Strategy>> MakeSpill(const model::ModelConfig& model,
+                                              const StrategyConfig& config,
+                                              const OptimizerConfig& optimizer,
+                                              dist::Rendezvous* rendezvous);
+
+// Copies full parameters by name into `params` (which may be tensor-parallel
+// slices: `tp_rank`/`tp_size` pick the slice).
+Status CopyNamed(const model::NamedTensors& full, const model::NamedTensors& params, int tp_rank,
+                 int tp_size);
+
+int64_t Bytes(const at::Tensor& t);
+
+// Optimizer state through a template's own full-parameter gather and scatter,
+// so every template's sharding (tp slices, pipeline stages, fsdp flat shards,
+// spilled host copies) is handled by code that already exists: each slot is
+// swapped into the parameters, gathered (or loaded), and swapped back.
+StatusOr<model::NamedTensors> GatherOptimizerState(Strategy& strategy, Optimizer& optimizer);
+Status LoadFullState(Strategy& strategy, Optimizer& optimizer, const model::NamedTensors& params,
+                     const model::NamedTensors& optimizer_state);
+
+}  // namespace orrery::parallel::internal

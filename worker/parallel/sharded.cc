@@ -1,0 +1,528 @@
+// The two templates that keep only part of the model's parameters alive at a
+// time: fsdp (parameters sharded across data-parallel ranks, gathered per layer)
+// and spill (Hydra: parameters in host memory, brought to the device per shard).
+// Both run the model as a chain of units with recomputation: a forward pass
+// without autograd that keeps only each unit's input (the activation checkpoint
+// at the unit boundary), then, from the last unit back, each unit's forward
+// again with autograd and its backward. So each unit is resident twice per step
+// (once for its forward, once for its backward), exactly as both papers
+// describe, and the computed losses and gradients equal the plain loop's.
+#include <future>
+#include <map>
+
+#include "worker/parallel/internal.h"
+#include "worker/parallel/memory_accountant.h"
+
+namespace orrery::parallel::internal {
+namespace {
+
+struct Unit {
+  std::vector<std::shared_ptr<model::Layer>> layers;
+  model::NamedTensors params;  // the layers' parameter variables
+  int64_t numel = 0;
+};
+
+// Where a unit's parameters come from and where its gradients go.
+class Residency {
+ public:
+  virtual ~Residency() = default;
+  // Visit `visit` of the step's visit order (units 0..U-1, then U-2..0) begins:
+  // the unit's parameters must be bound to its variables on return.
+  virtual Status Acquire(size_t visit, size_t unit, bool backward) = 0;
+  // The unit's forward (or backward) is done; after a backward its variables
+  // hold gradients to consume. Must unbind the parameters.
+  virtual Status Release(size_t unit, bool backward) = 0;
+};
+
+// Shapes survive unbinding: set_data() to an empty tensor would lose them.
+struct Shapes {
+  std::vector<std::vector<std::vector<int64_t>>> by_unit;
+};
+
+void BindShaped(Unit& u, const at::Tensor& flat, const std::vector<std::vector<int64_t>>& shapes) {
+  int64_t off = 0;
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    int64_t n = 1;
+    for (int64_t d : shapes[i]) n *= d;
+    u.params[i].second.set_data(flat.narrow(0, off, n).view(shapes[i]));
+    off += n;
+  }
+}
+
+void Unbind(Unit& u) {
+  for (auto& [name, p] : u.params) {
+    p.mutable_grad().reset();
+    p.set_data(at::empty({0}, p.options().requires_grad(false)));
+  }
+}
+
+// Flattens the unit's gradients (zeros where a parameter got none) into `out`.
+void FlattenGrads(const Unit& u, const std::vector<std::vector<int64_t>>& shapes, at::Tensor& out) {
+  int64_t off = 0;
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    int64_t n = 1;
+    for (int64_t d : shapes[i]) n *= d;
+    const at::Tensor& g = u.params[i].second.grad();
+    if (g.defined()) {
+      out.narrow(0, off, n).copy_(g.reshape({-1}));
+    } else {
+      out.narrow(0, off, n).zero_();
+    }
+    off += n;
+  }
+}
+
+at::Tensor Checkpointed(const at::Tensor& x) {
+  at::Tensor d = x.detach();
+  if (d.is_floating_point()) d.requires_grad_(true);
+  return d;
+}
+
+at::Tensor RunUnit(Unit& u, at::Tensor x) {
+  for (auto& l : u.layers) x = l->Forward(x);
+  return x;
+}
+
+// Forward without autograd keeping unit inputs, then recomputing backward.
+StatusOr<double> RunRecomputed(std::vector<Unit>& units, const model::Batch& batch,
+                               Residency& res) {
+  size_t n = units.size();
+  std::vector<at::Tensor> boundary(n);
+  boundary[0] = batch.inputs;
+  size_t visit = 0;
+  for (size_t u = 0; u + 1 < n; ++u) {
+    ORRERY_RETURN_IF_ERROR(res.Acquire(visit++, u, false));
+    {
+      torch::NoGradGuard no_grad;
+      boundary[u + 1] = RunUnit(units[u], boundary[u]);
+    }
+    ORRERY_RETURN_IF_ERROR(res.Release(u, false));
+  }
+  double loss_value = 0.0;
+  at::Tensor grad;
+  for (size_t u = n; u-- > 0;) {
+    ORRERY_RETURN_IF_ERROR(res.Acquire(visit++, u, true));
+    at::Tensor x = Checkpointed(boundary[u]);
+    at::Tensor y = RunUnit(units[u], x);
+    if (u + 1 == n) {
+      at::Tensor loss = model::Loss(y, batch.targets);
+      loss_value = loss.item<double>();
+      loss.backward();
+    } else {
+      y.backward(grad);
+    }
+    grad = x.requires_grad() ? x.grad() : at::Tensor();
+    boundary[u] = at::Tensor();
+    ORRERY_RETURN_IF_ERROR(res.Release(u, true));
+  }
+  return loss_value;
+}
+
+std::vector<int> AllRanks(int n) {
+  std::vector<int> r;
+  for (int i = 0; i < n; ++i) r.push_back(i);
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// fsdp (Zhao et al. 2023, "PyTorch FSDP"; ZeRO stage 3 of Rajbhandari et al.
+// 2020): each layer is one unit whose flat parameter is padded to a multiple of
+// the data-parallel degree and split evenly; the optimizer sees only the shard.
+class FsdpStrategy final : public Strategy, private Residency {
+ public:
+  static StatusOr<std::unique_ptr<Strategy>> Create(const model::ModelConfig& mc,
+                                                    const StrategyConfig& config,
+                                                    const OptimizerConfig& opt,
+                                                    dist::Rendezvous* rdv) {
+    auto s = std::unique_ptr<FsdpStrategy>(new FsdpStrategy());
+    ORRERY_RETURN_IF_ERROR(s->Init(mc, config, opt, rdv));
+    return std::unique_ptr<Strategy>(std::move(s));
+  }
+
+  StatusOr<double> Step(const model::Batch& global_batch) override {
+    try {
+      ORRERY_ASSIGN_OR_RETURN(model::Batch local,
+                              model::SliceBatch(global_batch, dp_rank_, dp_size_));
+      ORRERY_ASSIGN_OR_RETURN(double loss, RunRecomputed(units_, local, *this));
+      optimizer_->Step(shard_grads_);
+      at::Tensor l = at::full({1}, loss, at::kDouble);
+      if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(l, dist::ReduceOp::kAvg));
+      return l.item<double>();
+    } catch (const std::exception& e) {
+      return StatusFromException(e, "fsdp step");
+    }
+  }
+
+  void SetLearningRate(double lr) override { optimizer_->SetLearningRate(lr); }
+
+  StatusOr<model::NamedTensors> GatherFullParameters() override {
+    try {
+      model::NamedTensors out;
+      for (size_t u = 0; u < units_.size(); ++u) {
+        ORRERY_ASSIGN_OR_RETURN(at::Tensor full, Gather(u));
+        int64_t off = 0;
+        for (size_t i = 0; i < units_[u].params.size(); ++i) {
+          const auto& shape = shapes_.by_unit[u][i];
+          int64_t n = 1;
+          for (int64_t d : shape) n *= d;
+          out.emplace_back(units_[u].params[i].first, full.narrow(0, off, n).view(shape).clone());
+          off += n;
+        }
+      }
+      return out;
+    } catch (const std::exception& e) {
+      return StatusFromException(e, "gathering fsdp parameters");
+    }
+  }
+
+  Status LoadFullParameters(const model::NamedTensors& full) override {
+    std::map<std::string, at::Tensor> by_name(full.begin(), full.end());
+    torch::NoGradGuard no_grad;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      at::Tensor flat = at::zeros({padded_[u]});
+      int64_t off = 0;
+      for (size_t i = 0; i < units_[u].params.size(); ++i) {
+        const std::string& name = units_[u].params[i].first;
+        auto it = by_name.find(name);
+        if (it == by_name.end())
+          return NotFoundError("parameter " + name + " missing from the loaded set");
+        if (it->second.sizes().vec() != shapes_.by_unit[u][i])
+          return InvalidArgumentError("parameter " + name + " has the wrong shape");
+        flat.narrow(0, off, it->second.numel()).copy_(it->second.reshape({-1}));
+        off += it->second.numel();
+      }
+      int64_t each = padded_[u] / dp_size_;
+      shards_[u].copy_(flat.narrow(0, dp_rank_ * each, each));
+    }
+    optimizer_->Reset();
+    return OkStatus();
+  }
+
+  StatusOr<model::NamedTensors> GatherFullOptimizerState() override {
+    return GatherOptimizerState(*this, *optimizer_);
+  }
+  Status LoadFullState(const model::NamedTensors& params,
+                       const model::NamedTensors& state) override {
+    return internal::LoadFullState(*this, *optimizer_, params, state);
+  }
+
+  StrategyInfo Info() const override { return info_; }
+
+ private:
+  FsdpStrategy() = default;
+
+  Status Init(const model::ModelConfig& mc, const StrategyConfig& config,
+              const OptimizerConfig& opt, dist::Rendezvous* rdv) {
+    dp_size_ = config.layout.dp;
+    dp_rank_ = rdv == nullptr ? 0 : rdv->config().rank;
+    info_.name = "fsdp";
+    info_.layout = config.layout;
+    ORRERY_ASSIGN_OR_RETURN(model_, model::BuildModel(mc));
+    if (dp_size_ > 1) {
+      ORRERY_ASSIGN_OR_RETURN(dp_, rdv->NewGroup("fsdp", AllRanks(dp_size_)));
+    }
+    int64_t largest = 0, shard_bytes = 0;
+    for (auto& layer : model_.layers) {
+      Unit u;
+      u.layers = {layer};
+      u.params = layer->NamedParameters();
+      std::vector<std::vector<int64_t>> shapes;
+      std::vector<at::Tensor> pieces;
+      for (auto& [name, p] : u.params) {
+        shapes.push_back(p.sizes().vec());
+        pieces.push_back(p.detach().reshape({-1}));
+        u.numel += p.numel();
+      }
+      int64_t padded = (u.numel + dp_size_ - 1) / dp_size_ * dp_size_;
+      at::Tensor flat = at::zeros({padded});
+      if (u.numel > 0) flat.narrow(0, 0, u.numel).copy_(at::cat(pieces));
+      int64_t each = padded / dp_size_;
+      shards_.push_back(flat.narrow(0, dp_rank_ * each, each).clone());
+      shard_grads_.push_back(at::zeros({each}));
+      padded_.push_back(padded);
+      largest = std::max(largest, padded * 4);
+      shard_bytes += each * 4 * 2;
+      Unbind(u);
+      shapes_.by_unit.push_back(std::move(shapes));
+      units_.push_back(std::move(u));
+    }
+    // One gathered unit, its gradients and the gradient buffer, plus the shards.
+    info_.peak_device_parameter_bytes = 3 * largest + shard_bytes;
+    optimizer_ = std::make_unique<Optimizer>(opt, shards_);
+    return OkStatus();
+  }
+
+  StatusOr<at::Tensor> Gather(size_t u) {
+    at::Tensor full = at::empty({padded_[u]});
+    if (dp_) {
+      ORRERY_RETURN_IF_ERROR(dp_->AllGather(shards_[u], full));
+    } else {
+      full.copy_(shards_[u]);
+    }
+    return full;
+  }
+
+  Status Acquire(size_t, size_t u, bool) override {
+    ORRERY_ASSIGN_OR_RETURN(at::Tensor full, Gather(u));
+    BindShaped(units_[u], full, shapes_.by_unit[u]);
+    return OkStatus();
+  }
+
+  Status Release(size_t u, bool backward) override {
+    if (backward) {
+      at::Tensor flat = at::zeros({padded_[u]});
+      FlattenGrads(units_[u], shapes_.by_unit[u], flat);
+      if (dp_) {
+        ORRERY_RETURN_IF_ERROR(dp_->ReduceScatter(flat, shard_grads_[u], dist::ReduceOp::kAvg));
+      } else {
+        shard_grads_[u].copy_(flat);
+      }
+    }
+    Unbind(units_[u]);
+    return OkStatus();
+  }
+
+  int dp_size_ = 1, dp_rank_ = 0;
+  std::unique_ptr<dist::Communicator> dp_;
+  model::Model model_;
+  std::vector<Unit> units_;
+  Shapes shapes_;
+  std::vector<int64_t> padded_;
+  std::vector<at::Tensor> shards_, shard_grads_;
+  std::unique_ptr<Optimizer> optimizer_;
+  StrategyInfo info_;
+};
+
+// ---------------------------------------------------------------------------
+// spill (Nagrecha & Kumar, "Hydra", 2022): the master copy of every parameter
+// lives in host memory; the model is cut into shards whose parameters fit the
+// device budget; a shard is copied in before its forward and again before its
+// backward, its gradients copied out and accumulated on the host after its
+// backward. With double buffering, the copy of the next shard in visit order
+// runs on a second thread while the current one computes. Budget per shard:
+// current parameters + current gradients + next parameters must fit, so a
+// shard may hold a third of the budget (half without double buffering).
+//
+// On this CPU build the "device" is a separate pool of host tensors charged to
+// a MemoryAccountant; a CUDA build would copy on a side stream into device
+// memory (not written yet: see the report).
+class SpillStrategy final : public Strategy, private Residency {
+ public:
+  static StatusOr<std::unique_ptr<Strategy>> Create(const model::ModelConfig& mc,
+                                                    const StrategyConfig& config,
+                                                    const OptimizerConfig& opt,
+                                                    dist::Rendezvous* rdv) {
+    auto s = std::unique_ptr<SpillStrategy>(new SpillStrategy(config.spill_budget_bytes));
+    ORRERY_RETURN_IF_ERROR(s->Init(mc, config, opt, rdv));
+    return std::unique_ptr<Strategy>(std::move(s));
+  }
+
+  ~SpillStrategy() override {
+    if (prefetch_.valid()) prefetch_.wait();
+  }
+
+  StatusOr<double> Step(const model::Batch& global_batch) override {
+    try {
+      ORRERY_ASSIGN_OR_RETURN(model::Batch local,
+                              model::SliceBatch(global_batch, dp_rank_, dp_size_));
+      StatusOr<double> loss = RunRecomputed(units_, local, *this);
+      if (prefetch_.valid()) {
+        auto leftover = prefetch_.get();
+        if (leftover.ok()) accountant_.Release(Bytes(*leftover));
+      }
+      if (!loss.ok()) return loss.status();
+      optimizer_->Step(host_grad_views_);
+      at::Tensor l = at::full({1}, *loss, at::kDouble);
+      if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(l, dist::ReduceOp::kAvg));
+      info_.peak_device_parameter_bytes = accountant_.peak();
+      return l.item<double>();
+    } catch (const std::exception& e) {
+      return StatusFromException(e, "spill step");
+    }
+  }
+
+  void SetLearningRate(double lr) override { optimizer_->SetLearningRate(lr); }
+
+  StatusOr<model::NamedTensors> GatherFullParameters() override {
+    model::NamedTensors out;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      int64_t off = 0;
+      for (size_t i = 0; i < units_[u].params.size(); ++i) {
+        const auto& shape = shapes_.by_unit[u][i];
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        out.emplace_back(units_[u].params[i].first, host_[u].narrow(0, off, n).view(shape).clone());
+        off += n;
+      }
+    }
+    return out;
+  }
+
+  Status LoadFullParameters(const model::NamedTensors& full) override {
+    std::map<std::string, at::Tensor> by_name(full.begin(), full.end());
+    for (size_t u = 0; u < units_.size(); ++u) {
+      int64_t off = 0;
+      for (size_t i = 0; i < units_[u].params.size(); ++i) {
+        const std::string& name = units_[u].params[i].first;
+        auto it = by_name.find(name);
+        if (it == by_name.end())
+          return NotFoundError("parameter " + name + " missing from the loaded set");
+        if (it->second.sizes().vec() != shapes_.by_unit[u][i])
+          return InvalidArgumentError("parameter " + name + " has the wrong shape");
+        host_[u].narrow(0, off, it->second.numel()).copy_(it->second.reshape({-1}));
+        off += it->second.numel();
+      }
+    }
+    optimizer_->Reset();
+    return OkStatus();
+  }
+
+  StatusOr<model::NamedTensors> GatherFullOptimizerState() override {
+    return GatherOptimizerState(*this, *optimizer_);
+  }
+  Status LoadFullState(const model::NamedTensors& params,
+                       const model::NamedTensors& state) override {
+    return internal::LoadFullState(*this, *optimizer_, params, state);
+  }
+
+  StrategyInfo Info() const override { return info_; }
+
+ private:
+  explicit SpillStrategy(int64_t budget) : accountant_(budget) {}
+
+  Status Init(const model::ModelConfig& mc, const StrategyConfig& config,
+              const OptimizerConfig& opt, dist::Rendezvous* rdv) {
+    dp_size_ = config.layout.dp;
+    dp_rank_ = rdv == nullptr ? 0 : rdv->config().rank;
+    double_buffer_ = config.spill_double_buffer;
+    info_.name = "spill";
+    info_.layout = config.layout;
+    info_.spill_budget_bytes = config.spill_budget_bytes;
+    info_.spill_double_buffer = double_buffer_;
+    ORRERY_ASSIGN_OR_RETURN(model_, model::BuildModel(mc));
+    if (dp_size_ > 1) {
+      ORRERY_ASSIGN_OR_RETURN(dp_, rdv->NewGroup("spill", AllRanks(dp_size_)));
+    }
+    int64_t limit = config.spill_budget_bytes / (double_buffer_ ? 3 : 2);
+    // Greedy contiguous shards under the per-shard limit.
+    Unit cur;
+    int64_t cur_bytes = 0;
+    auto flush = [&]() {
+      if (!cur.layers.empty()) units_.push_back(std::move(cur));
+      cur = Unit();
+      cur_bytes = 0;
+    };
+    for (auto& layer : model_.layers) {
+      int64_t bytes = 0;
+      for (auto& [name, p] : layer->NamedParameters()) bytes += Bytes(p);
+      if (bytes > limit) {
+        return ResourceExhaustedError(
+            "layer " + layer->name() + " holds " + std::to_string(bytes) +
+            " parameter bytes; with its gradients" +
+            (double_buffer_ ? " and the prefetched next shard" : std::string()) +
+            " it does not fit the " + std::to_string(config.spill_budget_bytes) +
+            "-byte device budget");
+      }
+      if (cur_bytes + bytes > limit) flush();
+      cur.layers.push_back(layer);
+      for (auto& np : layer->NamedParameters()) cur.params.push_back(np);
+      cur_bytes += bytes;
+    }
+    flush();
+    std::vector<at::Tensor> host_views;
+    for (auto& u : units_) {
+      std::vector<std::vector<int64_t>> shapes;
+      std::vector<at::Tensor> pieces;
+      for (auto& [name, p] : u.params) {
+        shapes.push_back(p.sizes().vec());
+        pieces.push_back(p.detach().reshape({-1}));
+        u.numel += p.numel();
+      }
+      at::Tensor host = u.numel > 0 ? at::cat(pieces).clone() : at::zeros({0});
+      at::Tensor grad = at::zeros({u.numel});
+      host_.push_back(host);
+      host_grad_.push_back(grad);
+      host_grad_views_.push_back(grad);
+      host_views.push_back(host);
+      Unbind(u);
+      shapes_.by_unit.push_back(std::move(shapes));
+    }
+    resident_.resize(units_.size());
+    size_t n = units_.size();
+    for (size_t u = 0; u < n; ++u) visits_.push_back(u);
+    for (size_t u = n - 1; u-- > 0;) visits_.push_back(u);
+    info_.spill_shards = static_cast<int>(n);
+    optimizer_ = std::make_unique<Optimizer>(opt, host_views);
+    return OkStatus();
+  }
+
+  // The device copy of a shard's parameters, charged to the accountant.
+  StatusOr<at::Tensor> CopyIn(size_t u) {
+    ORRERY_RETURN_IF_ERROR(
+        accountant_.Reserve(Bytes(host_[u]), "shard " + std::to_string(u) + " parameters"));
+    return host_[u].clone();
+  }
+
+  Status Acquire(size_t visit, size_t u, bool backward) override {
+    at::Tensor device;
+    if (prefetch_.valid()) {
+      StatusOr<at::Tensor> got = prefetch_.get();
+      if (!got.ok()) return got.status();
+      device = *got;
+    } else {
+      ORRERY_ASSIGN_OR_RETURN(device, CopyIn(u));
+    }
+    if (double_buffer_ && visit + 1 < visits_.size()) {
+      size_t next = visits_[visit + 1];
+      prefetch_ = std::async(std::launch::async, [this, next]() { return CopyIn(next); });
+    }
+    resident_[u] = device;
+    BindShaped(units_[u], device, shapes_.by_unit[u]);
+    if (backward) {
+      // Autograd will allocate this shard's gradients on the device.
+      ORRERY_RETURN_IF_ERROR(
+          accountant_.Reserve(Bytes(host_[u]), "shard " + std::to_string(u) + " gradients"));
+    }
+    return OkStatus();
+  }
+
+  Status Release(size_t u, bool backward) override {
+    if (backward) {
+      FlattenGrads(units_[u], shapes_.by_unit[u], host_grad_[u]);
+      if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(host_grad_[u], dist::ReduceOp::kAvg));
+    }
+    Unbind(units_[u]);
+    resident_[u] = at::Tensor();
+    accountant_.Release(Bytes(host_[u]) * (backward ? 2 : 1));
+    return OkStatus();
+  }
+
+  int dp_size_ = 1, dp_rank_ = 0;
+  bool double_buffer_ = true;
+  std::unique_ptr<dist::Communicator> dp_;
+  model::Model model_;
+  std::vector<Unit> units_;
+  Shapes shapes_;
+  std::vector<at::Tensor> host_, host_grad_, host_grad_views_, resident_;
+  std::vector<size_t> visits_;
+  std::future<StatusOr<at::Tensor>> prefetch_;
+  MemoryAccountant accountant_;
+  std::unique_ptr<Optimizer> optimizer_;
+  StrategyInfo info_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Strategy>> MakeFsdp(const model::ModelConfig& mc,
+                                             const StrategyConfig& config,
+                                             const OptimizerConfig& opt, dist::Rendezvous* rdv) {
+  return FsdpStrategy::Create(mc, config, opt, rdv);
+}
+
+StatusOr<std::unique_ptr<Strategy>> MakeSpill(const model::ModelConfig& mc,
+                                              const StrategyConfig& config,
+                                              const OptimizerConfig& opt, dist::Rendezvous* rdv) {
+  return SpillStrategy::Create(mc, config, opt, rdv);
+}
+
+}  // namespace orrery::parallel::internal

@@ -1,0 +1,296 @@
+// The template factory, the single-process reference loop, the shared optimizer
+// and the pipeline stage balancer. See strategy.h.
+#include "worker/parallel/strategy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "worker/parallel/internal.h"
+
+namespace orrery::parallel {
+namespace internal {
+
+Optimizer::Optimizer(OptimizerConfig config, std::vector<at::Tensor> params)
+    : config_(std::move(config)), params_(std::move(params)) {
+  Reset();
+}
+
+void Optimizer::Reset() {
+  m_.clear();
+  v_.clear();
+  for (const auto& p : params_) {
+    m_.push_back(at::zeros_like(p, at::MemoryFormat::Contiguous).detach());
+    v_.push_back(config_.kind == "adamw" ? at::zeros_like(p).detach() : at::Tensor());
+  }
+  steps_ = 0;
+}
+
+void Optimizer::Step(const std::vector<at::Tensor>& grads) {
+  torch::NoGradGuard no_grad;
+  ++steps_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    at::Tensor p = params_[i];
+    const at::Tensor& g = grads[i];
+    if (config_.kind == "adamw") {
+      // Loshchilov & Hutter 2019: decoupled weight decay, then Adam's update.
+      if (config_.weight_decay != 0.0) p.mul_(1.0 - config_.lr * config_.weight_decay);
+      m_[i].mul_(config_.beta1).add_(g, 1.0 - config_.beta1);
+      v_[i].mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
+      double bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(steps_));
+      double bc2 = 1.0 - std::pow(config_.beta2, static_cast<double>(steps_));
+      at::Tensor denom = (v_[i] / bc2).sqrt_().add_(config_.eps);
+      p.addcdiv_(m_[i], denom, -config_.lr / bc1);
+    } else {
+      at::Tensor d = g;
+      if (config_.weight_decay != 0.0) d = d + p * config_.weight_decay;
+      m_[i].mul_(config_.momentum).add_(d);
+      p.add_(m_[i], -config_.lr);
+    }
+  }
+}
+
+std::vector<std::string> Optimizer::SlotNames() const {
+  if (config_.kind == "adamw") return {"exp_avg", "exp_avg_sq"};
+  return {"momentum"};
+}
+
+void Optimizer::SwapWithSlot(size_t k) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor>& slot = k == 0 ? m_ : v_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor held = params_[i].detach().clone();
+    params_[i].copy_(slot[i]);
+    slot[i].copy_(held);
+  }
+}
+
+Status Optimizer::SetState(const std::vector<std::vector<at::Tensor>>& slots, int64_t steps) {
+  torch::NoGradGuard no_grad;
+  if (slots.size() != SlotNames().size())
+    return InvalidArgumentError("wrong number of optimizer slots");
+  for (size_t k = 0; k < slots.size(); ++k) {
+    std::vector<at::Tensor>& slot = k == 0 ? m_ : v_;
+    if (slots[k].size() != params_.size())
+      return InvalidArgumentError("optimizer slot of the wrong length");
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!slots[k][i].sizes().equals(slot[i].sizes()))
+        return InvalidArgumentError("optimizer slot of the wrong shape");
+      slot[i].copy_(slots[k][i]);
+    }
+  }
+  steps_ = steps;
+  return OkStatus();
+}
+
+StatusOr<model::NamedTensors> GatherOptimizerState(Strategy& strategy, Optimizer& optimizer) {
+  model::NamedTensors out;
+  std::vector<std::string> slots = optimizer.SlotNames();
+  for (size_t k = 0; k < slots.size(); ++k) {
+    optimizer.SwapWithSlot(k);
+    auto gathered = strategy.GatherFullParameters();
+    optimizer.SwapWithSlot(k);  // restore before any early return
+    if (!gathered.ok()) return gathered.status();
+    for (auto& [name, t] : *gathered) out.emplace_back(slots[k] + "/" + name, std::move(t));
+  }
+  out.emplace_back("step", at::scalar_tensor(optimizer.steps(), at::kLong));
+  return out;
+}
+
+Status LoadFullState(Strategy& strategy, Optimizer& optimizer, const model::NamedTensors& params,
+                     const model::NamedTensors& optimizer_state) {
+  std::vector<std::string> slots = optimizer.SlotNames();
+  std::map<std::string, model::NamedTensors> by_slot;
+  int64_t steps = -1;
+  for (const auto& [name, t] : optimizer_state) {
+    if (name == "step") {
+      steps = t.item<int64_t>();
+      continue;
+    }
+    size_t slash = name.find('/');
+    if (slash == std::string::npos)
+      return InvalidArgumentError("optimizer state entry " + name + " has no slot");
+    by_slot[name.substr(0, slash)].emplace_back(name.substr(slash + 1), t);
+  }
+  if (steps < 0) return NotFoundError("optimizer state has no step count");
+  // Each slot is scattered through the parameters (LoadFullParameters resets
+  // the optimizer, so the slices are kept aside and installed at the end).
+  std::vector<std::vector<at::Tensor>> local(slots.size());
+  for (size_t k = 0; k < slots.size(); ++k) {
+    auto it = by_slot.find(slots[k]);
+    if (it == by_slot.end()) return NotFoundError("optimizer state has no slot " + slots[k]);
+    ORRERY_RETURN_IF_ERROR(
+        strategy.LoadFullParameters(it->second).WithContext("optimizer slot " + slots[k]));
+    for (const auto& p : optimizer.params()) local[k].push_back(p.detach().clone());
+  }
+  ORRERY_RETURN_IF_ERROR(strategy.LoadFullParameters(params));
+  return optimizer.SetState(local, steps);
+}
+
+Status StatusFromException(const std::exception& e, const std::string& what) {
+  std::string msg = e.what();
+  std::string head = msg.substr(0, msg.find('\n'));
+  if (head.find("UNAVAILABLE") != std::string::npos) return UnavailableError(what + ": " + head);
+  if (head.find("DEADLINE_EXCEEDED") != std::string::npos)
+    return DeadlineExceededError(what + ": " + head);
+  return InternalError(what + ": " + head);
+}
+
+int64_t Bytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+Status CopyNamed(const model::NamedTensors& full, const model::NamedTensors& params, int tp_rank,
+                 int tp_size) {
+  std::map<std::string, at::Tensor> by_name(full.begin(), full.end());
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, p] : params) {
+    auto it = by_name.find(name);
+    if (it == by_name.end())
+      return NotFoundError("parameter " + name + " missing from the loaded set");
+    at::Tensor src = it->second;
+    int dim = tp_size > 1 ? model::GptTensorParallelDim(name) : -1;
+    if (dim >= 0) src = src.chunk(tp_size, dim)[static_cast<size_t>(tp_rank)];
+    if (!src.sizes().equals(p.sizes()))
+      return InvalidArgumentError("parameter " + name + " has the wrong shape");
+    p.copy_(src);
+  }
+  return OkStatus();
+}
+
+namespace {
+
+// The plain loop: forward, loss, backward, step. Every template must equal it.
+class SingleStrategy final : public Strategy {
+ public:
+  SingleStrategy(model::Model m, const OptimizerConfig& opt) : model_(std::move(m)) {
+    for (auto& [name, p] : model_.NamedParameters()) params_.push_back(p);
+    optimizer_ = std::make_unique<Optimizer>(opt, params_);
+  }
+
+  StatusOr<double> Step(const model::Batch& batch) override {
+    try {
+      for (auto& p : params_) p.mutable_grad().reset();
+      at::Tensor loss = model::Loss(model_.Forward(batch.inputs), batch.targets);
+      loss.backward();
+      std::vector<at::Tensor> grads;
+      for (auto& p : params_) grads.push_back(p.grad());
+      optimizer_->Step(grads);
+      return loss.item<double>();
+    } catch (const std::exception& e) {
+      return StatusFromException(e, "single step");
+    }
+  }
+  void SetLearningRate(double lr) override { optimizer_->SetLearningRate(lr); }
+  StatusOr<model::NamedTensors> GatherFullParameters() override {
+    model::NamedTensors out;
+    for (auto& [name, p] : model_.NamedParameters()) out.emplace_back(name, p.detach().clone());
+    return out;
+  }
+  Status LoadFullParameters(const model::NamedTensors& full) override {
+    optimizer_->Reset();
+    return CopyNamed(full, model_.NamedParameters(), 0, 1);
+  }
+  StatusOr<model::NamedTensors> GatherFullOptimizerState() override {
+    return GatherOptimizerState(*this, *optimizer_);
+  }
+  Status LoadFullState(const model::NamedTensors& params,
+                       const model::NamedTensors& state) override {
+    return internal::LoadFullState(*this, *optimizer_, params, state);
+  }
+  StrategyInfo Info() const override {
+    StrategyInfo info;
+    info.name = "single";
+    for (const auto& p : params_) info.peak_device_parameter_bytes += 2 * Bytes(p);
+    return info;
+  }
+
+ private:
+  model::Model model_;
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+}  // namespace
+}  // namespace internal
+
+StatusOr<std::vector<int>> BalanceStages(const std::vector<double>& costs, int stages) {
+  int n = static_cast<int>(costs.size());
+  if (stages < 1 || stages > n) {
+    return InvalidArgumentError("cannot cut " + std::to_string(n) + " layers into " +
+                                std::to_string(stages) + " stages");
+  }
+  // best[k][i]: the smallest largest-stage cost cutting the first i layers into k stages.
+  std::vector<double> prefix(static_cast<size_t>(n) + 1, 0.0);
+  for (int i = 0; i < n; ++i)
+    prefix[static_cast<size_t>(i) + 1] =
+        prefix[static_cast<size_t>(i)] + costs[static_cast<size_t>(i)];
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(static_cast<size_t>(stages) + 1,
+                                        std::vector<double>(static_cast<size_t>(n) + 1, inf));
+  std::vector<std::vector<int>> cut(static_cast<size_t>(stages) + 1,
+                                    std::vector<int>(static_cast<size_t>(n) + 1, 0));
+  best[0][0] = 0.0;
+  for (int k = 1; k <= stages; ++k) {
+    for (int i = k; i <= n; ++i) {
+      for (int j = k - 1; j < i; ++j) {
+        double c = std::max(best[static_cast<size_t>(k - 1)][static_cast<size_t>(j)],
+                            prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(j)]);
+        if (c < best[static_cast<size_t>(k)][static_cast<size_t>(i)]) {
+          best[static_cast<size_t>(k)][static_cast<size_t>(i)] = c;
+          cut[static_cast<size_t>(k)][static_cast<size_t>(i)] = j;
+        }
+      }
+    }
+  }
+  std::vector<int> starts;
+  int i = n;
+  for (int k = stages; k > 1; --k) {
+    i = cut[static_cast<size_t>(k)][static_cast<size_t>(i)];
+    starts.push_back(i);
+  }
+  std::reverse(starts.begin(), starts.end());
+  return starts;
+}
+
+StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model_config,
+                                                 const StrategyConfig& config,
+                                                 const OptimizerConfig& optimizer,
+                                                 dist::Rendezvous* rendezvous) {
+  int world = rendezvous == nullptr ? 1 : rendezvous->config().world_size;
+  if (world > 1 && rendezvous == nullptr)
+    return InvalidArgumentError("a multi-rank strategy needs a rendezvous");
+  if (optimizer.kind != "sgd" && optimizer.kind != "adamw") {
+    return InvalidArgumentError("unknown optimizer '" + optimizer.kind + "' (sgd, adamw)");
+  }
+  StrategyConfig c = config;
+  const std::string& n = c.name;
+  if (n == "single") {
+    if (world != 1)
+      return InvalidArgumentError("template single runs on one rank, not " + std::to_string(world));
+    ORRERY_ASSIGN_OR_RETURN(model::Model m, model::BuildModel(model_config));
+    return std::unique_ptr<Strategy>(
+        std::make_unique<internal::SingleStrategy>(std::move(m), optimizer));
+  }
+  if (n == "ddp" || n == "fsdp" || n == "spill") {
+    c.layout = {world, 1, 1};
+  } else if (n == "tensor") {
+    c.layout = {1, world, 1};
+  } else if (n == "pipeline") {
+    c.layout = {1, 1, world};
+  } else if (n == "hybrid") {
+    if (c.layout.world_size() != world) {
+      return InvalidArgumentError("layout " + dist::LayoutToString(c.layout) + " needs " +
+                                  std::to_string(c.layout.world_size()) + " ranks, the world has " +
+                                  std::to_string(world));
+    }
+  } else {
+    return InvalidArgumentError("unknown template '" + n +
+                                "' (single, ddp, fsdp, tensor, pipeline, hybrid, spill)");
+  }
+  if (n == "fsdp") return internal::MakeFsdp(model_config, c, optimizer, rendezvous);
+  if (n == "spill") return internal::MakeSpill(model_config, c, optimizer, rendezvous);
+  return internal::MakeHybrid(model_config, c, optimizer, rendezvous);
+}
+
+}  // namespace orrery::parallel

@@ -1,0 +1,131 @@
+// Parallelism templates (Saturn's "templates"): one training step of one model
+// under one layout, each a Strategy with the same contract, so the planner's
+// choice between them is real and the trainer and profiler never branch on it.
+//
+//   single    one process, the plain loop; the reference the others must equal
+//   ddp       replicated model, gradients all-reduced in buckets as backward
+//             produces them (overlapped with the rest of backward)
+//   fsdp      each layer's parameters, gradients and optimizer state sharded over
+//             the data-parallel ranks; a layer is all-gathered before it computes
+//             (in forward and again in backward) and freed after; gradients
+//             reduce-scattered
+//   tensor    Megatron column/row-parallel attention and MLP (GPT only)
+//   pipeline  contiguous stages balanced by measured layer time, GPipe
+//             micro-batches
+//   hybrid    any dp × tp × pp layout combining ddp, tensor and pipeline
+//   spill     Hydra model spilling: parameters in host memory, the model cut into
+//             shards that fit a device budget, each shard brought in for its
+//             forward and again for its backward (activations checkpointed at
+//             shard boundaries), the next shard prefetched on another thread
+//             while the current one computes; composes with data parallelism
+//
+// Every rank passes the same global batch to Step(); each takes its own rows.
+// Step() returns the mean loss over the global batch, identical on every rank.
+// All methods are collective unless said otherwise: every rank calls them in
+// the same order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/dist/communicator.h"
+#include "worker/dist/topology.h"
+#include "worker/model/model.h"
+
+namespace orrery::parallel {
+
+struct OptimizerConfig {
+  std::string kind = "sgd";  // sgd (with momentum) | adamw
+  double lr = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+struct StrategyConfig {
+  std::string name = "single";  // single|ddp|fsdp|tensor|pipeline|hybrid|spill
+  // ddp/fsdp/spill: dp = world size; tensor: tp = world size; pipeline: pp =
+  // world size; hybrid: as given (must multiply to the world size).
+  dist::Layout layout;
+  // pipeline: micro-batches per step (0: 2 × pp).
+  int micro_batches = 0;
+  // pipeline: first layer of each stage after the first, e.g. {2} for two
+  // stages split before layer 2; empty: balanced by measured layer time.
+  std::vector<int> stage_starts;
+  // ddp: gradient bucket size (PyTorch DDP's default is 25 MiB; small models
+  // need small buckets to overlap at all).
+  int64_t bucket_bytes = 1 << 20;
+  // spill: device-memory budget for resident parameters and their gradients.
+  int64_t spill_budget_bytes = 64 << 20;
+  bool spill_double_buffer = true;
+};
+
+// Facts a strategy reports about itself (the profiler prints them as its knobs).
+struct StrategyInfo {
+  std::string name;
+  dist::Layout layout;
+  int micro_batches = 1;
+  std::vector<int> stage_starts;      // pipeline
+  std::vector<double> layer_cost_ms;  // pipeline: the measured costs it balanced
+  int64_t bucket_bytes = 0;           // ddp
+  int buckets = 0;                    // ddp
+  int spill_shards = 0;               // spill
+  int64_t spill_budget_bytes = 0;     // spill
+  bool spill_double_buffer = false;   // spill
+  // Peak bytes of parameters (and gradients) resident on the device this rank
+  // ever held: for spill what the accountant measured, else the local shard size.
+  int64_t peak_device_parameter_bytes = 0;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  // One forward, backward and optimizer step. Errors (a peer died, a shape does
+  // not fit) leave the model in an unspecified state.
+  virtual StatusOr<double> Step(const model::Batch& global_batch) = 0;
+  // Not collective.
+  virtual void SetLearningRate(double lr) = 0;
+  // The whole model's parameters, gathered; every rank receives them.
+  virtual StatusOr<model::NamedTensors> GatherFullParameters() = 0;
+  // Replaces the parameters from a full set (each rank takes its slice). Not
+  // collective. Optimizer state is reset.
+  virtual Status LoadFullParameters(const model::NamedTensors& full) = 0;
+  virtual StrategyInfo Info() const = 0;
+
+  // The optimizer's state gathered to full tensors like the parameters: for
+  // every slot (sgd "momentum"; adamw "exp_avg", "exp_avg_sq") and parameter,
+  // "<slot>/<parameter name>" with the parameter's shape, plus "step" (a 0-d
+  // int64 tensor). Every rank receives it.
+  virtual StatusOr<model::NamedTensors> GatherFullOptimizerState() {
+    return UnimplementedError("this template cannot gather its optimizer state");
+  }
+  // Replaces parameters and optimizer state from full sets as the two gathers
+  // return them (each rank takes its slice). Not collective.
+  virtual Status LoadFullState(const model::NamedTensors& params,
+                               const model::NamedTensors& optimizer_state) {
+    (void)params;
+    (void)optimizer_state;
+    return UnimplementedError("this template cannot load optimizer state");
+  }
+};
+
+// Builds the named template for this rank. `rendezvous` may be null only when
+// the world size is 1. Fails with INVALID_ARGUMENT for a layout that does not
+// fit the model (tp not dividing heads, more stages than layers) and
+// FAILED_PRECONDITION for a template the model cannot use (TorchScript with
+// tensor or pipeline).
+StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model,
+                                                 const StrategyConfig& config,
+                                                 const OptimizerConfig& optimizer,
+                                                 dist::Rendezvous* rendezvous);
+
+// Contiguous partition of layer costs into `stages` parts minimising the largest
+// part; returns the first layer of every stage after the first.
+StatusOr<std::vector<int>> BalanceStages(const std::vector<double>& costs, int stages);
+
+}  // namespace orrery::parallel

@@ -1,0 +1,307 @@
+// Flag parsing, the learning-rate schedule and the batch sources. See task.h.
+#include "worker/train/task.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <numbers>
+
+#include <torch/torch.h>
+
+#include "worker/data/source.h"
+#include "worker/data/tokenizer.h"
+
+namespace orrery::train {
+namespace {
+
+StatusOr<int64_t> ToInt(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0')
+    return InvalidArgumentError("--" + flag + ": '" + v + "' is not an integer");
+  return static_cast<int64_t>(x);
+}
+
+StatusOr<double> ToDouble(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(x))
+    return InvalidArgumentError("--" + flag + ": '" + v + "' is not a number");
+  return x;
+}
+
+}  // namespace
+
+StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
+  TaskConfig t;
+  // Boolean flags take no value.
+  const std::map<std::string, std::function<void()>> switches = {
+      {"no-double-buffer", [&] { t.strategy.spill_double_buffer = false; }},
+      {"no-resume", [&] { t.resume = false; }},
+      {"tune", [&] { t.tune = true; }},
+  };
+  using Setter = std::function<Status(const std::string&, const std::string&)>;
+  auto int_into = [](auto* field) -> Setter {
+    return [field](const std::string& f, const std::string& v) -> Status {
+      ORRERY_ASSIGN_OR_RETURN(int64_t x, ToInt(f, v));
+      if (x < 0) return InvalidArgumentError("--" + f + " must not be negative");
+      *field = static_cast<std::remove_pointer_t<decltype(field)>>(x);
+      return OkStatus();
+    };
+  };
+  auto double_into = [](double* field) -> Setter {
+    return [field](const std::string& f, const std::string& v) -> Status {
+      ORRERY_ASSIGN_OR_RETURN(*field, ToDouble(f, v));
+      return OkStatus();
+    };
+  };
+  auto string_into = [](std::string* field) -> Setter {
+    return [field](const std::string&, const std::string& v) -> Status {
+      *field = v;
+      return OkStatus();
+    };
+  };
+  std::map<std::string, Setter> setters = {
+      {"model", string_into(&t.model.kind)},
+      {"layers", int_into(&t.model.gpt.layers)},
+      {"hidden", int_into(&t.model.gpt.hidden)},
+      {"heads", int_into(&t.model.gpt.heads)},
+      {"seq", int_into(&t.model.gpt.seq)},
+      {"vocab", int_into(&t.model.gpt.vocab)},
+      {"mlp-input", int_into(&t.model.mlp.input)},
+      {"mlp-hidden", int_into(&t.model.mlp.hidden)},
+      {"mlp-layers", int_into(&t.model.mlp.layers)},
+      {"classes", int_into(&t.model.mlp.classes)},
+      {"torchscript", string_into(&t.model.torchscript_path)},
+      {"torchscript-like", string_into(&t.model.torchscript_like)},
+      {"seed", int_into(&t.model.seed)},
+      {"template", string_into(&t.strategy.name)},
+      {"layout",
+       [&](const std::string& f, const std::string& v) -> Status {
+         auto l = dist::ParseLayout(v);
+         if (!l.ok()) return l.status().WithContext("--" + f);
+         t.strategy.layout = *l;
+         return OkStatus();
+       }},
+      {"micro-batches", int_into(&t.strategy.micro_batches)},
+      {"stage-starts",
+       [&](const std::string& f, const std::string& v) -> Status {
+         t.strategy.stage_starts.clear();
+         size_t pos = 0;
+         while (pos <= v.size() && !v.empty()) {
+           size_t comma = v.find(',', pos);
+           std::string item =
+               v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+           ORRERY_ASSIGN_OR_RETURN(int64_t x, ToInt(f, item));
+           t.strategy.stage_starts.push_back(static_cast<int>(x));
+           if (comma == std::string::npos) break;
+           pos = comma + 1;
+         }
+         return OkStatus();
+       }},
+      {"bucket-bytes", int_into(&t.strategy.bucket_bytes)},
+      {"spill-budget-bytes", int_into(&t.strategy.spill_budget_bytes)},
+      {"optimizer", string_into(&t.optimizer.kind)},
+      {"lr", double_into(&t.optimizer.lr)},
+      {"momentum", double_into(&t.optimizer.momentum)},
+      {"weight-decay", double_into(&t.optimizer.weight_decay)},
+      {"warmup-steps", int_into(&t.schedule.warmup_steps)},
+      {"decay", string_into(&t.schedule.decay)},
+      {"lr-scaling", string_into(&t.schedule.lr_scaling)},
+      {"min-lr-ratio", double_into(&t.schedule.min_lr_ratio)},
+      {"data", string_into(&t.data.kind)},
+      {"data-path", string_into(&t.data.path)},
+      {"token-bytes", int_into(&t.data.token_bytes)},
+      {"data-samples", int_into(&t.data.samples)},
+      {"batch", int_into(&t.global_batch)},
+      {"steps", int_into(&t.steps)},
+      {"epochs", int_into(&t.epochs)},
+      {"report-every", int_into(&t.report_every)},
+      {"checkpoint-dir", string_into(&t.checkpoint_dir)},
+      {"checkpoint-every", int_into(&t.checkpoint_every)},
+      {"keep", int_into(&t.keep)},
+      {"threads", int_into(&t.threads)},
+      {"profile-warmup", int_into(&t.profile_warmup)},
+      {"profile-steps", int_into(&t.profile_steps)},
+      {"termination-message-path", string_into(&t.termination_message_path)},
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) return InvalidArgumentError("unexpected argument '" + a + "'");
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (auto sw = switches.find(name); sw != switches.end()) {
+      if (has_value) return InvalidArgumentError("--" + name + " takes no value");
+      sw->second();
+      continue;
+    }
+    auto it = setters.find(name);
+    if (it == setters.end()) return InvalidArgumentError("unknown flag --" + name);
+    if (!has_value) {
+      if (i + 1 >= args.size()) return InvalidArgumentError("--" + name + " needs a value");
+      value = args[++i];
+    }
+    ORRERY_RETURN_IF_ERROR(it->second(name, value));
+  }
+  if (t.global_batch < 1) return InvalidArgumentError("--batch must be at least 1");
+  if (t.threads < 1) return InvalidArgumentError("--threads must be at least 1");
+  if (t.keep < 1) return InvalidArgumentError("--keep must be at least 1");
+  if (t.data.token_bytes != 2 && t.data.token_bytes != 4)
+    return InvalidArgumentError("--token-bytes must be 2 or 4");
+  if (t.schedule.lr_scaling != "none" && t.schedule.lr_scaling != "linear" &&
+      t.schedule.lr_scaling != "sqrt") {
+    return InvalidArgumentError("--lr-scaling must be none, linear or sqrt");
+  }
+  if (t.schedule.decay != "constant" && t.schedule.decay != "cosine" &&
+      t.schedule.decay != "linear") {
+    return InvalidArgumentError("--decay must be constant, cosine or linear");
+  }
+  return t;
+}
+
+double LearningRate(double base, const ScheduleConfig& s, int64_t step, int64_t total) {
+  if (s.warmup_steps > 0 && step < s.warmup_steps) {
+    return base * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+  }
+  if (s.decay == "constant" || total <= s.warmup_steps) return base;
+  double progress = static_cast<double>(step - s.warmup_steps) /
+                    static_cast<double>(std::max<int64_t>(1, total - s.warmup_steps));
+  progress = std::clamp(progress, 0.0, 1.0);
+  double min_lr = base * s.min_lr_ratio;
+  if (s.decay == "linear") return base - (base - min_lr) * progress;
+  // Cosine annealing (Loshchilov & Hutter 2017, SGDR) without restarts.
+  return min_lr + 0.5 * (base - min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+namespace {
+
+class TokenBatches final : public BatchSource {
+ public:
+  TokenBatches(std::unique_ptr<data::SampleSource> source, uint64_t seed, int64_t batch)
+      : source_(std::move(source)), order_(seed, source_->NumSamples()), batch_(batch) {
+    cursor_.seed = seed;
+    cursor_.num_samples = source_->NumSamples();
+  }
+  int64_t NumSamples() const override { return source_->NumSamples(); }
+  StatusOr<model::Batch> Next() override {
+    ORRERY_ASSIGN_OR_RETURN(std::vector<int64_t> samples,
+                            data::SamplesForRank(order_, cursor_, batch_, 1, 0));
+    int64_t s = source_->SeqLen();
+    at::Tensor tokens = at::empty({batch_, s + 1}, at::kInt);
+    for (int64_t i = 0; i < batch_; ++i) {
+      ORRERY_RETURN_IF_ERROR(
+          source_->Read(samples[static_cast<size_t>(i)], tokens.data_ptr<int32_t>() + i * (s + 1)));
+    }
+    tokens = tokens.to(at::kLong);
+    cursor_ = data::Advance(cursor_, batch_);
+    return model::Batch{tokens.narrow(1, 0, s).contiguous(), tokens.narrow(1, 1, s).contiguous()};
+  }
+  data::Cursor cursor() const override { return cursor_; }
+  Status Seek(const data::Cursor& c) override {
+    if (c.num_samples != cursor_.num_samples || c.seed != cursor_.seed) {
+      return FailedPreconditionError(
+          "the checkpoint's dataset cursor is for " + std::to_string(c.num_samples) +
+          " samples with seed " + std::to_string(c.seed) + ", this dataset has " +
+          std::to_string(cursor_.num_samples) + " with seed " + std::to_string(cursor_.seed));
+    }
+    cursor_ = c;
+    return OkStatus();
+  }
+
+ private:
+  std::unique_ptr<data::SampleSource> source_;
+  data::GlobalOrder order_;
+  int64_t batch_;
+  data::Cursor cursor_;
+};
+
+// Feature batches for models that do not read tokens (the MLP): a fresh seeded
+// batch per stream position, so resuming from a cursor continues the stream.
+class FeatureBatches final : public BatchSource {
+ public:
+  FeatureBatches(model::ModelConfig model, int64_t samples, int64_t batch)
+      : model_(std::move(model)), batch_(batch) {
+    cursor_.seed = model_.seed;
+    cursor_.num_samples = samples;
+  }
+  int64_t NumSamples() const override { return cursor_.num_samples; }
+  StatusOr<model::Batch> Next() override {
+    model::Batch b = model::SyntheticBatch(model_, batch_, cursor_.Position() / batch_);
+    cursor_ = data::Advance(cursor_, batch_);
+    return b;
+  }
+  data::Cursor cursor() const override { return cursor_; }
+  Status Seek(const data::Cursor& c) override {
+    cursor_ = c;
+    return OkStatus();
+  }
+
+ private:
+  model::ModelConfig model_;
+  int64_t batch_;
+  data::Cursor cursor_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<BatchSource>> MakeBatchSource(TaskConfig& task) {
+  std::string like =
+      task.model.kind == "torchscript" ? task.model.torchscript_like : task.model.kind;
+  if (like != "gpt") {
+    if (task.data.kind != "synthetic")
+      return InvalidArgumentError("the " + like + " model trains on synthetic features only");
+    return std::unique_ptr<BatchSource>(
+        std::make_unique<FeatureBatches>(task.model, task.data.samples, task.global_batch));
+  }
+  const model::GptConfig& g = task.model.gpt;
+  std::unique_ptr<data::SampleSource> source;
+  if (task.data.kind == "synthetic") {
+    source =
+        std::make_unique<data::SyntheticSource>(task.model.seed, task.data.samples, g.seq, g.vocab);
+  } else if (task.data.kind == "tokens" || task.data.kind == "text") {
+    if (task.data.path.empty())
+      return InvalidArgumentError("--data " + task.data.kind + " needs --data-path");
+    std::string token_path = task.data.path;
+    int token_bytes = task.data.token_bytes;
+    if (task.data.kind == "text") {
+      // Byte-level tokens: vocabulary 256 whatever the flags said.
+      task.model.gpt.vocab = static_cast<int>(data::kByteVocabSize);
+      token_path = (std::filesystem::temp_directory_path() /
+                    ("orrery-text-" + std::to_string(::getpid()) + "-" +
+                     std::to_string(std::hash<std::string>{}(task.data.path)) + ".bin"))
+                       .string();
+      auto n = data::EncodeTextFile(task.data.path, token_path);
+      if (!n.ok()) return n.status().WithContext("tokenizing " + task.data.path);
+      token_bytes = 2;
+    }
+    auto file = data::TokenFile::Open(token_path, token_bytes, g.seq,
+                                      task.data.kind == "text" ? data::kByteVocabSize : 0);
+    if (task.data.kind == "text")
+      std::filesystem::remove(token_path);  // the mapping keeps the bytes alive
+    if (!file.ok()) return file.status().WithContext("opening " + token_path);
+    if ((*file)->VocabSize() > g.vocab) {
+      return InvalidArgumentError("the token file needs vocabulary " +
+                                  std::to_string((*file)->VocabSize()) +
+                                  ", the model has --vocab " + std::to_string(g.vocab));
+    }
+    source = std::move(*file);
+  } else {
+    return InvalidArgumentError("unknown --data '" + task.data.kind +
+                                "' (synthetic, tokens, text)");
+  }
+  if (source->NumSamples() < 1)
+    return InvalidArgumentError("the dataset has no complete sample of seq+1 tokens");
+  return std::unique_ptr<BatchSource>(
+      std::make_unique<TokenBatches>(std::move(source), task.model.seed, task.global_batch));
+}
+
+}  // namespace orrery::train

@@ -1,0 +1,102 @@
+// What one worker process runs, as parsed from its command line: the model, the
+// template and layout, the optimizer, the data, and the training or profiling
+// budget. The operator, the local runner and the profiler all launch
+// `orrery-worker` with these flags (every flag is --name=value or --name value):
+//
+//   model      --model gpt|mlp|torchscript  --layers --hidden --heads --seq --vocab
+//              --mlp-input --mlp-hidden --mlp-layers --classes
+//              --torchscript PATH --torchscript-like gpt|mlp  --seed
+//   template   --template single|ddp|fsdp|tensor|pipeline|hybrid|spill
+//              --layout dp=2,tp=2,pp=1  --micro-batches N  --stage-starts 2,4
+//              --bucket-bytes N  --spill-budget-bytes N  --no-double-buffer
+//   optimizer  --optimizer sgd|adamw  --lr  --momentum  --weight-decay
+//   schedule   --warmup-steps N  --decay constant|cosine|linear  --min-lr-ratio R
+//              --lr-scaling none|linear|sqrt (on a resume whose --batch differs from
+//              the checkpoint's, the checkpoint's base rate times (new/old)^1 or ^0.5)
+//   data       --data synthetic|tokens|text  --data-path PATH  --token-bytes 2|4
+//              --data-samples N (synthetic)  --batch N (global batch)
+//   budget     --steps N | --epochs N   --report-every N
+//   checkpoint --checkpoint-dir DIR  --checkpoint-every N  --keep K  --no-resume
+//   profile    --profile-warmup N  --profile-steps N  --tune  --termination-message-path P
+//   process    --threads N (intra-op threads; default 1 per rank)
+//
+// Rendezvous comes from the environment (dist::RendezvousFromEnv).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/data/order.h"
+#include "worker/model/model.h"
+#include "worker/parallel/strategy.h"
+
+namespace orrery::train {
+
+struct ScheduleConfig {
+  int64_t warmup_steps = 0;
+  std::string decay = "constant";  // constant | cosine | linear
+  double min_lr_ratio = 0.1;
+  // How a resume with a different global batch rescales the checkpoint's base
+  // rate: linear (Goyal et al. 2017, "Accurate, Large Minibatch SGD"), sqrt
+  // (Krizhevsky 2014, "One weird trick"; Adam-style optimizers) or none (the
+  // task's --lr as given).
+  std::string lr_scaling = "none";
+};
+
+struct DataConfig {
+  std::string kind = "synthetic";  // synthetic | tokens | text
+  std::string path;
+  int token_bytes = 2;
+  int64_t samples = 1 << 16;  // synthetic dataset size
+};
+
+struct TaskConfig {
+  model::ModelConfig model;
+  parallel::StrategyConfig strategy;
+  parallel::OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  DataConfig data;
+  int64_t global_batch = 8;
+  int64_t steps = 100;
+  int64_t epochs = 0;  // > 0 overrides steps: epochs × samples / batch
+  int64_t report_every = 10;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int keep = 2;
+  bool resume = true;
+  int threads = 1;
+  int profile_warmup = 3;
+  int profile_steps = 10;
+  bool tune = false;
+  std::string termination_message_path;
+};
+
+// Parses flags (argv without the program and subcommand). Unknown flags and bad
+// values are INVALID_ARGUMENT naming the flag.
+StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args);
+
+// The learning rate at `step` (0-based) of `total`: linear warm-up to the base
+// rate, then constant, cosine or linear decay to min_lr_ratio × base.
+double LearningRate(double base_lr, const ScheduleConfig& schedule, int64_t step, int64_t total);
+
+// Global batches in the order data::GlobalOrder gives (every rank builds the same
+// global batch; the template slices its data-parallel share). MLP models draw
+// seeded synthetic features instead, indexed by the step.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual int64_t NumSamples() const = 0;
+  // The batch at the cursor; advances the cursor by the global batch.
+  virtual StatusOr<model::Batch> Next() = 0;
+  virtual data::Cursor cursor() const = 0;
+  virtual Status Seek(const data::Cursor& cursor) = 0;
+};
+
+// May adjust the task's model (a text corpus sets vocab 256 and checks seq).
+StatusOr<std::unique_ptr<BatchSource>> MakeBatchSource(TaskConfig& task);
+
+}  // namespace orrery::train

@@ -1,0 +1,57 @@
+// `orrery-worker train`: runs a task's steps under its template, with the
+// learning-rate schedule, periodic checkpoints, a checkpoint on SIGTERM before
+// exiting, resume from the newest usable checkpoint, and progress on stdout.
+//
+// Progress format (rank 0 only; one JSON object per line, parsed by the local
+// runner and the Kubernetes controller; unknown keys must be ignored):
+//   {"event":"start","world_size":4,"template":"hybrid","layout":"dp=2,tp=1,pp=2",
+//    "model":"gpt","parameters":123456,"global_batch":8,"steps":100,
+//    "resumed_from_step":null}
+//   {"event":"progress","step":10,"steps":100,"epoch":0,"samples":80,"loss":3.21,
+//    "lr":0.001,"step_time_s":0.012,"samples_per_s":640.0,"checkpoint":null}
+//   {"event":"checkpoint","step":50,"path":"/ckpt/step-000000000050",
+//    "reason":"periodic"|"signal"|"final","seconds":0.02}
+//   {"event":"done","status":"completed"|"preempted"|"failed","step":100,
+//    "loss":1.05,"samples_per_s":655.1,"wall_s":1.6,"checkpoint":"/ckpt/..."|null,
+//    "error":null|"UNAVAILABLE: ..."}
+// "step" counts completed optimizer steps; "samples" the samples consumed in
+// total (since step 0, across resumes). samples_per_s is over the last report
+// interval in progress lines and over this process's whole run in "done".
+//
+// Checkpoints go through worker/checkpoint's CheckpointStore and hold the whole
+// training state: parameters ("model/<name>"), optimizer state
+// ("optim/<slot>/<name>", "optim/step"), the step, the schedule (base_lr and the
+// global batch it belongs to), the dataset cursor and rank 0's CPU RNG state
+// (blob "rng/cpu"). The state is gathered from whatever layout is running and
+// rank 0 writes it whole (layout 1×1×1, specs carrying each parameter's tp_dim);
+// a resume loads it through LoadTensors and each rank keeps its slice, so any
+// later layout continues the same optimizer trajectory.
+#pragma once
+
+#include <atomic>
+#include <ostream>
+
+#include "common/status.h"
+#include "worker/dist/communicator.h"
+#include "worker/train/task.h"
+
+namespace orrery::train {
+
+struct TrainResult {
+  std::string status;  // completed | preempted
+  int64_t step = 0;
+  double loss = 0.0;
+  std::vector<double> losses;  // every step this process ran
+  std::string checkpoint;      // last checkpoint written or loaded, "" if none
+  int64_t resumed_from_step = -1;
+  double base_lr = 0.0;            // after any --lr-scaling on resume
+  std::vector<double> lrs;         // the rate of every step this process ran
+  std::vector<int64_t> positions;  // dataset cursor Position() before each step
+};
+
+// `stop` (may be null) is polled between steps; when any rank sees it set, all
+// ranks checkpoint (if a directory is configured) and return "preempted".
+StatusOr<TrainResult> Train(TaskConfig task, dist::Rendezvous* rendezvous, std::ostream& out,
+                            const std::atomic<bool>* stop);
+
+}  // namespace orrery::train
