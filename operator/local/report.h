@@ -1,0 +1,105 @@
+// The report `orrery run` writes to its work directory when it stops (finished,
+// interrupted or failed): report.html, one self-contained page (inline SVG and
+// CSS, no scripts or fetches) with the Gantt chart of what actually ran against
+// what was planned, per-task loss curves, the configurations chosen, the
+// profiling results and the events; and report.json with the same figures, which
+// a resumed run reads back to continue the record. Pure: strings in, strings out.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace orrery::local {
+
+// One bar: a gang of worker processes on some devices for a while. Times are
+// seconds since the run (the first `orrery run` of this work directory) began.
+struct ReportBar {
+  std::string task;
+  std::vector<int> devices;  // local device indices (lanes)
+  double start_s = 0;
+  double end_s = 0;
+  std::string template_name;
+  int gpus = 0;
+  int batch_size = 0;
+  // Actual bars: completed | interrupted | device-lost | rescaled | failed | running.
+  // Planned bars: "".
+  std::string ended_by;
+};
+
+struct ReportLossPoint {
+  int64_t step = 0;
+  double loss = 0;
+  double time_s = 0;
+};
+
+struct ReportTask {
+  std::string name;
+  std::string source;  // the spec task it was expanded from
+  std::vector<std::pair<std::string, std::string>> hyper;  // {"learningRate", "0.001"}
+  std::string state;  // pending | profiling | running | completed | failed | interrupted
+  std::string template_name;  // the configuration it last ran (or is planned) in
+  int gpus = 0;
+  int batch_size = 0;
+  int64_t steps_done = 0;
+  int64_t steps_total = 0;
+  double final_loss = 0;     // last reported loss; 0 before the first report
+  double samples_per_s = 0;  // measured over its last run
+  int restarts = 0;          // rescales and resumes
+  std::vector<ReportLossPoint> losses;
+};
+
+struct ReportProfile {
+  std::string signature;  // the model signature the cache is keyed by
+  std::string tasks;      // the tasks it stands for, comma-separated
+  std::string template_name;
+  int gpus = 0;
+  int batch_size = 0;
+  double samples_per_s = 0;
+  double step_time_s = 0;
+  double peak_memory_mib = 0;
+  bool from_cache = false;  // reused, not measured in this run
+};
+
+struct ReportPlan {
+  double at_s = 0;  // when it was adopted
+  std::string trigger;
+  std::string planner;
+  double makespan_s = 0;  // estimated, from the run's start
+  double lower_bound_s = 0;
+  double gap = 0;
+  double solve_s = 0;
+};
+
+struct ReportEvent {
+  double time_s = 0;
+  std::string text;
+};
+
+struct RunReport {
+  std::string job;
+  std::string devices;  // as given: "cpu:2"
+  int device_count = 0;
+  std::string started_at;  // RFC 3339, UTC
+  double wall_s = 0;       // elapsed at the time of writing
+  std::string outcome;     // completed | interrupted | failed | running
+  std::vector<ReportTask> tasks;
+  std::vector<ReportBar> planned;  // the latest adopted plan
+  std::vector<ReportBar> actual;
+  std::vector<ReportProfile> profiles;
+  std::vector<ReportPlan> plans;  // every adopted plan, in order
+  std::vector<ReportEvent> events;
+};
+
+// Colour of the i-th task (the same in every chart of the page and in the
+// terminal): a fixed palette of distinct hues, as "#rrggbb".
+std::string TaskColour(size_t index);
+
+std::string ReportHtml(const RunReport& report);
+std::string ReportJson(const RunReport& report);
+StatusOr<RunReport> ReportFromJson(const std::string& text);
+
+}  // namespace orrery::local

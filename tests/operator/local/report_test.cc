@@ -1,0 +1,266 @@
+// Tests for the run report: report.json round-trips every field and names the
+// field it cannot read; report.html escapes user strings, draws one rect per bar
+// and renders an empty run.
+#include "operator/local/report.h"
+
+#include <cmath>
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace orrery::local {
+
+// Field-by-field equality, here rather than in report.h: only tests need it.
+bool operator==(const ReportBar& a, const ReportBar& b) {
+  return a.task == b.task && a.devices == b.devices && a.start_s == b.start_s &&
+         a.end_s == b.end_s && a.template_name == b.template_name && a.gpus == b.gpus &&
+         a.batch_size == b.batch_size && a.ended_by == b.ended_by;
+}
+bool operator==(const ReportLossPoint& a, const ReportLossPoint& b) {
+  return a.step == b.step && a.loss == b.loss && a.time_s == b.time_s;
+}
+bool operator==(const ReportTask& a, const ReportTask& b) {
+  return a.name == b.name && a.source == b.source && a.hyper == b.hyper && a.state == b.state &&
+         a.template_name == b.template_name && a.gpus == b.gpus && a.batch_size == b.batch_size &&
+         a.steps_done == b.steps_done && a.steps_total == b.steps_total &&
+         a.final_loss == b.final_loss && a.samples_per_s == b.samples_per_s &&
+         a.restarts == b.restarts && a.losses == b.losses;
+}
+bool operator==(const ReportProfile& a, const ReportProfile& b) {
+  return a.signature == b.signature && a.tasks == b.tasks && a.template_name == b.template_name &&
+         a.gpus == b.gpus && a.batch_size == b.batch_size && a.samples_per_s == b.samples_per_s &&
+         a.step_time_s == b.step_time_s && a.peak_memory_mib == b.peak_memory_mib &&
+         a.from_cache == b.from_cache;
+}
+bool operator==(const ReportPlan& a, const ReportPlan& b) {
+  return a.at_s == b.at_s && a.trigger == b.trigger && a.planner == b.planner &&
+         a.makespan_s == b.makespan_s && a.lower_bound_s == b.lower_bound_s && a.gap == b.gap &&
+         a.solve_s == b.solve_s;
+}
+bool operator==(const ReportEvent& a, const ReportEvent& b) {
+  return a.time_s == b.time_s && a.text == b.text;
+}
+
+namespace {
+
+// Every field set to a value distinct from its default, with awkward doubles.
+RunReport FullReport() {
+  RunReport r;
+  r.job = "sweep-\"α\"";
+  r.devices = "cpu:3";
+  r.device_count = 3;
+  r.started_at = "2026-11-23T02:24:33Z";
+  r.wall_s = 1234.5678901234567;
+  r.outcome = "interrupted";
+  ReportTask a;
+  a.name = "lr-3e-4";
+  a.source = "lr";
+  a.hyper = {{"learningRate", "0.0003"}, {"batch", "64"}, {"activation", "relu"}};
+  a.state = "running";
+  a.template_name = "dp2";
+  a.gpus = 2;
+  a.batch_size = 64;
+  a.steps_done = 4000000000LL;  // beyond 32 bits
+  a.steps_total = 5000000000LL;
+  a.final_loss = 0.1 + 0.2;
+  a.samples_per_s = 1e-7;
+  a.restarts = 3;
+  a.losses = {{1, 2.5, 0.25}, {2, 1.0 / 3.0, 0.5}, {3, 1e300, 7}};
+  ReportTask b;
+  b.name = "lr-1e-3";
+  b.source = "lr";
+  b.state = "pending";
+  r.tasks = {a, b};
+  r.planned = {{"lr-3e-4", {0, 1}, 10, 20.5, "dp2", 2, 64, ""},
+               {"lr-1e-3", {2}, 0, 30, "single", 1, 32, ""}};
+  r.actual = {{"lr-3e-4", {0, 1}, 9.75, 19.125, "dp2", 2, 64, "device-lost"},
+              {"lr-3e-4", {0}, 19.5, 25, "dp1", 1, 64, "running"}};
+  r.profiles = {{"sig-abc", "lr-3e-4,lr-1e-3", "dp2", 2, 64, 123.456, 0.0421, 812.5, true},
+                {"sig-def", "lr-1e-3", "single", 1, 32, 99, 0.5, 100, false}};
+  r.plans = {{0, "start", "orrery", 100.5, 90.25, 0.11357, 0.75},
+             {19.5, "device-lost", "list", 120, 95, 0.263, 0.01}};
+  r.events = {{0, "Started run"}, {19.2, "Lost device 1"}};
+  return r;
+}
+
+void ExpectSame(const RunReport& a, const RunReport& b) {
+  EXPECT_EQ(a.job, b.job);
+  EXPECT_EQ(a.devices, b.devices);
+  EXPECT_EQ(a.device_count, b.device_count);
+  EXPECT_EQ(a.started_at, b.started_at);
+  EXPECT_EQ(a.wall_s, b.wall_s);
+  EXPECT_EQ(a.outcome, b.outcome);
+  EXPECT_TRUE(a.tasks == b.tasks);
+  EXPECT_TRUE(a.planned == b.planned);
+  EXPECT_TRUE(a.actual == b.actual);
+  EXPECT_TRUE(a.profiles == b.profiles);
+  EXPECT_TRUE(a.plans == b.plans);
+  EXPECT_TRUE(a.events == b.events);
+}
+
+size_t Count(const std::string& haystack, const std::string& needle) {
+  size_t n = 0;
+  for (size_t pos = haystack.find(needle); pos != std::string::npos;
+       pos = haystack.find(needle, pos + needle.size())) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(ReportJson, RoundTripsEveryField) {
+  const RunReport original = FullReport();
+  const std::string text = ReportJson(original);
+  EXPECT_EQ(nlohmann::json::parse(text).at("version"), 1);
+  auto back = ReportFromJson(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSame(original, *back);
+  // And writing it again gives the same bytes.
+  EXPECT_EQ(ReportJson(*back), text);
+}
+
+TEST(ReportJson, RoundTripsEmptyReport) {
+  auto back = ReportFromJson(ReportJson(RunReport{}));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectSame(RunReport{}, *back);
+}
+
+TEST(ReportJson, NonFiniteLossReadsBackAsNaN) {
+  RunReport r = FullReport();
+  r.tasks[0].losses[0].loss = std::nan("");
+  auto back = ReportFromJson(ReportJson(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(std::isnan(back->tasks[0].losses[0].loss));
+}
+
+// Breaks one field of a valid report and returns the error message.
+std::string ErrorAfter(void (*mutate)(nlohmann::json&)) {
+  nlohmann::json j = nlohmann::json::parse(ReportJson(FullReport()));
+  mutate(j);
+  auto r = ReportFromJson(j.dump());
+  EXPECT_FALSE(r.ok());
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+TEST(ReportJson, MalformedInputNamesTheField) {
+  EXPECT_NE(ErrorAfter([](nlohmann::json& j) { j["job"] = 5; }).find("job: want a string"),
+            std::string::npos);
+  EXPECT_NE(ErrorAfter([](nlohmann::json& j) { j.erase("outcome"); }).find("outcome: missing"),
+            std::string::npos);
+  EXPECT_NE(ErrorAfter([](nlohmann::json& j) {
+              j["tasks"][1]["losses"] = {{{"step", "x"}}};
+            }).find("tasks[1].losses[0].step"),
+            std::string::npos);
+  EXPECT_NE(ErrorAfter([](nlohmann::json& j) {
+              j["actual"][0]["devices"] = {0, -1};
+            }).find("actual[0].devices[1]"),
+            std::string::npos);
+  EXPECT_NE(ErrorAfter([](nlohmann::json& j) {
+              j["tasks"][0]["hyper"][2] = "relu";
+            }).find("tasks[0].hyper[2]"),
+            std::string::npos);
+  EXPECT_NE(ErrorAfter([](nlohmann::json& j) {
+              j["profiles"][1]["from_cache"] = "yes";
+            }).find("profiles[1].from_cache"),
+            std::string::npos);
+  EXPECT_NE(
+      ErrorAfter([](nlohmann::json& j) { j["plans"][0]["gap"] = "big"; }).find("plans[0].gap"),
+      std::string::npos);
+  EXPECT_NE(ErrorAfter([](nlohmann::json& j) { j["device_count"] = 1e12; }).find("device_count"),
+            std::string::npos);
+  EXPECT_NE(ErrorAfter([](nlohmann::json& j) {
+              j["events"] = {1, 2};
+            }).find("events[0]"),
+            std::string::npos);
+  EXPECT_NE(ErrorAfter([](nlohmann::json& j) { j["version"] = 2; }).find("version"),
+            std::string::npos);
+}
+
+TEST(ReportJson, RejectsTextThatIsNotJson) {
+  auto r = ReportFromJson("{\"version\": 1,");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ReportFromJson("[1, 2]").ok());
+}
+
+TEST(TaskColour, FirstTwelveAreDistinctHexColours) {
+  std::set<std::string> seen;
+  for (size_t i = 0; i < 48; ++i) {
+    const std::string c = TaskColour(i);
+    ASSERT_EQ(c.size(), 7u) << c;
+    EXPECT_EQ(c[0], '#');
+    EXPECT_EQ(c.find_first_not_of("0123456789abcdef", 1), std::string::npos) << c;
+    seen.insert(c);
+  }
+  // All 48 differ: later cycles vary the palette rather than repeat it.
+  EXPECT_EQ(seen.size(), 48u);
+  EXPECT_EQ(TaskColour(3), TaskColour(3));
+}
+
+TEST(ReportHtml, EscapesUserStrings) {
+  RunReport r = FullReport();
+  const std::string evil = "<script>alert('x')</script>";
+  r.job = evil;
+  r.tasks[0].name = evil;
+  r.tasks[0].hyper[0].second = evil;
+  r.actual[0].task = evil;
+  r.planned[0].task = evil;
+  r.events[0].text = evil;
+  r.profiles[0].signature = evil;
+  r.plans[0].trigger = evil;
+  const std::string html = ReportHtml(r);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("alert('x')"), std::string::npos);
+  EXPECT_NE(html.find("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"), std::string::npos);
+}
+
+TEST(ReportHtml, DrawsOneRectPerBar) {
+  RunReport r = FullReport();
+  // A gang on non-adjacent devices is still one "bar" rect (plus a part).
+  r.actual.push_back({"lr-1e-3", {0, 2}, 25, 40, "dp2", 2, 32, "completed"});
+  const std::string html = ReportHtml(r);
+  EXPECT_EQ(Count(html, "class=\"bar actual\""), r.actual.size());
+  EXPECT_EQ(Count(html, "class=\"bar planned\""), r.planned.size());
+  EXPECT_EQ(Count(html, "class=\"bar actual\" data-task=\"lr-3e-4\""), 2u);
+  EXPECT_EQ(Count(html, "class=\"bar actual\" data-task=\"lr-1e-3\""), 1u);
+  EXPECT_EQ(Count(html, "class=\"bar-part actual\""), 1u);
+  // Bars are filled with their task's colour, the same as the table's swatch.
+  EXPECT_NE(html.find("fill=\"" + TaskColour(0) + "\""), std::string::npos);
+  EXPECT_NE(html.find("background:" + TaskColour(1)), std::string::npos);
+  EXPECT_NE(html.find("polyline class=\"loss-curve\" data-task=\"lr-3e-4\""), std::string::npos);
+}
+
+TEST(ReportHtml, IsSelfContained) {
+  const std::string html = ReportHtml(FullReport());
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("src="), std::string::npos);
+  EXPECT_EQ(html.find("<link"), std::string::npos);
+  EXPECT_EQ(html.find("url(http"), std::string::npos);
+  EXPECT_EQ(html.rfind("</html>\n"), html.size() - 8);
+}
+
+TEST(ReportHtml, RendersEmptyReport) {
+  const std::string html = ReportHtml(RunReport{});
+  EXPECT_NE(html.find("<svg class=\"gantt\""), std::string::npos);
+  EXPECT_NE(html.find("no data yet"), std::string::npos);
+  EXPECT_NE(html.find("no bars yet"), std::string::npos);
+  EXPECT_EQ(Count(html, "class=\"bar "), 0u);
+  EXPECT_EQ(html.find("nan"), std::string::npos);
+  EXPECT_EQ(html.find("inf"), std::string::npos);
+}
+
+TEST(ReportHtml, TimeAxisSwitchesToMinutesForLongRuns) {
+  RunReport r = FullReport();
+  EXPECT_NE(ReportHtml(r).find("time since start (min)"), std::string::npos);  // wall 1234 s
+  r.wall_s = 50;
+  r.actual.clear();
+  r.planned = {{"lr-3e-4", {0}, 0, 45, "dp1", 1, 64, ""}};
+  EXPECT_NE(ReportHtml(r).find("time since start (s)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace orrery::local
