@@ -434,6 +434,30 @@ void Emit(YAML::Emitter& e, const Json& j) {
 
 bool IsYamlPrintable(std::string_view s) { return PrintableImpl(s); }
 
+bool YamlEmitterPreserves(std::string_view s) {
+  // Only strings JsonToYaml writes escaped (see Emit) are at risk.
+  if (PrintableImpl(s) && s.find('\r') == std::string_view::npos) return true;
+  size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    uint32_t cp = c;
+    size_t len = 1;
+    if (c >= 0xF0) {
+      len = 4, cp = c & 0x07;
+    } else if (c >= 0xE0) {
+      len = 3, cp = c & 0x0F;
+    } else if (c >= 0xC0) {
+      len = 2, cp = c & 0x1F;
+    }
+    for (size_t k = 1; k < len && i + k < s.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    i += len;
+    // The 66 noncharacters (Unicode 15, section 23.7).
+    if ((cp >= 0xFDD0 && cp <= 0xFDEF) || (cp & 0xFFFE) == 0xFFFE) return false;
+  }
+  return true;
+}
+
 StatusOr<std::vector<Json>> YamlToJsonDocuments(std::string_view text, const YamlLimits& limits) {
   std::vector<Json> out;
   std::istringstream stream{std::string(text)};

@@ -35,9 +35,15 @@ StatusOr<Json> ParseJson(std::string_view text);
 StatusOr<Json> ParseJsonOrYaml(std::string_view text);
 
 // True when every character may appear in a YAML stream (YAML 1.2 section 5.1).
-// JsonToYaml escapes strings that fail this; yaml-cpp's emitter still cannot
-// write the noncharacters U+FFFE and U+FFFF (it substitutes U+FFFD).
+// JsonToYaml escapes strings that fail this (or hold a carriage return).
 bool IsYamlPrintable(std::string_view s);
+
+// False for the strings JsonToYaml cannot write exactly: yaml-cpp's emitter,
+// when it escapes a string, replaces each Unicode noncharacter (U+FDD0..U+FDEF
+// and U+xFFFE, U+xFFFF in every plane) with U+FFFD. Such strings come only
+// from hand-made input (escaped control characters next to noncharacters);
+// they are still written, changed in those characters only.
+bool YamlEmitterPreserves(std::string_view s);
 
 // Block-style YAML; strings that would read back as another type are quoted.
 std::string JsonToYaml(const Json& json);

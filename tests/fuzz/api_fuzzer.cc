@@ -18,13 +18,10 @@ void Check(bool condition) {
   if (!condition) std::abort();
 }
 
-// True when no string (or key) holds U+FFFE or U+FFFF, which yaml-cpp's emitter
-// cannot write (see yaml.h); only then must a YAML round-trip be exact.
+// True when every string and key is one JsonToYaml writes exactly (yaml.h:
+// YamlEmitterPreserves); only then must a YAML round-trip be exact.
 bool Emittable(const orrery::api::Json& j) {
-  auto ok = [](const std::string& s) {
-    return s.find("\xEF\xBF\xBE") == std::string::npos &&
-           s.find("\xEF\xBF\xBF") == std::string::npos;
-  };
+  auto ok = [](const std::string& s) { return orrery::api::YamlEmitterPreserves(s); };
   if (j.is_string()) return ok(j.get_ref<const std::string&>());
   if (j.is_object()) {
     for (const auto& [k, v] : j.items())

@@ -209,5 +209,27 @@ TEST(YamlRegressionTest, ControlCharactersAreEscapedAndRoundTrip) {
   EXPECT_EQ(*back, j) << yaml;
 }
 
+// Found by the fuzzer in CI: a UTF-32LE stream decoding to a control character
+// next to U+FFFFF, a noncharacter, which yaml-cpp's escaping emitter writes as
+// U+FFFD. YamlEmitterPreserves says so, and everything else still round-trips.
+TEST(YamlRegressionTest, NoncharactersInEscapedStringsAreReported) {
+  const std::string input("\x08\0\0\0\xff\xffoot>s", 11);
+  auto docs = YamlToJsonDocuments(input);
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  ASSERT_EQ(docs->size(), 1u);
+  const Json& doc = (*docs)[0];
+  ASSERT_TRUE(doc.is_string());
+  EXPECT_FALSE(YamlEmitterPreserves(doc.get<std::string>()));
+  auto back = YamlToJson(JsonToYaml(doc));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->get<std::string>(), "\b\xEF\xBF\xBD");  // U+FFFD in its place
+  // Printable strings keep their noncharacters; escaped ones without any are kept.
+  EXPECT_TRUE(YamlEmitterPreserves("\xF3\xBF\xBF\xBF"));   // U+FFFFF alone
+  EXPECT_TRUE(YamlEmitterPreserves("\x08\xF0\x9F\x98\x80"));  // control + emoji
+  EXPECT_FALSE(YamlEmitterPreserves("\x08\xEF\xB7\x90"));  // control + U+FDD0
+  EXPECT_FALSE(YamlEmitterPreserves("\xEF\xBF\xBE"));       // U+FFFE is never printable
+  EXPECT_TRUE(YamlEmitterPreserves("plain text"));
+}
+
 }  // namespace
 }  // namespace orrery::api
