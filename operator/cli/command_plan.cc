@@ -1,0 +1,252 @@
+// `orrery plan FILE --gpus NODESxGPUS [--device cuda|cpu] [--svg F] [--profile-cache F]`:
+// the plan for a job on a cluster of that shape, without running anything.
+// Throughput comes from the profile cache where it holds the configuration
+// (measured), else from engine/estimate.h (labelled as estimated).
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "operator/api/defaults.h"
+#include "operator/cli/commands.h"
+#include "operator/cli/job_file.h"
+#include "operator/engine/estimate.h"
+#include "operator/engine/worker_command.h"
+#include "operator/local/profile_cache.h"
+#include "operator/local/progress.h"
+#include "operator/planner/planner.h"
+#include "operator/sim/simulator.h"
+
+namespace orrery::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "Usage: orrery plan FILE --gpus NODESxGPUS [--device cuda|cpu] [--gpu-memory-gib G]\n"
+    "                        [--svg FILE] [--profile-cache FILE] [--time-limit S]\n";
+
+std::optional<std::pair<int, int>> ParseShape(const std::string& s) {
+  auto x = s.find('x');
+  if (x == std::string::npos || x == 0 || x + 1 >= s.size()) return std::nullopt;
+  std::string a = s.substr(0, x), b = s.substr(x + 1);
+  if (a.find_first_not_of("0123456789") != std::string::npos ||
+      b.find_first_not_of("0123456789") != std::string::npos || a.size() > 5 || b.size() > 4)
+    return std::nullopt;
+  int n = std::stoi(a), g = std::stoi(b);
+  if (n < 1 || g < 1) return std::nullopt;
+  return std::make_pair(n, g);
+}
+
+int RunPlan(Invocation& in) {
+  if (WantsHelp(in.args)) {
+    in.out << kUsage
+           << "\nPlans the job on NODES nodes of GPUS devices each (e.g. --gpus 2x8): which\n"
+              "template, how many GPUs and when for every task, with the makespan, the lower\n"
+              "bound and the gap, and the current-practice baseline (each task alone on all\n"
+              "GPUs) for comparison. Writes the Gantt chart to --svg (default JOB-plan.svg).\n"
+              "Throughput is taken from the profile cache when it holds a configuration and\n"
+              "estimated otherwise (marked '~').\n";
+    return kExitOk;
+  }
+  std::string file, shape, svg, cache_path, device = "cuda";
+  double memory = -1, time_limit = -1;
+  for (size_t i = 0; i < in.args.size(); ++i) {
+    const std::string& a = in.args[i];
+    auto next = [&](std::string* into) {
+      if (i + 1 >= in.args.size()) return false;
+      *into = in.args[++i];
+      return true;
+    };
+    std::string v;
+    bool ok = true;
+    if (a == "--gpus") {
+      ok = next(&shape);
+    } else if (a == "--svg") {
+      ok = next(&svg);
+    } else if (a == "--profile-cache") {
+      ok = next(&cache_path);
+    } else if (a == "--device") {
+      ok = next(&device);
+    } else if (a == "--gpu-memory-gib" || a == "--time-limit") {
+      ok = next(&v);
+      try {
+        (a == "--time-limit" ? time_limit : memory) = std::stod(v);
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    } else if (a.rfind("--", 0) == 0 || !file.empty()) {
+      ok = false;
+    } else {
+      file = a;
+    }
+    if (!ok) {
+      in.err << "orrery plan: bad argument " << a << "\n" << kUsage;
+      return kExitUsage;
+    }
+  }
+  auto dims = ParseShape(shape);
+  if (file.empty() || !dims) {
+    in.err << "orrery plan: "
+           << (file.empty() ? "missing FILE" : "--gpus wants NODESxGPUS, e.g. 2x8") << "\n"
+           << kUsage;
+    return kExitUsage;
+  }
+  if (device != "cuda" && device != "cpu") {
+    in.err << "orrery plan: --device must be cuda or cpu\n";
+    return kExitUsage;
+  }
+  auto docs = AnalyzeFile(file);
+  if (!docs.ok()) {
+    in.err << docs.status().message() << "\n";
+    return kExitInvalid;
+  }
+  if (docs->size() != 1 || !(*docs)[0].analysis.ok()) {
+    if (docs->size() == 1) {
+      PrintErrors((*docs)[0], in.err);
+    } else {
+      in.err << "orrery plan: one ModelSelectionJob per file, please\n";
+    }
+    return kExitInvalid;
+  }
+  const api::Analysis& a = (*docs)[0].analysis;
+  const api::ModelSelectionJobSpec& spec = a.job.spec;
+  auto [nodes, per_node] = *dims;
+  engine::DeviceModel dm = engine::DefaultDevice(device);
+  if (memory > 0) dm.memory_gib = memory;
+  auto cache = local::ProfileCache::Load(cache_path.empty() ? local::ProfileCache::DefaultPath()
+                                                            : cache_path);
+  if (!cache.ok()) {
+    in.err << "orrery plan: " << cache.status().message() << "\n";
+    return kExitInvalid;
+  }
+
+  planner::Problem problem;
+  problem.objective = spec.scheduling.objective == api::Objective::kMakespan
+                          ? planner::Objective::kMakespan
+                          : planner::Objective::kWeightedCompletion;
+  for (int n = 0; n < nodes; ++n) {
+    problem.nodes.push_back({"node-" + std::to_string(n), per_node, dm.memory_gib});
+  }
+  int quota = std::min(spec.resources.gpu_quota, nodes * per_node);
+  int max_gpus = std::min(spec.resources.gpus_per_task.max, quota);
+  std::vector<int> counts;
+  for (int g = std::max(1, spec.resources.gpus_per_task.min); g <= max_gpus; g *= 2)
+    counts.push_back(g);
+  if (!counts.empty() && counts.back() != max_gpus) counts.push_back(max_gpus);
+  int measured = 0, estimated = 0;
+  std::vector<std::set<size_t>> estimated_configs(a.tasks.size());
+  for (size_t t = 0; t < a.tasks.size(); ++t) {
+    const api::ExpandedTask& e = a.tasks[t];
+    planner::Task task;
+    task.name = e.name;
+    task.weight = e.task.weight;
+    task.work = static_cast<double>(engine::TotalSteps(e.task)) * e.task.training.batch_size;
+    for (api::Template tmpl : spec.resources.templates) {
+      std::string name(api::EnumName(tmpl));
+      for (int g : counts) {
+        int span = g <= per_node ? 1 : g / per_node;
+        if (g > per_node && g % per_node != 0) continue;
+        local::ProfileEntry key;
+        key.signature = engine::ModelSignature(e.task);
+        key.template_name = engine::WorkerTemplate(name, g);
+        key.gpus = g;
+        key.batch_size = e.task.training.batch_size;
+        key.device = device;
+        std::optional<planner::Config> c;
+        if (const local::ProfileEntry* hit = cache->Find(key)) {
+          c = planner::Config{name,
+                              g,
+                              span,
+                              static_cast<int>(key.batch_size),
+                              hit->samples_per_s,
+                              hit->peak_memory_bytes / (1ull << 30)};
+          ++measured;
+        } else if ((c = engine::EstimateConfig(e.task, name, g, dm))) {
+          c->nodes = span;
+          estimated_configs[t].insert(task.configs.size());
+          ++estimated;
+        }
+        if (c && c->memory_gib <= dm.memory_gib) task.configs.push_back(*c);
+      }
+    }
+    if (task.configs.empty()) {
+      in.err << "orrery plan: task " << e.name
+             << " has no configuration that fits (memory or devices); allow more templates "
+                "(spec.resources.templates), more GPUs per task, or profile it with orrery run\n";
+      return kExitInvalid;
+    }
+    problem.tasks.push_back(std::move(task));
+  }
+  planner::PlanOptions po;
+  po.time_limit_s = time_limit > 0 ? time_limit : spec.scheduling.solver_time_limit_seconds;
+  SystemClock clock;
+  po.clock = &clock;
+  auto plan = planner::MakeOrreryPlanner()->Solve(problem, po);
+  if (!plan.ok()) {
+    in.err << "orrery plan: " << plan.status() << "\n";
+    return kExitInvalid;
+  }
+  auto baseline = planner::MakeCurrentPracticePlanner()->Solve(problem, po);
+
+  std::ostream& o = in.out;
+  o << "plan for " << a.job.metadata.name << " on " << nodes << "x" << per_node << " " << device
+    << " (" << a.tasks.size() << " tasks; " << measured << " profiled configurations, " << estimated
+    << " estimated '~')\n\n";
+  size_t w = 4;
+  for (const auto& t : problem.tasks) w = std::max(w, t.name.size());
+  o << std::left << std::setw(static_cast<int>(w) + 2) << "task" << std::setw(11) << "template"
+    << std::setw(6) << "gpus" << std::setw(7) << "nodes" << std::setw(11) << "start"
+    << std::setw(11) << "end"
+    << "samples/s\n";
+  for (size_t t = 0; t < problem.tasks.size(); ++t) {
+    const planner::Assignment& as = plan->assignments[t];
+    const planner::Config& c = problem.tasks[t].configs[static_cast<size_t>(as.config)];
+    std::ostringstream rate;
+    rate << (estimated_configs[t].count(static_cast<size_t>(as.config)) ? "~" : "") << std::fixed
+         << std::setprecision(1) << c.throughput;
+    o << std::setw(static_cast<int>(w) + 2) << problem.tasks[t].name << std::setw(11)
+      << c.template_name << std::setw(6) << c.gpus << std::setw(7) << c.nodes << std::setw(11)
+      << local::FormatDuration(as.start) << std::setw(11) << local::FormatDuration(as.end)
+      << rate.str() << "\n";
+  }
+  o << std::right << "\nmakespan " << local::FormatDuration(plan->makespan) << ", lower bound "
+    << local::FormatDuration(plan->lower_bound) << ", gap " << std::fixed << std::setprecision(1)
+    << 100 * plan->gap << "%, solved in " << std::setprecision(2) << plan->solve_seconds << " s ("
+    << plan->planner << ")\n";
+  if (baseline.ok() && baseline->makespan > 0) {
+    o << "current practice (each task alone on all its GPUs, one after another): "
+      << local::FormatDuration(baseline->makespan) << " (" << std::setprecision(1)
+      << 100 * (1 - plan->makespan / baseline->makespan) << "% shorter with the plan)\n";
+  }
+
+  sim::SimResult r;
+  r.workload = a.job.metadata.name;
+  r.policy = "plan";
+  r.makespan = plan->makespan;
+  r.tasks = static_cast<int>(problem.tasks.size());
+  r.nodes_total = nodes;
+  r.gpus_per_node = per_node;
+  for (size_t t = 0; t < problem.tasks.size(); ++t) {
+    const planner::Assignment& as = plan->assignments[t];
+    const planner::Config& c = problem.tasks[t].configs[static_cast<size_t>(as.config)];
+    r.intervals.push_back({problem.tasks[t].name, as.start, as.end, c.template_name, c.gpus,
+                           c.batch_size, as.gpus, "planned"});
+  }
+  if (svg.empty()) svg = a.job.metadata.name + "-plan.svg";
+  std::ofstream out(svg);
+  out << sim::GanttSvg(r);
+  if (!out) {
+    in.err << "orrery plan: cannot write " << svg << "\n";
+    return kExitInvalid;
+  }
+  o << "Gantt chart: " << svg << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace orrery::cli
+
+ORRERY_CLI_COMMAND(plan, "plan FILE --gpus NODESxGPUS [--svg F]",
+                   "Plan a job for a cluster shape and draw its Gantt chart, without running it",
+                   orrery::cli::RunPlan);

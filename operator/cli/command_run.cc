@@ -1,0 +1,198 @@
+// `orrery run FILE [--devices cpu:2|cuda:0-7] [--workdir DIR] [--fail-device-at T:DEV]...`:
+// the whole system on this machine (operator/local/runner.h).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "operator/cli/commands.h"
+#include "operator/cli/job_file.h"
+#include "operator/local/profile_cache.h"
+#include "operator/local/runner.h"
+
+namespace orrery::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_interrupts{0};
+
+extern "C" void OnInterrupt(int) {
+  g_stop.store(true);
+  // A third Ctrl-C gives up on the checkpoints.
+  if (g_interrupts.fetch_add(1) >= 2) _exit(130);
+}
+
+constexpr const char* kUsage =
+    "Usage: orrery run FILE [--devices cpu:N|cuda:0-7] [--workdir DIR]\n"
+    "                       [--fail-device-at SECONDS:DEVICE]... [--profile-cache FILE]\n"
+    "                       [--worker PATH] [--progress tty|plain] [--stop-at-step N]\n";
+
+// The worker binary: --worker, $ORRERY_WORKER, or orrery-worker next to this
+// program (both are built into build/bin and installed side by side).
+std::string FindWorker(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* w = std::getenv("ORRERY_WORKER"); w != nullptr && *w != '\0') return w;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path sibling = self.parent_path() / "orrery-worker";
+    if (fs::exists(sibling)) return sibling.string();
+  }
+  return "";
+}
+
+// Relative data and model paths resolve against the job file's folder or, the
+// first that holds them all, one of its parents (examples/ name files from the
+// repository root).
+std::string BaseDir(const std::string& file, const api::LoadedJob& job) {
+  std::vector<std::string> rel;
+  for (const auto& t : job.tasks) {
+    const api::DataSpec& d = t.task.data;
+    if (d.text && !d.text->path.empty() && d.text->path[0] != '/') rel.push_back(d.text->path);
+    if (d.tokens && !d.tokens->path.empty() && d.tokens->path[0] != '/')
+      rel.push_back(d.tokens->path);
+    const auto& m = t.task.model.torchscript;
+    if (m && !m->path.empty() && m->path[0] != '/') rel.push_back(m->path);
+  }
+  fs::path dir = fs::absolute(fs::path(file)).parent_path();
+  for (fs::path d = dir; !d.empty(); d = d.parent_path()) {
+    bool all = true;
+    for (const auto& r : rel) all = all && fs::exists(d / r);
+    if (all) return d.string();
+    if (d == d.root_path()) break;
+  }
+  return dir.string();
+}
+
+int RunRun(Invocation& in) {
+  if (WantsHelp(in.args)) {
+    in.out << kUsage
+           << "\nRuns a ModelSelectionJob on this machine with the operator's engine and planner:\n"
+              "profiles each model (reusing the profile cache), plans, starts one worker process\n"
+              "per device, re-plans as tasks progress, and writes report.html and report.json\n"
+              "to the work directory (default ./orrery-runs/JOB). Ctrl-C checkpoints every\n"
+              "running task and exits; the same command resumes. Without a GPU each \"GPU\" is\n"
+              "one CPU worker process (--devices cpu:N, default cpu:2).\n"
+              "  --fail-device-at 30:1   device 1 fails 30 s after the first task starts\n"
+              "  WORKDIR/control         append 'fail 1' or 'restore 1' to act on a live run\n"
+              "  --stop-at-step N        behave as on Ctrl-C once a task reaches step N\n";
+    return kExitOk;
+  }
+  std::string file, devices = "cpu:2", workdir, worker_flag, cache, progress;
+  std::vector<std::string> fails;
+  int64_t stop_at_step = -1;
+  for (size_t i = 0; i < in.args.size(); ++i) {
+    const std::string& a = in.args[i];
+    auto value = [&](const std::string& name) -> std::optional<std::string> {
+      if (a == name) {
+        if (i + 1 >= in.args.size()) return std::nullopt;
+        return in.args[++i];
+      }
+      if (a.rfind(name + "=", 0) == 0) return a.substr(name.size() + 1);
+      return std::nullopt;
+    };
+    auto takes = [&](const std::string& name) { return a == name || a.rfind(name + "=", 0) == 0; };
+    std::optional<std::string> v;
+    if (takes("--devices") && (v = value("--devices"))) {
+      devices = *v;
+    } else if (takes("--workdir") && (v = value("--workdir"))) {
+      workdir = *v;
+    } else if (takes("--worker") && (v = value("--worker"))) {
+      worker_flag = *v;
+    } else if (takes("--profile-cache") && (v = value("--profile-cache"))) {
+      cache = *v;
+    } else if (takes("--fail-device-at") && (v = value("--fail-device-at"))) {
+      fails.push_back(*v);
+    } else if (takes("--progress") && (v = value("--progress"))) {
+      progress = *v;
+    } else if (takes("--stop-at-step") && (v = value("--stop-at-step"))) {
+      try {
+        stop_at_step = std::stoll(*v);
+      } catch (const std::exception&) {
+        in.err << "orrery run: --stop-at-step wants a step number\n";
+        return kExitUsage;
+      }
+    } else if (a.rfind("--", 0) == 0) {
+      in.err << "orrery run: unknown or incomplete option " << a << "\n" << kUsage;
+      return kExitUsage;
+    } else if (file.empty()) {
+      file = a;
+    } else {
+      in.err << "orrery run: one FILE at a time\n" << kUsage;
+      return kExitUsage;
+    }
+  }
+  if (file.empty()) {
+    in.err << "orrery run: missing FILE\n" << kUsage;
+    return kExitUsage;
+  }
+  local::RunOptions opt;
+  auto parsed = local::ParseDevices(devices);
+  if (!parsed.ok()) {
+    in.err << "orrery run: " << parsed.status().message() << "\n";
+    return kExitUsage;
+  }
+  opt.devices = *parsed;
+  for (const auto& f : fails) {
+    auto e = local::ParseFailDevice(f);
+    if (!e.ok()) {
+      in.err << "orrery run: " << e.status().message() << "\n";
+      return kExitUsage;
+    }
+    opt.device_events.push_back(*e);
+  }
+  if (progress != "" && progress != "tty" && progress != "plain") {
+    in.err << "orrery run: --progress must be tty or plain\n";
+    return kExitUsage;
+  }
+  opt.tty = progress.empty() ? isatty(STDOUT_FILENO) == 1 : progress == "tty";
+
+  auto docs = AnalyzeFile(file);
+  if (!docs.ok()) {
+    in.err << docs.status().message() << "\n";
+    return kExitInvalid;
+  }
+  if (docs->size() != 1) {
+    in.err << "orrery run: " << file << " holds " << docs->size()
+           << " documents; run one ModelSelectionJob at a time\n";
+    return kExitInvalid;
+  }
+  const JobDocument& doc = (*docs)[0];
+  if (!doc.analysis.ok()) {
+    PrintErrors(doc, in.err);
+    return kExitInvalid;
+  }
+  api::LoadedJob job{doc.analysis.job, doc.analysis.tasks};
+  opt.worker = FindWorker(worker_flag);
+  if (opt.worker.empty() || access(opt.worker.c_str(), X_OK) != 0) {
+    in.err << "orrery run: cannot find orrery-worker"
+           << (opt.worker.empty() ? "" : " at " + opt.worker)
+           << "; build it (it needs LibTorch) and pass --worker PATH or set ORRERY_WORKER\n";
+    return kExitInvalid;
+  }
+  opt.workdir = workdir.empty() ? "orrery-runs/" + job.job.metadata.name : workdir;
+  opt.workdir = fs::absolute(opt.workdir).lexically_normal().string();
+  opt.profile_cache = cache.empty() ? local::ProfileCache::DefaultPath() : cache;
+  opt.job_dir = BaseDir(file, job);
+  opt.stop_at_step = stop_at_step;
+  opt.stop = &g_stop;
+  struct sigaction sa {};
+  sa.sa_handler = OnInterrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  int code = local::RunJob(job, opt, in.out, in.err);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  return code;
+}
+
+}  // namespace
+}  // namespace orrery::cli
+
+ORRERY_CLI_COMMAND(run, "run FILE [--devices cpu:2] [--workdir DIR]",
+                   "Run a job on this machine: profile, plan, train, report", orrery::cli::RunRun);

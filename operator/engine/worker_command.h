@@ -1,0 +1,56 @@
+// How a task of a ModelSelectionJob becomes an `orrery-worker` command line, for
+// both worlds that launch workers: the local runner (processes) and the Kubernetes
+// controller (pod args). Also the signature the profile cache is keyed by, and the
+// amount of work a task is, in samples. Pure: no I/O.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "operator/api/expand.h"
+#include "operator/api/types.h"
+
+namespace orrery::engine {
+
+// One configuration to run a task in (what the planner chose) and where its
+// state lives.
+struct LaunchConfig {
+  std::string template_name;  // ddp | fsdp | pipeline | tensor | spill
+  int gpus = 1;               // ranks
+  int64_t batch_size = 0;     // global; 0 = the task's own
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;  // steps; 0 = only on signal and at the end
+  int keep = 2;
+  int report_every = 10;  // steps between progress lines
+  int threads = 1;        // intra-op threads per rank
+  // Relative data and TorchScript paths are resolved against this folder (the
+  // folder of the job file locally, the volume root in a pod); "" leaves them.
+  std::string base_dir;
+  api::LrScaling lr_scaling = api::LrScaling::kNone;
+};
+
+// The worker's template name for a plan's template on `gpus` ranks: on one rank
+// every template except spill is the plain loop ("single").
+std::string WorkerTemplate(const std::string& template_name, int gpus);
+
+// Flags for `orrery-worker train` (without the subcommand).
+std::vector<std::string> TrainFlags(const api::ExpandedTask& task, const LaunchConfig& config);
+
+// Flags for `orrery-worker profile`: the same task, `trial_steps` timed steps
+// after a short warm-up, no checkpoints.
+std::vector<std::string> ProfileFlags(const api::ExpandedTask& task, const LaunchConfig& config,
+                                      int trial_steps);
+
+// What profiling results are keyed by: everything that changes a step's time
+// (model shape, data kind and vocabulary, global batch), nothing that does not
+// (learning rate, seeds). Tasks with equal signatures share one profile.
+std::string ModelSignature(const api::TaskSpec& task);
+
+// Optimizer steps the task runs; epochs are converted with the dataset size when
+// it is known from the spec (synthetic data), else `dataset_samples` (0 = unknown:
+// one epoch counts as 1000 steps, a placeholder the first progress report
+// corrects).
+int64_t TotalSteps(const api::TaskSpec& task, int64_t dataset_samples = 0);
+
+}  // namespace orrery::engine

@@ -1,0 +1,1155 @@
+#include "operator/local/runner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <sys/file.h>
+
+#include "operator/api/codec.h"
+#include "operator/api/defaults.h"
+#include "operator/engine/engine.h"
+#include "operator/engine/worker_command.h"
+#include "operator/local/process.h"
+#include "operator/local/profile_cache.h"
+#include "operator/local/progress.h"
+#include "operator/local/report.h"
+
+namespace orrery::local {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr int kMaxFailures = 3;           // unexpected exits before a task is failed
+constexpr double kStopGraceS = 120;       // a gang asked to stop must checkpoint by then
+constexpr double kProfileTimeoutS = 900;  // one profiling run
+constexpr double kGpuMemoryGib = 1e6;     // local devices: memory is not modelled
+
+std::string Rfc3339Now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << content;
+    out.flush();
+    if (!out) return UnavailableError("cannot write " + tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return UnavailableError("cannot rename " + tmp + ": " + ec.message());
+  return OkStatus();
+}
+
+// The last non-empty line of a log file, for error messages.
+std::string LastLine(const std::string& path) {
+  std::string text = ReadFile(path);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  auto nl = text.rfind('\n');
+  std::string line = nl == std::string::npos ? text : text.substr(nl + 1);
+  if (line.size() > 300) line = line.substr(0, 300) + "...";
+  return line;
+}
+
+std::string ConfigText(const std::string& template_name, int gpus) {
+  return template_name + "×" + std::to_string(gpus);
+}
+
+struct Gang {
+  std::vector<Process> ranks;
+  std::vector<int> devices;  // indices into the device set
+  int config = -1;           // index into the task's configs
+  double started = 0;        // run time
+  int launch = 0;
+  std::string stop_reason;  // "" while it may run; rescaled | interrupted | device-lost
+  double stop_requested = 0;
+  int progress_lines = 0;
+  bool drift_reported = false;
+  std::string log_prefix;
+};
+
+struct TaskRun {
+  api::ExpandedTask spec;
+  std::string signature;
+  int64_t steps_total = 0;
+  int64_t batch = 0;
+  std::vector<planner::Config> configs;
+  std::optional<Gang> gang;
+  int64_t step = 0;
+  int64_t checkpoint_step = 0;
+  double loss = 0;
+  double samples_per_s = 0;
+  double speed_factor = 1;
+  bool done = false;
+  bool failed = false;
+  int failures = 0;
+  int launches = 0;
+  std::string done_status;  // the worker's "done" status of the current gang
+};
+
+class Runner {
+ public:
+  Runner(const api::LoadedJob& job, const RunOptions& options, std::ostream& out, std::ostream& err)
+      : job_(job),
+        opt_(options),
+        out_(out),
+        err_(err),
+        display_(out, options.tty),
+        start_(std::chrono::steady_clock::now()) {}
+
+  int Run();
+
+ private:
+  double Elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  double Now() const { return offset_ + Elapsed(); }
+  void Event(const std::string& text) {
+    display_.Event(Now(), text);
+    report_.events.push_back({Now(), text});
+  }
+  bool StopRequested() const {
+    if (opt_.stop != nullptr && opt_.stop->load()) return true;
+    if (opt_.stop_at_step < 0) return false;
+    for (const TaskRun& t : tasks_) {
+      if (t.gang && t.step >= opt_.stop_at_step) return true;
+    }
+    return false;
+  }
+
+  Status Prepare();
+  Status RestoreFrom(const RunReport& previous);
+  Status ProfileAll();
+  StatusOr<std::optional<ProfileEntry>> ProfileOne(const TaskRun& task,
+                                                   const std::string& template_name, int gpus);
+  void BuildConfigs();
+  engine::WorldView World() const;
+  void Decide(engine::Trigger trigger);
+  void LaunchReady();
+  Status Launch(size_t t, int config, const std::vector<int>& devices);
+  void ReadProgress(size_t t);
+  void Reap(size_t t);
+  void ApplyDeviceEvents();
+  void ReadControlFile();
+  void LoseDevice(int device, const std::string& why);
+  void RestoreDevice(int device);
+  void StopGang(size_t t, const std::string& reason, int signal);
+  std::vector<TaskProgress> ProgressView() const;
+  void SyncReport();
+  void WriteReport();
+  std::vector<int> AliveDevices() const;
+  std::string TaskConfigText(const TaskRun& t) const;
+
+  const api::LoadedJob& job_;
+  RunOptions opt_;
+  std::ostream& out_;
+  std::ostream& err_;
+  ProgressDisplay display_;
+  std::chrono::steady_clock::time_point start_;
+  double offset_ = 0;  // run time already spent by earlier invocations
+  std::vector<TaskRun> tasks_;
+  std::vector<bool> alive_;
+  RunReport report_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::optional<planner::Plan> plan_;  // absolute run times, world indices
+  double last_solve_ = 0;
+  bool launched_any_ = false;
+  double launch_time_ = 0;
+  size_t next_device_event_ = 0;
+  std::streamoff control_offset_ = 0;
+  int launch_counter_ = 0;
+  double last_report_write_ = -1e9;
+};
+
+Status Runner::Prepare() {
+  std::error_code ec;
+  for (const char* sub : {"", "/checkpoints", "/logs", "/rdv"}) {
+    fs::create_directories(opt_.workdir + sub, ec);
+    if (ec) return UnavailableError("cannot create " + opt_.workdir + sub + ": " + ec.message());
+  }
+  alive_.assign(opt_.devices.ids.size(), true);
+  report_.job = job_.job.metadata.name;
+  report_.devices = opt_.devices.text;
+  report_.device_count = static_cast<int>(opt_.devices.ids.size());
+  report_.started_at = Rfc3339Now();
+  report_.outcome = "running";
+  for (const api::ExpandedTask& e : job_.tasks) {
+    TaskRun t;
+    t.spec = e;
+    t.signature = engine::ModelSignature(e.task);
+    t.steps_total = engine::TotalSteps(e.task);
+    t.batch = e.task.training.batch_size;
+    tasks_.push_back(std::move(t));
+    ReportTask rt;
+    rt.name = e.name;
+    rt.source = e.source;
+    rt.hyper = e.assignments;
+    rt.state = "pending";
+    rt.steps_total = tasks_.back().steps_total;
+    rt.batch_size = static_cast<int>(t.batch);
+    report_.tasks.push_back(rt);
+  }
+  // The job as run: a resume must run the same job.
+  std::string job_json = api::JobToJson(job_.job);
+  std::string job_path = opt_.workdir + "/job.json";
+  std::string report_path = opt_.workdir + "/report.json";
+  if (fs::exists(job_path) && fs::exists(report_path)) {
+    std::string previous_job = ReadFile(job_path);
+    if (previous_job != job_json) {
+      return FailedPreconditionError(
+          "the work directory " + opt_.workdir +
+          " holds a run of a different job (its job.json differs from this file); pass another "
+          "--workdir, or remove the directory to start over");
+    }
+    auto previous = ReportFromJson(ReadFile(report_path));
+    if (!previous.ok()) {
+      return previous.status().WithContext("the work directory's report.json (remove " +
+                                           opt_.workdir + " to start over)");
+    }
+    ORRERY_RETURN_IF_ERROR(RestoreFrom(*previous));
+  } else {
+    ORRERY_RETURN_IF_ERROR(WriteFileAtomically(job_path, job_json));
+  }
+  return OkStatus();
+}
+
+Status Runner::RestoreFrom(const RunReport& previous) {
+  offset_ = previous.wall_s;
+  start_ = std::chrono::steady_clock::now();
+  report_.started_at = previous.started_at;
+  report_.actual = previous.actual;
+  for (ReportBar& bar : report_.actual) {
+    if (bar.ended_by == "running") bar.ended_by = "interrupted";
+  }
+  report_.plans = previous.plans;
+  report_.events = previous.events;
+  report_.profiles = previous.profiles;
+  int done = 0;
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    for (const ReportTask& p : previous.tasks) {
+      if (p.name != tasks_[i].spec.name) continue;
+      ReportTask& rt = report_.tasks[i];
+      rt.losses = p.losses;
+      rt.restarts = p.restarts;
+      rt.final_loss = p.final_loss;
+      rt.steps_done = p.steps_done;
+      rt.template_name = p.template_name;
+      rt.gpus = p.gpus;
+      tasks_[i].step = p.steps_done;
+      tasks_[i].loss = p.final_loss;
+      if (p.steps_total > 0) tasks_[i].steps_total = p.steps_total;
+      rt.steps_total = tasks_[i].steps_total;
+      if (p.state == "completed") {
+        tasks_[i].done = true;
+        rt.state = "completed";
+        ++done;
+      }
+    }
+  }
+  Event("resuming " + opt_.workdir + ": " + std::to_string(done) + " of " +
+        std::to_string(tasks_.size()) + " tasks already done");
+  return OkStatus();
+}
+
+std::vector<int> Runner::AliveDevices() const {
+  std::vector<int> a;
+  for (size_t d = 0; d < alive_.size(); ++d) {
+    if (alive_[d]) a.push_back(static_cast<int>(d));
+  }
+  return a;
+}
+
+std::map<std::string, std::string> RankEnv(const DeviceSet& devices, int device, int rank,
+                                           int world, const std::string& store) {
+  std::map<std::string, std::string> env = {
+      {"RANK", std::to_string(rank)},
+      {"WORLD_SIZE", std::to_string(world)},
+      {"ORRERY_STORE_PATH", store},
+      // One intra-op thread per rank: a rank stands for one device.
+      {"OMP_NUM_THREADS", "1"},
+      {"OPENBLAS_NUM_THREADS", "1"},
+  };
+  if (devices.kind == "cuda") {
+    env["CUDA_VISIBLE_DEVICES"] = std::to_string(devices.ids[static_cast<size_t>(device)]);
+    env["ORRERY_BACKEND"] = "nccl";
+  }
+  return env;
+}
+
+StatusOr<std::optional<ProfileEntry>> Runner::ProfileOne(const TaskRun& task,
+                                                         const std::string& template_name,
+                                                         int gpus) {
+  engine::LaunchConfig lc;
+  lc.template_name = template_name;
+  lc.gpus = gpus;
+  lc.base_dir = opt_.job_dir;
+  std::vector<std::string> argv = {opt_.worker, "profile"};
+  for (auto& f : engine::ProfileFlags(task.spec, lc, job_.job.spec.profiling.trial_steps)) {
+    argv.push_back(f);
+  }
+  std::vector<int> alive = AliveDevices();
+  int n = ++launch_counter_;
+  std::string store = opt_.workdir + "/rdv/profile-" + std::to_string(n);
+  std::error_code ec;
+  fs::remove_all(store, ec);
+  std::string log = opt_.workdir + "/logs/profile-" + std::to_string(n) + "." +
+                    engine::WorkerTemplate(template_name, gpus) + "x" + std::to_string(gpus);
+  std::vector<Process> ranks;
+  for (int r = 0; r < gpus; ++r) {
+    ORRERY_ASSIGN_OR_RETURN(
+        Process p,
+        Process::Spawn(argv, RankEnv(opt_.devices, alive[static_cast<size_t>(r)], r, gpus, store),
+                       log + ".r" + std::to_string(r) + ".log", r == 0));
+    ranks.push_back(std::move(p));
+  }
+  std::string doc;
+  double begin = Elapsed();
+  while (ranks[0].Running()) {
+    for (auto& line : ranks[0].ReadLines()) {
+      if (line.find("\"profile\"") != std::string::npos) doc = line;
+    }
+    if (StopRequested()) {
+      for (auto& p : ranks) p.Signal(SIGKILL);
+      return CancelledError("interrupted while profiling");
+    }
+    if (Elapsed() - begin > kProfileTimeoutS) {
+      for (auto& p : ranks) p.Signal(SIGKILL);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (auto& line : ranks[0].ReadLines()) {
+    if (line.find("\"profile\"") != std::string::npos) doc = line;
+  }
+  int code = 0;
+  for (auto& p : ranks) code = std::max(code, p.WaitOrKill(30));
+  fs::remove_all(store, ec);
+  if (code != 0 || doc.empty()) {
+    Event("profile " + task.signature + " " + ConfigText(template_name, gpus) +
+          ": not usable (exit " + std::to_string(code) + "): " + LastLine(log + ".r0.log"));
+    return std::optional<ProfileEntry>();
+  }
+  ORRERY_ASSIGN_OR_RETURN(ProfileEntry e, ParseProfileDocument(doc));
+  return std::optional<ProfileEntry>(e);
+}
+
+Status Runner::ProfileAll() {
+  ORRERY_ASSIGN_OR_RETURN(ProfileCache cache, ProfileCache::Load(opt_.profile_cache));
+  const api::ModelSelectionJobSpec& spec = job_.job.spec;
+  int max_gpus =
+      std::min(spec.resources.gpus_per_task.max, static_cast<int>(AliveDevices().size()));
+  max_gpus = std::min(max_gpus, spec.resources.gpu_quota);
+  int min_gpus = std::min(spec.resources.gpus_per_task.min, max_gpus);
+  std::vector<int> counts = spec.profiling.gpu_counts.empty()
+                                ? api::DefaultProfileGpuCounts(min_gpus, max_gpus)
+                                : spec.profiling.gpu_counts;
+  std::set<std::string> seen;
+  report_.profiles.clear();
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    TaskRun& task = tasks_[i];
+    if (task.done) continue;
+    std::string members;
+    for (const TaskRun& o : tasks_) {
+      if (o.signature == task.signature) members += (members.empty() ? "" : ",") + o.spec.name;
+    }
+    if (!seen.insert(task.signature).second) continue;
+    for (api::Template tmpl : spec.resources.templates) {
+      std::string name(api::EnumName(tmpl));
+      for (int g : counts) {
+        if (g < 1 || g > max_gpus) continue;
+        ProfileEntry key;
+        key.signature = task.signature;
+        key.template_name = engine::WorkerTemplate(name, g);
+        key.gpus = g;
+        key.batch_size = task.batch;
+        key.device = opt_.devices.kind;
+        const ProfileEntry* hit = spec.profiling.reuse_cache ? cache.Find(key) : nullptr;
+        ProfileEntry e;
+        bool cached = hit != nullptr;
+        if (cached) {
+          e = *hit;
+        } else {
+          report_.tasks[i].state = "profiling";
+          Event("profiling " + task.signature + " as " + ConfigText(name, g) + " (" +
+                std::to_string(spec.profiling.trial_steps) + " trial steps)");
+          ORRERY_ASSIGN_OR_RETURN(std::optional<ProfileEntry> measured, ProfileOne(task, name, g));
+          if (!measured) continue;
+          e = *measured;
+          e.signature = key.signature;
+          e.template_name = key.template_name;
+          e.gpus = g;
+          e.batch_size = key.batch_size;
+          e.device = key.device;
+          e.measured_at = Rfc3339Now();
+          cache.Put(e);
+          ORRERY_RETURN_IF_ERROR(cache.Save());
+          char buf[160];
+          std::snprintf(buf, sizeof(buf), "  %.1f samples/s, step %.3f s (p90 %.3f s)",
+                        e.samples_per_s, e.step_time_s, e.step_time_p90_s);
+          Event("profiled " + ConfigText(name, g) + ":" + buf);
+        }
+        ReportProfile rp;
+        rp.signature = task.signature;
+        rp.tasks = members;
+        rp.template_name = name;
+        rp.gpus = g;
+        rp.batch_size = static_cast<int>(e.batch_size);
+        rp.samples_per_s = e.samples_per_s;
+        rp.step_time_s = e.step_time_s;
+        rp.peak_memory_mib = e.peak_memory_bytes / (1024.0 * 1024.0);
+        rp.from_cache = cached;
+        report_.profiles.push_back(rp);
+      }
+    }
+  }
+  int reused = 0;
+  for (const ReportProfile& p : report_.profiles) reused += p.from_cache ? 1 : 0;
+  if (reused > 0) {
+    Event("reused " + std::to_string(reused) + " cached profiles from " + cache.path());
+  }
+  return OkStatus();
+}
+
+void Runner::BuildConfigs() {
+  const api::ModelSelectionJobSpec& spec = job_.job.spec;
+  for (TaskRun& task : tasks_) {
+    task.configs.clear();
+    // Profiled points per template, then fitted points for the GPU counts between
+    // them (linear interpolation of throughput; no extrapolation).
+    std::map<std::string, std::map<int, const ReportProfile*>> by_template;
+    for (const ReportProfile& p : report_.profiles) {
+      if (p.signature == task.signature) by_template[p.template_name][p.gpus] = &p;
+    }
+    for (const auto& [tmpl, points] : by_template) {
+      for (auto it = points.begin(); it != points.end(); ++it) {
+        planner::Config c;
+        c.template_name = tmpl;
+        c.gpus = it->first;
+        c.batch_size = static_cast<int>(task.batch);
+        c.throughput = it->second->samples_per_s;
+        c.memory_gib = it->second->peak_memory_mib / 1024.0;
+        task.configs.push_back(c);
+        auto next = std::next(it);
+        if (next == points.end()) continue;
+        for (int g = it->first + 1; g < next->first; ++g) {
+          if (g < spec.resources.gpus_per_task.min || g > spec.resources.gpus_per_task.max)
+            continue;
+          double f = static_cast<double>(g - it->first) / (next->first - it->first);
+          planner::Config fit = c;
+          fit.gpus = g;
+          fit.throughput = it->second->samples_per_s +
+                           f * (next->second->samples_per_s - it->second->samples_per_s);
+          task.configs.push_back(fit);
+        }
+      }
+    }
+  }
+}
+
+engine::WorldView Runner::World() const {
+  engine::WorldView w;
+  w.now = Now();
+  std::vector<int> alive = AliveDevices();
+  std::map<int, int> slot_of;  // device -> slot among the alive
+  for (size_t k = 0; k < alive.size(); ++k) slot_of[alive[k]] = static_cast<int>(k);
+  w.nodes.push_back({"local", static_cast<int>(alive.size()), kGpuMemoryGib, true});
+  for (const TaskRun& t : tasks_) {
+    engine::TaskView v;
+    v.name = t.spec.name;
+    v.weight = t.spec.task.weight;
+    v.remaining_work = static_cast<double>(std::max<int64_t>(0, t.steps_total - t.step)) * t.batch;
+    v.profile = t.configs;
+    v.done = t.done || t.failed;
+    v.speed_factor = t.speed_factor;
+    if (t.gang && t.gang->stop_reason.empty()) {
+      engine::RunningView r;
+      r.config = t.gang->config;
+      bool all_alive = true;
+      for (int d : t.gang->devices) {
+        auto it = slot_of.find(d);
+        if (it == slot_of.end()) {
+          all_alive = false;
+          break;
+        }
+        r.gpus.push_back({0, it->second});
+      }
+      std::sort(r.gpus.begin(), r.gpus.end());
+      if (all_alive) v.running = r;
+    }
+    w.tasks.push_back(std::move(v));
+  }
+  return w;
+}
+
+void Runner::Decide(engine::Trigger trigger) {
+  bool any_left = false;
+  for (const TaskRun& t : tasks_) any_left = any_left || !(t.done || t.failed);
+  if (!any_left || AliveDevices().empty()) return;
+  if (!engine_->ShouldSolve(trigger)) return;
+  last_solve_ = Now();
+  auto d = engine_->Decide(World(), trigger);
+  if (!d.ok()) {
+    Event(std::string("plan (") + engine::TriggerName(trigger) +
+          ") failed: " + d.status().ToString());
+    return;
+  }
+  if (!d->adopted) {
+    if (trigger != engine::Trigger::kInterval) {
+      char buf[200];
+      std::snprintf(buf, sizeof(buf), "re-plan (%s): %s", engine::TriggerName(trigger),
+                    d->reason.c_str());
+      Event(buf);
+    }
+    return;
+  }
+  plan_ = d->plan;
+  std::vector<int> alive = AliveDevices();
+  ReportPlan rp;
+  rp.at_s = Now();
+  rp.trigger = engine::TriggerName(trigger);
+  rp.planner = d->plan.planner;
+  rp.makespan_s = d->plan.makespan;
+  rp.lower_bound_s = d->plan.lower_bound;
+  rp.gap = d->plan.gap;
+  rp.solve_s = d->solver_seconds;
+  report_.plans.push_back(rp);
+  report_.planned.clear();
+  char buf[240];
+  std::snprintf(buf, sizeof(buf),
+                "plan %zu (%s, %s): finishes at %s, lower bound %s, gap %.1f%%, solved in %.2f s",
+                report_.plans.size(), engine::TriggerName(trigger), d->plan.planner.c_str(),
+                FormatDuration(d->plan.makespan).c_str(),
+                FormatDuration(d->plan.lower_bound).c_str(), 100 * d->plan.gap, d->solver_seconds);
+  Event(buf);
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    const planner::Assignment& a = plan_->assignments[t];
+    if (a.config < 0) continue;
+    const planner::Config& c = tasks_[t].configs[static_cast<size_t>(a.config)];
+    ReportBar bar;
+    bar.task = tasks_[t].spec.name;
+    for (const planner::GpuSlot& s : a.gpus)
+      bar.devices.push_back(alive[static_cast<size_t>(s.gpu)]);
+    bar.start_s = a.start;
+    bar.end_s = a.end;
+    bar.template_name = c.template_name;
+    bar.gpus = c.gpus;
+    bar.batch_size = c.batch_size;
+    report_.planned.push_back(bar);
+    report_.tasks[t].template_name = c.template_name;
+    report_.tasks[t].gpus = c.gpus;
+    // A running task whose configuration or devices change is rescaled: it
+    // checkpoints, stops, and starts again in its new configuration.
+    TaskRun& task = tasks_[t];
+    if (task.gang && task.gang->stop_reason.empty() &&
+        (task.gang->config != a.config || bar.devices != task.gang->devices)) {
+      Event("rescale " + task.spec.name + ": " + TaskConfigText(task) + " -> " +
+            ConfigText(c.template_name, c.gpus));
+      StopGang(t, "rescaled", SIGTERM);
+    }
+  }
+  WriteReport();
+}
+
+std::string Runner::TaskConfigText(const TaskRun& t) const {
+  if (!t.gang || t.gang->config < 0) return "";
+  const planner::Config& c = t.configs[static_cast<size_t>(t.gang->config)];
+  return ConfigText(c.template_name, c.gpus);
+}
+
+void Runner::LaunchReady() {
+  if (!plan_) return;
+  std::set<int> busy;
+  for (const TaskRun& t : tasks_) {
+    if (t.gang) busy.insert(t.gang->devices.begin(), t.gang->devices.end());
+  }
+  std::vector<int> alive = AliveDevices();
+  // Tasks waiting to start, in planned start order.
+  std::vector<size_t> waiting;
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    if (tasks_[t].done || tasks_[t].failed || tasks_[t].gang) continue;
+    if (plan_->assignments[t].config < 0) continue;
+    waiting.push_back(t);
+  }
+  std::sort(waiting.begin(), waiting.end(), [&](size_t a, size_t b) {
+    return plan_->assignments[a].start < plan_->assignments[b].start;
+  });
+  std::set<int> claimed;  // devices an earlier waiting task goes to first
+  for (size_t t : waiting) {
+    const planner::Assignment& a = plan_->assignments[t];
+    std::vector<int> devices;
+    bool valid = true;
+    for (const planner::GpuSlot& s : a.gpus) {
+      if (s.gpu < 0 || static_cast<size_t>(s.gpu) >= alive.size()) {
+        valid = false;
+        break;
+      }
+      devices.push_back(alive[static_cast<size_t>(s.gpu)]);
+    }
+    if (!valid) continue;  // made for devices that are gone; a re-plan follows
+    bool free = true;
+    for (int d : devices) free = free && !busy.count(d) && !claimed.count(d);
+    claimed.insert(devices.begin(), devices.end());
+    if (!free) continue;
+    Status s = Launch(t, a.config, devices);
+    if (!s.ok()) {
+      Event("launch " + tasks_[t].spec.name + " failed: " + s.ToString());
+      tasks_[t].failed = true;
+      report_.tasks[t].state = "failed";
+      continue;
+    }
+    busy.insert(devices.begin(), devices.end());
+  }
+}
+
+Status Runner::Launch(size_t t, int config, const std::vector<int>& devices) {
+  TaskRun& task = tasks_[t];
+  const planner::Config& c = task.configs[static_cast<size_t>(config)];
+  const api::ModelSelectionJobSpec& spec = job_.job.spec;
+  engine::LaunchConfig lc;
+  lc.template_name = c.template_name;
+  lc.gpus = c.gpus;
+  lc.batch_size = c.batch_size;
+  lc.checkpoint_dir = opt_.workdir + "/checkpoints/" + task.spec.name;
+  lc.checkpoint_every = spec.checkpoints.interval_steps;
+  lc.keep = spec.checkpoints.keep;
+  lc.report_every = opt_.report_every;
+  lc.base_dir = opt_.job_dir;
+  lc.lr_scaling =
+      spec.elasticity.enabled ? spec.elasticity.learning_rate_scaling : api::LrScaling::kNone;
+  std::vector<std::string> argv = {opt_.worker, "train"};
+  for (auto& f : engine::TrainFlags(task.spec, lc)) argv.push_back(f);
+  Gang g;
+  g.devices = devices;
+  g.config = config;
+  g.started = Now();
+  g.launch = ++task.launches;
+  std::string store = opt_.workdir + "/rdv/" + task.spec.name + "-" + std::to_string(g.launch);
+  std::error_code ec;
+  fs::remove_all(store, ec);
+  g.log_prefix = opt_.workdir + "/logs/" + task.spec.name + "." + std::to_string(g.launch);
+  for (int r = 0; r < c.gpus; ++r) {
+    ORRERY_ASSIGN_OR_RETURN(
+        Process p,
+        Process::Spawn(argv,
+                       RankEnv(opt_.devices, devices[static_cast<size_t>(r)], r, c.gpus, store),
+                       g.log_prefix + ".r" + std::to_string(r) + ".log", r == 0));
+    g.ranks.push_back(std::move(p));
+  }
+  std::string where;
+  for (int d : devices) where += (where.empty() ? "" : ",") + std::to_string(d);
+  Event("start " + task.spec.name + " as " + ConfigText(c.template_name, c.gpus) + " on " +
+        opt_.devices.kind + ":" + where +
+        (task.step > 0 ? " from step " + std::to_string(task.step) : ""));
+  task.gang = std::move(g);
+  task.done_status.clear();
+  report_.tasks[t].state = "running";
+  report_.tasks[t].template_name = c.template_name;
+  report_.tasks[t].gpus = c.gpus;
+  report_.tasks[t].batch_size = c.batch_size;
+  if (!launched_any_) {
+    launched_any_ = true;
+    launch_time_ = Elapsed();
+  }
+  return OkStatus();
+}
+
+void Runner::ReadProgress(size_t t) {
+  TaskRun& task = tasks_[t];
+  if (!task.gang) return;
+  ReportTask& rt = report_.tasks[t];
+  for (const std::string& line : task.gang->ranks[0].ReadLines()) {
+    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    std::string ev = j.value("event", "");
+    if (ev == "start") {
+      if (j.contains("steps") && j["steps"].is_number_integer()) {
+        task.steps_total = j["steps"].get<int64_t>();
+        rt.steps_total = task.steps_total;
+      }
+      if (j.contains("resumed_from_step") && j["resumed_from_step"].is_number_integer()) {
+        int64_t from = j["resumed_from_step"].get<int64_t>();
+        task.step = from;
+        task.checkpoint_step = from;
+        // Progress after that checkpoint was lost; its loss points go too.
+        auto& l = rt.losses;
+        l.erase(std::remove_if(l.begin(), l.end(),
+                               [&](const ReportLossPoint& p) { return p.step > from; }),
+                l.end());
+      } else if (task.step > 0) {
+        task.step = 0;  // no checkpoint survived: starting over
+        rt.losses.clear();
+      }
+    } else if (ev == "progress") {
+      task.step = j.value("step", task.step);
+      task.loss = j.value("loss", task.loss);
+      task.samples_per_s = j.value("samples_per_s", task.samples_per_s);
+      rt.losses.push_back({task.step, task.loss, Now()});
+      ++task.gang->progress_lines;
+      // Measured over profiled throughput, once past the first report (warm-up).
+      const planner::Config& c = task.configs[static_cast<size_t>(task.gang->config)];
+      if (task.gang->progress_lines >= 2 && c.throughput > 0 && task.samples_per_s > 0) {
+        task.speed_factor = task.samples_per_s / c.throughput;
+        if (!task.gang->drift_reported &&
+            std::abs(task.speed_factor - 1) > engine_->options().drift_tolerance) {
+          task.gang->drift_reported = true;
+          char buf[200];
+          std::snprintf(buf, sizeof(buf), "%s runs at %.0f%% of its profiled speed",
+                        task.spec.name.c_str(), 100 * task.speed_factor);
+          Event(buf);
+          Decide(engine::Trigger::kThroughputDrift);
+        }
+      }
+    } else if (ev == "checkpoint") {
+      task.checkpoint_step = j.value("step", task.checkpoint_step);
+    } else if (ev == "done") {
+      task.done_status = j.value("status", "");
+      task.step = j.value("step", task.step);
+      if (j.contains("loss") && j["loss"].is_number()) task.loss = j["loss"].get<double>();
+    }
+  }
+  rt.steps_done = task.step;
+  rt.final_loss = task.loss;
+  rt.samples_per_s = task.samples_per_s;
+}
+
+void Runner::StopGang(size_t t, const std::string& reason, int signal) {
+  TaskRun& task = tasks_[t];
+  if (!task.gang) return;
+  if (task.gang->stop_reason.empty()) {
+    task.gang->stop_reason = reason;
+    task.gang->stop_requested = Elapsed();
+  }
+  for (Process& p : task.gang->ranks) p.Signal(signal);
+}
+
+void Runner::Reap(size_t t) {
+  TaskRun& task = tasks_[t];
+  if (!task.gang) return;
+  Gang& g = *task.gang;
+  // A gang ends when its rank 0 ends; a rank that dies alone makes the others
+  // fail fast (worker/dist), so waiting for rank 0 is enough.
+  if (g.ranks[0].Running()) {
+    if (!g.stop_reason.empty() && Elapsed() - g.stop_requested > kStopGraceS) {
+      for (Process& p : g.ranks) p.Signal(SIGKILL);
+    }
+    return;
+  }
+  ReadProgress(t);
+  int code = 0;
+  for (Process& p : g.ranks) code = std::max(code, p.WaitOrKill(30));
+  const planner::Config& c = task.configs[static_cast<size_t>(g.config)];
+  ReportBar bar;
+  bar.task = task.spec.name;
+  bar.devices = g.devices;
+  bar.start_s = g.started;
+  bar.end_s = Now();
+  bar.template_name = c.template_name;
+  bar.gpus = c.gpus;
+  bar.batch_size = c.batch_size;
+  ReportTask& rt = report_.tasks[t];
+  std::string reason = g.stop_reason;
+  std::string log0 = g.log_prefix + ".r0.log";
+  task.gang.reset();
+  if (code == 0 && task.done_status == "completed") {
+    bar.ended_by = "completed";
+    task.done = true;
+    rt.state = "completed";
+    char buf[200];
+    std::snprintf(buf, sizeof(buf), "%s completed: loss %.4f after %lld steps",
+                  task.spec.name.c_str(), task.loss, static_cast<long long>(task.step));
+    Event(buf);
+    report_.actual.push_back(bar);
+    Decide(engine::Trigger::kTaskFinished);
+    return;
+  }
+  if (reason == "rescaled" || reason == "interrupted") {
+    bar.ended_by = reason;
+    if (reason == "rescaled") ++rt.restarts;
+    rt.state = reason == "interrupted" ? "interrupted" : "pending";
+    if (code != 0) {
+      Event(task.spec.name + ": stopped without a clean checkpoint (exit " + std::to_string(code) +
+            "); it resumes from step " + std::to_string(task.checkpoint_step));
+    }
+    if (code != 0) task.step = task.checkpoint_step;
+    report_.actual.push_back(bar);
+    return;
+  }
+  if (reason == "device-lost") {
+    bar.ended_by = "device-lost";
+    ++rt.restarts;
+    rt.state = "pending";
+    task.step = task.checkpoint_step;
+    Event(task.spec.name + " lost a device; it restarts from step " +
+          std::to_string(task.checkpoint_step) + " on what remains");
+    report_.actual.push_back(bar);
+    return;
+  }
+  bar.ended_by = "failed";
+  report_.actual.push_back(bar);
+  ++task.failures;
+  task.step = task.checkpoint_step;
+  std::string why = LastLine(log0);
+  if (task.failures >= kMaxFailures) {
+    task.failed = true;
+    rt.state = "failed";
+    Event(task.spec.name + " failed " + std::to_string(task.failures) + " times (exit " +
+          std::to_string(code) + "), giving up: " + why + " (logs: " + log0 + ")");
+    Decide(engine::Trigger::kTaskFinished);
+  } else {
+    ++rt.restarts;
+    rt.state = "pending";
+    Event(task.spec.name + " exited with " + std::to_string(code) + ": " + why +
+          "; restarting from step " + std::to_string(task.checkpoint_step));
+  }
+}
+
+void Runner::LoseDevice(int device, const std::string& why) {
+  if (device < 0 || static_cast<size_t>(device) >= alive_.size() ||
+      !alive_[static_cast<size_t>(device)])
+    return;
+  alive_[static_cast<size_t>(device)] = false;
+  Event("device " + opt_.devices.kind + ":" + std::to_string(device) + " lost (" + why + ")");
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    if (!tasks_[t].gang) continue;
+    const auto& d = tasks_[t].gang->devices;
+    if (std::find(d.begin(), d.end(), device) == d.end()) continue;
+    // A dead device takes its process with it: no checkpoint on the way out.
+    tasks_[t].gang->stop_reason.clear();
+    StopGang(t, "device-lost", SIGKILL);
+  }
+  Decide(engine::Trigger::kCapacityChanged);
+}
+
+void Runner::RestoreDevice(int device) {
+  if (device < 0 || static_cast<size_t>(device) >= alive_.size() ||
+      alive_[static_cast<size_t>(device)])
+    return;
+  alive_[static_cast<size_t>(device)] = true;
+  Event("device " + opt_.devices.kind + ":" + std::to_string(device) + " is back");
+  Decide(engine::Trigger::kCapacityChanged);
+}
+
+void Runner::ApplyDeviceEvents() {
+  while (next_device_event_ < opt_.device_events.size() && launched_any_ &&
+         opt_.device_events[next_device_event_].at_s <= Elapsed() - launch_time_) {
+    const DeviceEvent& e = opt_.device_events[next_device_event_++];
+    if (e.fail) {
+      LoseDevice(e.device, "--fail-device-at");
+    } else {
+      RestoreDevice(e.device);
+    }
+  }
+}
+
+void Runner::ReadControlFile() {
+  std::ifstream in(opt_.workdir + "/control");
+  if (!in) return;
+  in.seekg(control_offset_);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // a line still being written
+    control_offset_ = in.tellg();
+    std::istringstream ls(line);
+    std::string verb;
+    int device = -1;
+    ls >> verb >> device;
+    if (verb == "fail") {
+      LoseDevice(device, "control file");
+    } else if (verb == "restore") {
+      RestoreDevice(device);
+    } else if (!verb.empty()) {
+      Event("control file: ignored '" + line + "' (use 'fail DEV' or 'restore DEV')");
+    }
+  }
+}
+
+std::vector<TaskProgress> Runner::ProgressView() const {
+  std::vector<TaskProgress> v;
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    const TaskRun& task = tasks_[t];
+    TaskProgress p;
+    p.name = task.spec.name;
+    p.state = report_.tasks[t].state;
+    p.config = task.gang ? TaskConfigText(task) : "";
+    p.step = task.step;
+    p.steps = task.steps_total;
+    p.loss = task.loss;
+    p.samples_per_s = task.samples_per_s;
+    if (task.gang && task.samples_per_s > 0) {
+      p.eta_s = static_cast<double>(task.steps_total - task.step) * task.batch / task.samples_per_s;
+    }
+    v.push_back(p);
+  }
+  return v;
+}
+
+void Runner::WriteReport() {
+  report_.wall_s = Now();
+  std::vector<ReportBar> all = report_.actual;
+  RunReport snapshot = report_;
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    const TaskRun& task = tasks_[t];
+    if (!task.gang) continue;
+    const planner::Config& c = task.configs[static_cast<size_t>(task.gang->config)];
+    ReportBar bar;
+    bar.task = task.spec.name;
+    bar.devices = task.gang->devices;
+    bar.start_s = task.gang->started;
+    bar.end_s = Now();
+    bar.template_name = c.template_name;
+    bar.gpus = c.gpus;
+    bar.batch_size = c.batch_size;
+    bar.ended_by = "running";
+    snapshot.actual.push_back(bar);
+  }
+  Status s = WriteFileAtomically(opt_.workdir + "/report.json", ReportJson(snapshot));
+  if (s.ok()) s = WriteFileAtomically(opt_.workdir + "/report.html", ReportHtml(snapshot));
+  if (!s.ok()) err_ << "orrery run: cannot write the report: " << s << "\n";
+  last_report_write_ = Elapsed();
+}
+
+int Runner::Run() {
+  Status s = Prepare();
+  if (!s.ok()) {
+    err_ << "orrery run: " << s << "\n";
+    return 1;
+  }
+  // One run per work directory at a time.
+  int lock_fd = open((opt_.workdir + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    err_ << "orrery run: another `orrery run` is using " << opt_.workdir << "\n";
+    if (lock_fd >= 0) close(lock_fd);
+    return 1;
+  }
+  Event("job " + job_.job.metadata.name + ": " + std::to_string(tasks_.size()) + " tasks on " +
+        opt_.devices.text + ", work directory " + opt_.workdir);
+  if (std::all_of(tasks_.begin(), tasks_.end(), [](const TaskRun& t) { return t.done; })) {
+    report_.outcome = "completed";
+    display_.Finish(ProgressView());
+    WriteReport();
+    out_ << "report: " << opt_.workdir << "/report.html\n"
+         << "every task had already completed; remove " << opt_.workdir << " to run again\n";
+    close(lock_fd);
+    return 0;
+  }
+  s = ProfileAll();
+  if (!s.ok()) {
+    err_ << "orrery run: " << s << "\n";
+    report_.outcome = s.code() == StatusCode::kCancelled ? "interrupted" : "failed";
+    WriteReport();
+    close(lock_fd);
+    return s.code() == StatusCode::kCancelled ? 130 : 1;
+  }
+  BuildConfigs();
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    if (!tasks_[t].done && tasks_[t].configs.empty()) {
+      err_ << "orrery run: task " << tasks_[t].spec.name
+           << " has no configuration that ran in profiling (see the events above and "
+           << opt_.workdir << "/logs); allow more templates in spec.resources.templates or "
+           << "fix the model\n";
+      report_.outcome = "failed";
+      WriteReport();
+      close(lock_fd);
+      return 1;
+    }
+  }
+  engine::EngineOptions eo;
+  const api::SchedulingSpec& sch = job_.job.spec.scheduling;
+  eo.policy = "orrery";
+  eo.replan_interval_s = sch.replan_interval_seconds;
+  eo.adopt_gain = sch.min_switch_gain;
+  eo.solver_time_limit_s = sch.solver_time_limit_seconds;
+  eo.switch_cost_s = opt_.switch_cost_s;
+  engine_ = std::make_unique<engine::Engine>(eo, nullptr);
+  for (auto& rt : report_.tasks) {
+    if (rt.state == "profiling") rt.state = "pending";
+  }
+  Decide(engine::Trigger::kStart);
+  if (!plan_) {
+    err_ << "orrery run: no plan could be made (see the events above)\n";
+    report_.outcome = "failed";
+    WriteReport();
+    close(lock_fd);
+    return 1;
+  }
+  bool interrupted = false;
+  double last_display = -1e9;
+  while (true) {
+    if (!interrupted && StopRequested()) {
+      interrupted = true;
+      Event("stopping: every running task checkpoints, then exits");
+      for (size_t t = 0; t < tasks_.size(); ++t) StopGang(t, "interrupted", SIGTERM);
+    }
+    if (!interrupted) {
+      ApplyDeviceEvents();
+      ReadControlFile();
+    }
+    for (size_t t = 0; t < tasks_.size(); ++t) {
+      ReadProgress(t);
+      Reap(t);
+    }
+    bool running = false, left = false;
+    for (const TaskRun& t : tasks_) {
+      running = running || t.gang.has_value();
+      left = left || !(t.done || t.failed);
+    }
+    if (interrupted && !running) break;
+    if (!left) break;
+    if (!interrupted) {
+      if (Now() - last_solve_ >= engine_->options().replan_interval_s) {
+        Decide(engine::Trigger::kInterval);
+      }
+      LaunchReady();
+      bool any_running = false;
+      for (const TaskRun& t : tasks_) any_running = any_running || t.gang.has_value();
+      if (!any_running && AliveDevices().empty()) {
+        Event("no device left: stopping; restore a device ('restore DEV' in " + opt_.workdir +
+              "/control) or run again to resume");
+        interrupted = true;
+        break;
+      }
+      if (!any_running && plan_) {
+        // Nothing runs and nothing could start: the plan is stale (devices it
+        // names are gone). Force a new one.
+        Decide(engine::Trigger::kCapacityChanged);
+        LaunchReady();
+      }
+    }
+    if (Elapsed() - last_display >= (opt_.tty ? 0.5 : 1.0)) {
+      display_.Update(Now(), ProgressView(), plan_ ? plan_->makespan : -1);
+      last_display = Elapsed();
+    }
+    if (Elapsed() - last_report_write_ >= 5) WriteReport();
+    std::this_thread::sleep_for(std::chrono::duration<double>(opt_.tick_s));
+  }
+  bool failed = false;
+  for (const TaskRun& t : tasks_) failed = failed || t.failed;
+  report_.outcome = interrupted ? "interrupted" : failed ? "failed" : "completed";
+  display_.Finish(ProgressView());
+  WriteReport();
+  out_ << "report: " << opt_.workdir << "/report.html\n";
+  if (interrupted) {
+    out_ << "interrupted: run the same command again to resume from the checkpoints\n";
+  } else {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%s in %s",
+                  failed ? "finished with failures" : "all tasks completed",
+                  FormatDuration(Now()).c_str());
+    out_ << buf << "\n";
+  }
+  close(lock_fd);
+  return interrupted ? 130 : failed ? 1 : 0;
+}
+
+}  // namespace
+
+StatusOr<DeviceSet> ParseDevices(const std::string& text) {
+  DeviceSet d;
+  d.text = text;
+  auto colon = text.find(':');
+  d.kind = text.substr(0, colon);
+  std::string rest = colon == std::string::npos ? "" : text.substr(colon + 1);
+  auto bad = [&](const std::string& why) {
+    return InvalidArgumentError("--devices " + text + ": " + why +
+                                " (use cpu:N, or cuda:0-7, or cuda:0,2,3)");
+  };
+  if (d.kind != "cpu" && d.kind != "cuda") return bad("unknown device kind '" + d.kind + "'");
+  auto to_int = [&](const std::string& s) -> std::optional<int> {
+    if (s.empty() || s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
+    return std::stoi(s);
+  };
+  if (d.kind == "cpu") {
+    int n = 1;
+    if (!rest.empty()) {
+      auto v = to_int(rest);
+      if (!v || *v < 1 || *v > 256) return bad("the count must be a number from 1 to 256");
+      n = *v;
+    }
+    for (int i = 0; i < n; ++i) d.ids.push_back(i);
+    return d;
+  }
+  if (rest.empty()) return bad("name the CUDA devices");
+  std::stringstream ss(rest);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto dash = item.find('-');
+    if (dash == std::string::npos) {
+      auto v = to_int(item);
+      if (!v) return bad("'" + item + "' is not a device number");
+      d.ids.push_back(*v);
+    } else {
+      auto a = to_int(item.substr(0, dash)), b = to_int(item.substr(dash + 1));
+      if (!a || !b || *a > *b) return bad("'" + item + "' is not a range like 0-7");
+      for (int i = *a; i <= *b; ++i) d.ids.push_back(i);
+    }
+  }
+  std::set<int> unique(d.ids.begin(), d.ids.end());
+  if (unique.size() != d.ids.size()) return bad("a device is named twice");
+  return d;
+}
+
+StatusOr<DeviceEvent> ParseFailDevice(const std::string& text) {
+  auto colon = text.find(':');
+  DeviceEvent e;
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    size_t used = 0;
+    e.at_s = std::stod(text.substr(0, colon), &used);
+    if (used != colon || e.at_s < 0) throw std::invalid_argument("time");
+    std::string dev = text.substr(colon + 1);
+    e.device = std::stoi(dev, &used);
+    if (used != dev.size() || e.device < 0) throw std::invalid_argument("device");
+  } catch (const std::exception&) {
+    return InvalidArgumentError("--fail-device-at " + text +
+                                ": expected SECONDS:DEVICE, e.g. 30:1 (device 1 fails 30 s after "
+                                "the first task starts)");
+  }
+  return e;
+}
+
+int RunJob(const api::LoadedJob& job, const RunOptions& options, std::ostream& out,
+           std::ostream& err) {
+  RunOptions opt = options;
+  for (const DeviceEvent& e : opt.device_events) {
+    if (static_cast<size_t>(e.device) >= opt.devices.ids.size()) {
+      err << "orrery run: --fail-device-at names device " << e.device << " but --devices "
+          << opt.devices.text << " has " << opt.devices.ids.size() << "\n";
+      return 1;
+    }
+  }
+  std::stable_sort(opt.device_events.begin(), opt.device_events.end(),
+                   [](const DeviceEvent& a, const DeviceEvent& b) { return a.at_s < b.at_s; });
+  Runner runner(job, opt, out, err);
+  return runner.Run();
+}
+
+}  // namespace orrery::local

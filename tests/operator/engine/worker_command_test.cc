@@ -1,0 +1,153 @@
+// Tasks to worker command lines, profile signatures, step counts and the
+// first-principles estimate used before anything is profiled.
+#include "operator/engine/worker_command.h"
+
+#include <algorithm>
+
+#include <gtest/gtest.h>
+
+#include "operator/api/load.h"
+#include "operator/api/yaml.h"
+#include "operator/engine/estimate.h"
+
+namespace orrery::engine {
+namespace {
+
+api::LoadedJob Load(const std::string& yaml) {
+  auto json = api::YamlToJson(yaml);
+  EXPECT_TRUE(json.ok()) << json.status();
+  auto job = api::LoadJob(*json);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+const char* kJob = R"(
+apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: t}
+spec:
+  tasks:
+  - name: gpt
+    model: {gpt: {layers: 2, hidden: 64, heads: 4, seqLen: 32, vocab: 256}}
+    data: {text: {path: data/corpus.txt}}
+    training: {steps: 200, batchSize: 8, optimizer: sgd, learningRate: 0.1, momentum: 0.8,
+               schedule: cosine, warmupSteps: 20}
+    searchSpace: {grid: {learningRate: [0.1, 0.01]}}
+  - name: mlp
+    model: {mlp: {layers: 3, hidden: 32, inputs: 16, outputs: 4}}
+    data: {synthetic: {seed: 7, samples: 1000}}
+    training: {epochs: 2, batchSize: 10, learningRate: 1e-3}
+  resources: {gpuQuota: 4}
+)";
+
+bool Has(const std::vector<std::string>& flags, const std::string& flag) {
+  return std::find(flags.begin(), flags.end(), flag) != flags.end();
+}
+
+TEST(WorkerCommand, TrainFlagsCarryTheTaskAndItsConfiguration) {
+  api::LoadedJob job = Load(kJob);
+  ASSERT_EQ(job.tasks.size(), 3u);
+  LaunchConfig c;
+  c.template_name = "ddp";
+  c.gpus = 2;
+  c.checkpoint_dir = "/ckpt/gpt";
+  c.checkpoint_every = 50;
+  c.keep = 3;
+  c.base_dir = "/repo";
+  c.lr_scaling = api::LrScaling::kSqrt;
+  auto f = TrainFlags(job.tasks[1], c);  // the lr=0.01 variant
+  for (const char* want : {"--model=gpt",
+                           "--layers=2",
+                           "--hidden=64",
+                           "--heads=4",
+                           "--seq=32",
+                           "--vocab=256",
+                           "--data=text",
+                           "--data-path=/repo/data/corpus.txt",
+                           "--optimizer=sgd",
+                           "--lr=0.01",
+                           "--momentum=0.8",
+                           "--warmup-steps=20",
+                           "--decay=cosine",
+                           "--batch=8",
+                           "--template=ddp",
+                           "--steps=200",
+                           "--checkpoint-dir=/ckpt/gpt",
+                           "--checkpoint-every=50",
+                           "--keep=3",
+                           "--lr-scaling=sqrt",
+                           "--threads=1"}) {
+    EXPECT_TRUE(Has(f, want)) << want;
+  }
+  // One rank runs the plain loop; spill stays spill.
+  c.gpus = 1;
+  EXPECT_TRUE(Has(TrainFlags(job.tasks[1], c), "--template=single"));
+  c.template_name = "spill";
+  EXPECT_TRUE(Has(TrainFlags(job.tasks[1], c), "--template=spill"));
+  // The MLP on synthetic data, trained for epochs, with a batch override.
+  c.template_name = "fsdp";
+  c.gpus = 2;
+  c.batch_size = 20;
+  auto m = TrainFlags(job.tasks[2], c);
+  for (const char* want : {"--model=mlp", "--mlp-layers=3", "--mlp-hidden=32", "--mlp-input=16",
+                           "--classes=4", "--data=synthetic", "--data-samples=1000", "--seed=7",
+                           "--epochs=2", "--batch=20", "--optimizer=adamw", "--template=fsdp"}) {
+    EXPECT_TRUE(Has(m, want)) << want;
+  }
+}
+
+TEST(WorkerCommand, ProfileFlagsTimeTheTrialSteps) {
+  api::LoadedJob job = Load(kJob);
+  LaunchConfig c;
+  c.template_name = "ddp";
+  c.gpus = 2;
+  auto f = ProfileFlags(job.tasks[0], c, 9);
+  EXPECT_TRUE(Has(f, "--profile-steps=9"));
+  EXPECT_TRUE(Has(f, "--profile-warmup=3"));
+  EXPECT_FALSE(std::any_of(f.begin(), f.end(),
+                           [](const std::string& s) { return s.rfind("--checkpoint", 0) == 0; }));
+}
+
+TEST(WorkerCommand, SignatureIgnoresLearningRateButNotShapeOrBatch) {
+  api::LoadedJob job = Load(kJob);
+  EXPECT_EQ(ModelSignature(job.tasks[0].task), ModelSignature(job.tasks[1].task));
+  EXPECT_EQ(ModelSignature(job.tasks[0].task), "gpt-l2-h64-a4-s32-v256/text/b8");
+  api::TaskSpec wider = job.tasks[0].task;
+  wider.model.gpt->hidden = 128;
+  EXPECT_NE(ModelSignature(wider), ModelSignature(job.tasks[0].task));
+  api::TaskSpec bigger = job.tasks[0].task;
+  bigger.training.batch_size = 16;
+  EXPECT_NE(ModelSignature(bigger), ModelSignature(job.tasks[0].task));
+}
+
+TEST(WorkerCommand, TotalSteps) {
+  api::LoadedJob job = Load(kJob);
+  EXPECT_EQ(TotalSteps(job.tasks[0].task), 200);
+  EXPECT_EQ(TotalSteps(job.tasks[2].task), 2 * 1000 / 10);  // epochs of synthetic data
+}
+
+TEST(Estimate, ScalesWithDevicesAndRespectsTemplateLimits) {
+  api::LoadedJob job = Load(kJob);
+  const api::TaskSpec& gpt = job.tasks[0].task;
+  DeviceModel gpu = DefaultDevice("cuda");
+  EXPECT_DOUBLE_EQ(ModelParameters(gpt), 12 * 2 * 64 * 64 + 256 * 64 + 32 * 64);
+  auto one = EstimateConfig(gpt, "ddp", 1, gpu);
+  auto two = EstimateConfig(gpt, "ddp", 2, gpu);
+  ASSERT_TRUE(one && two);
+  EXPECT_GT(two->throughput, one->throughput);
+  EXPECT_LT(two->throughput, 2 * one->throughput);
+  // 6 FLOPs per parameter per token.
+  EXPECT_NEAR(one->throughput, gpu.flops / (6 * ModelParameters(gpt) * 32), 1e-6 * one->throughput);
+  auto fsdp = EstimateConfig(gpt, "fsdp", 2, gpu);
+  ASSERT_TRUE(fsdp);
+  EXPECT_NEAR(fsdp->memory_gib, two->memory_gib / 2, 1e-12);
+  EXPECT_FALSE(EstimateConfig(gpt, "tensor", 8, gpu));    // 4 heads do not split 8 ways
+  EXPECT_FALSE(EstimateConfig(gpt, "pipeline", 4, gpu));  // 2 layers, 4 stages
+  EXPECT_FALSE(EstimateConfig(gpt, "zero", 2, gpu));
+  auto spill = EstimateConfig(gpt, "spill", 1, gpu);
+  ASSERT_TRUE(spill);
+  EXPECT_LT(spill->throughput, one->throughput);
+}
+
+}  // namespace
+}  // namespace orrery::engine
