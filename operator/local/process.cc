@@ -139,7 +139,7 @@ std::vector<std::string> Process::ReadLines() {
     if (n == 0) {  // end of file: the last line may lack its newline
       close(stdout_fd_);
       stdout_fd_ = -1;
-      if (!partial_.empty()) partial_ += '\n';
+      if (!partial_.empty() && partial_.back() != '\n') partial_ += '\n';
     }
     break;
   }

@@ -38,9 +38,9 @@ struct ReportLossPoint {
 
 struct ReportTask {
   std::string name;
-  std::string source;  // the spec task it was expanded from
+  std::string source;                                      // the spec task it was expanded from
   std::vector<std::pair<std::string, std::string>> hyper;  // {"learningRate", "0.001"}
-  std::string state;  // pending | profiling | running | completed | failed | interrupted
+  std::string state;          // pending | profiling | running | completed | failed | interrupted
   std::string template_name;  // the configuration it last ran (or is planned) in
   int gpus = 0;
   int batch_size = 0;

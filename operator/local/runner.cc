@@ -180,6 +180,7 @@ class Runner {
   RunReport report_;
   std::unique_ptr<engine::Engine> engine_;
   std::optional<planner::Plan> plan_;  // absolute run times, world indices
+  std::vector<int> plan_devices_;      // slot k of plan_ is device plan_devices_[k]
   double last_solve_ = 0;
   bool launched_any_ = false;
   double launch_time_ = 0;
@@ -532,6 +533,7 @@ void Runner::Decide(engine::Trigger trigger) {
   }
   plan_ = d->plan;
   std::vector<int> alive = AliveDevices();
+  plan_devices_ = alive;  // the plan's GPU slots are indices into this list
   ReportPlan rp;
   rp.at_s = Now();
   rp.trigger = engine::TriggerName(trigger);
@@ -590,7 +592,6 @@ void Runner::LaunchReady() {
   for (const TaskRun& t : tasks_) {
     if (t.gang) busy.insert(t.gang->devices.begin(), t.gang->devices.end());
   }
-  std::vector<int> alive = AliveDevices();
   // Tasks waiting to start, in planned start order.
   std::vector<size_t> waiting;
   for (size_t t = 0; t < tasks_.size(); ++t) {
@@ -607,11 +608,12 @@ void Runner::LaunchReady() {
     std::vector<int> devices;
     bool valid = true;
     for (const planner::GpuSlot& s : a.gpus) {
-      if (s.gpu < 0 || static_cast<size_t>(s.gpu) >= alive.size()) {
+      if (s.gpu < 0 || static_cast<size_t>(s.gpu) >= plan_devices_.size() ||
+          !alive_[static_cast<size_t>(plan_devices_[static_cast<size_t>(s.gpu)])]) {
         valid = false;
         break;
       }
-      devices.push_back(alive[static_cast<size_t>(s.gpu)]);
+      devices.push_back(plan_devices_[static_cast<size_t>(s.gpu)]);
     }
     if (!valid) continue;  // made for devices that are gone; a re-plan follows
     bool free = true;

@@ -255,7 +255,9 @@ TEST_F(RunE2E, DeviceLostMidRunRestartsTheTaskOnWhatRemains) {
   }
   EXPECT_TRUE(finished_on_0) << report["actual"].dump();
   for (const auto& t : report["tasks"]) {
-    if (t["name"] == lost_task) EXPECT_GE(t["restarts"].get<int>(), 1);
+    if (t["name"] == lost_task) {
+      EXPECT_GE(t["restarts"].get<int>(), 1);
+    }
   }
   EXPECT_GE(report["plans"].size(), 2u);  // re-planned for the smaller machine
 }
