@@ -1,0 +1,115 @@
+// Builders for a task's gang on Kubernetes: one headless Service for rendezvous
+// and one Pod per rank. Pure: JSON in the API server's wire form, no I/O; the
+// reconciler creates what these return and treats AlreadyExists as success.
+//
+// One pod per rank, each with one GPU. The worker is one process per rank that
+// reads its rank from RANK (worker/main/main.cc), so a pod holding several GPUs
+// would need a launcher inside it; with one rank per pod the scheduler, the
+// kubelet's GPU accounting and the node-loss logic all see ranks directly, and a
+// node spanned by k ranks simply hosts k pods. The planned node is pinned with a
+// required node affinity on metadata.name (as DaemonSets do) rather than
+// spec.nodeName, so the scheduler still checks the GPUs are free and the pod
+// stays Pending instead of failing with OutOfgpu when they are not.
+//
+// Rank 0 is the rendezvous master: MASTER_ADDR is its stable DNS name through the
+// headless Service (<pod>.<svc>.<ns>.svc, from the pod's hostname and subdomain),
+// published before readiness so ranks can connect while starting.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "operator/api/expand.h"
+#include "operator/api/types.h"
+#include "operator/api/yaml.h"
+#include "operator/engine/worker_command.h"
+
+namespace orrery::controller {
+
+using api::Json;
+
+inline constexpr int kRendezvousPort = 29500;
+inline constexpr const char* kWorkerContainer = "worker";
+inline constexpr const char* kTerminationMessagePath = "/dev/termination-log";
+// The restricted profile's non-root identity, as the chart gives the operator.
+inline constexpr int64_t kWorkerUid = 65532;
+
+// What the planner chose for a task.
+struct GangConfig {
+  api::Template template_ = api::Template::kDdp;
+  int gpus = 1;            // ranks, one pod and one GPU each
+  int nodes = 1;           // distinct nodes spanned; 0 = not checked
+  int64_t batch_size = 0;  // global; 0 = the task's own
+};
+
+struct GangOptions {
+  // SIGTERM asks the worker to checkpoint and exit; this is how long it may take
+  // before SIGKILL. Generous: a checkpoint of a large model writes gigabytes.
+  int64_t termination_grace_seconds = 600;
+  std::string backend = "nccl";
+  int report_every = 10;
+  int threads = 1;
+  int64_t shm_size_mib = 1024;  // /dev/shm for the collectives' shared memory
+};
+
+struct GangRequest {
+  const api::ModelSelectionJob* job = nullptr;  // metadata name, namespace and uid set
+  const api::ExpandedTask* task = nullptr;
+  GangConfig config;
+  std::vector<std::string> placement;  // node per rank; size == config.gpus
+  int generation = 0;                  // 0 at first launch, +1 per relaunch
+  GangOptions options;
+};
+
+struct Gang {
+  std::string service_name;
+  Json service;
+  std::vector<Json> pods;  // by rank
+  std::vector<std::string> warnings;
+};
+
+// INVALID_ARGUMENT when the request is inconsistent (missing job metadata, a
+// placement that does not match the ranks or the nodes spanned).
+StatusOr<Gang> BuildGang(const GangRequest& request);
+
+// The labels every pod of the gang carries (without the rank) and the selector of
+// its Service: managed-by, job, task, gang.
+Json GangSelector(const api::ModelSelectionJob& job, const std::string& task, int generation);
+
+// The checkpoint folder of a task: <spec.checkpoints.path>/<job>/<task>. Every
+// generation of a task uses the same folder, so a relaunch resumes from it.
+std::string CheckpointDir(const api::ModelSelectionJob& job, const std::string& task);
+
+// ---- shared by the gang and profile builders ------------------------------
+Json OwnerReference(const api::ModelSelectionJob& job);
+// The restricted Pod Security profile (the chart's
+// orrery.restrictedContainerSecurityContext).
+Json RestrictedContainerSecurityContext();
+Json RestrictedPodSecurityContext();
+Json HeadlessService(const api::ModelSelectionJob& job, const std::string& name,
+                     const Json& selector, const Json& labels);
+// A pod of `image` running `args`, with the job's node selector and tolerations,
+// the restricted security context, /tmp and /dev/shm as emptyDirs and the
+// rendezvous environment. `node` "" leaves placement to the scheduler.
+struct PodParts {
+  std::string name;
+  std::string service;
+  Json labels;
+  Json annotations = Json::object();
+  std::vector<std::string> args;
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr;
+  std::string node;
+  std::string gpu_resource;
+  int64_t grace_seconds = 30;
+  std::string backend = "nccl";
+  int64_t shm_size_mib = 1024;
+};
+Json WorkerPod(const api::ModelSelectionJob& job, const PodParts& parts);
+// "<pod>.<svc>.<ns>.svc"
+std::string PodDnsName(const std::string& pod, const std::string& service, const std::string& ns);
+Status CheckJobMetadata(const api::ModelSelectionJob& job);
+
+}  // namespace orrery::controller

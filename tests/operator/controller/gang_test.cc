@@ -1,0 +1,252 @@
+#include "operator/controller/gang.h"
+
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "operator/controller/names.h"
+#include "tests/operator/controller/pod_security.h"
+#include "tests/operator/controller/test_objects.h"
+
+namespace orrery::controller {
+namespace {
+
+using testing::LoadJob;
+using testing::RestrictedViolations;
+
+class GangTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    loaded_ = LoadJob();
+    ASSERT_EQ(loaded_.tasks.size(), 3u);
+  }
+  GangRequest Request(int gpus, std::vector<std::string> placement, int generation = 0,
+                      size_t task = 0) {
+    GangRequest r;
+    r.job = &loaded_.job;
+    r.task = &loaded_.tasks[task];
+    r.config.template_ = api::Template::kFsdp;
+    r.config.gpus = gpus;
+    r.config.nodes =
+        static_cast<int>(std::set<std::string>(placement.begin(), placement.end()).size());
+    r.config.batch_size = 32;
+    r.placement = std::move(placement);
+    r.generation = generation;
+    return r;
+  }
+  static std::string EnvOf(const Json& pod, const std::string& name) {
+    for (const Json& e : pod["spec"]["containers"][0]["env"]) {
+      if (e["name"] == name) return e["value"];
+    }
+    return "<unset>";
+  }
+  api::LoadedJob loaded_;
+};
+
+TEST_F(GangTest, ServiceIsHeadlessAndSelectsTheGang) {
+  auto gang = BuildGang(Request(2, {"n1", "n2"}));
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  const Json& svc = gang->service;
+  EXPECT_EQ(svc["kind"], "Service");
+  EXPECT_EQ(svc["metadata"]["name"], gang->service_name);
+  EXPECT_EQ(svc["metadata"]["namespace"], "team-a");
+  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
+  EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
+  EXPECT_EQ(svc["spec"]["ports"][0]["port"], kRendezvousPort);
+  Json sel = svc["spec"]["selector"];
+  EXPECT_EQ(sel[kGangLabel], "mlp-lr-1e-3-g0");
+  EXPECT_EQ(sel[kJobLabel], "sweep");
+  // Every pod carries every selector label with the same value.
+  for (const Json& pod : gang->pods) {
+    for (const auto& [k, val] : sel.items()) EXPECT_EQ(pod["metadata"]["labels"][k], val) << k;
+  }
+}
+
+TEST_F(GangTest, OnePodPerRankWithRendezvousEnvironment) {
+  auto gang = BuildGang(Request(3, {"n1", "n1", "n2"}));
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  ASSERT_EQ(gang->pods.size(), 3u);
+  std::string rank0 = gang->pods[0]["metadata"]["name"];
+  std::string master = rank0 + "." + gang->service_name + ".team-a.svc";
+  for (int rank = 0; rank < 3; ++rank) {
+    const Json& pod = gang->pods[static_cast<size_t>(rank)];
+    EXPECT_EQ(pod["metadata"]["labels"][kRankLabel], std::to_string(rank));
+    EXPECT_EQ(pod["metadata"]["labels"][kManagedByLabel], "orrery");
+    EXPECT_EQ(pod["metadata"]["labels"][kTaskLabel], "mlp-lr-1e-3");
+    EXPECT_EQ(EnvOf(pod, "RANK"), std::to_string(rank));
+    EXPECT_EQ(EnvOf(pod, "WORLD_SIZE"), "3");
+    EXPECT_EQ(EnvOf(pod, "MASTER_ADDR"), master);
+    EXPECT_EQ(EnvOf(pod, "MASTER_PORT"), "29500");
+    EXPECT_EQ(EnvOf(pod, "ORRERY_BACKEND"), "nccl");
+    EXPECT_EQ(EnvOf(pod, "ORRERY_TERMINATION_MESSAGE_PATH"), kTerminationMessagePath);
+    // The DNS name MASTER_ADDR uses exists because hostname/subdomain are set.
+    EXPECT_EQ(pod["spec"]["hostname"], pod["metadata"]["name"]);
+    EXPECT_EQ(pod["spec"]["subdomain"], gang->service_name);
+    EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  }
+}
+
+TEST_F(GangTest, ArgsAreTheEngineTrainFlags) {
+  GangRequest r = Request(2, {"n1", "n2"});
+  auto gang = BuildGang(r);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  engine::LaunchConfig launch;
+  launch.template_name = "fsdp";
+  launch.gpus = 2;
+  launch.batch_size = 32;
+  launch.checkpoint_dir = "/ckpt/sweep/mlp-lr-1e-3";
+  launch.checkpoint_every = loaded_.job.spec.checkpoints.interval_steps;
+  launch.keep = loaded_.job.spec.checkpoints.keep;
+  std::vector<std::string> want = {"train"};
+  for (const auto& f : engine::TrainFlags(loaded_.tasks[0], launch)) want.push_back(f);
+  EXPECT_EQ(gang->pods[1]["spec"]["containers"][0]["args"].get<std::vector<std::string>>(), want);
+}
+
+TEST_F(GangTest, OwnerReferenceIsTheControllingJob) {
+  auto gang = BuildGang(Request(1, {"n1"}));
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  for (const Json* obj : {&gang->service, &gang->pods[0]}) {
+    const Json& refs = (*obj)["metadata"]["ownerReferences"];
+    ASSERT_EQ(refs.size(), 1u);
+    EXPECT_EQ(refs[0]["apiVersion"], "orrery.dev/v1alpha1");
+    EXPECT_EQ(refs[0]["kind"], "ModelSelectionJob");
+    EXPECT_EQ(refs[0]["name"], "sweep");
+    EXPECT_EQ(refs[0]["uid"], loaded_.job.metadata.uid);
+    EXPECT_EQ(refs[0]["controller"], true);
+    EXPECT_EQ(refs[0]["blockOwnerDeletion"], true);
+  }
+}
+
+TEST_F(GangTest, PlacementSchedulingAndGpus) {
+  auto gang = BuildGang(Request(2, {"gpu-a", "gpu-b"}));
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  const Json& spec = gang->pods[1]["spec"];
+  const Json& term =
+      spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+          ["nodeSelectorTerms"][0]["matchFields"][0];
+  EXPECT_EQ(term["key"], "metadata.name");
+  EXPECT_EQ(term["operator"], "In");
+  EXPECT_EQ(term["values"], Json::array({"gpu-b"}));
+  EXPECT_EQ(gang->pods[1]["metadata"]["annotations"][kNodeAnnotation], "gpu-b");
+  EXPECT_EQ(spec["nodeSelector"]["orrery.dev/pool"], "gpu");
+  EXPECT_EQ(spec["tolerations"][0]["key"], "nvidia.com/gpu");
+  EXPECT_EQ(spec["tolerations"][0]["operator"], "Exists");
+  EXPECT_EQ(spec["tolerations"][0]["effect"], "NoSchedule");
+  EXPECT_FALSE(spec["tolerations"][0].contains("value"));
+  const Json& res = spec["containers"][0]["resources"];
+  EXPECT_EQ(res["limits"]["nvidia.com/gpu"], 1);
+  EXPECT_EQ(res["requests"]["nvidia.com/gpu"], 1);
+  EXPECT_EQ(spec["containers"][0]["image"], loaded_.job.spec.resources.image);
+}
+
+TEST_F(GangTest, CheckpointVolumeFromTheClaim) {
+  auto gang = BuildGang(Request(1, {"n1"}));
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  EXPECT_TRUE(gang->warnings.empty());
+  const Json& spec = gang->pods[0]["spec"];
+  bool mounted = false, claimed = false;
+  for (const Json& m : spec["containers"][0]["volumeMounts"]) {
+    if (m["name"] == "checkpoints") mounted = m["mountPath"] == "/ckpt";
+  }
+  for (const Json& v : spec["volumes"]) {
+    if (v["name"] == "checkpoints")
+      claimed = v["persistentVolumeClaim"]["claimName"] == "sweep-ckpt";
+  }
+  EXPECT_TRUE(mounted);
+  EXPECT_TRUE(claimed);
+  EXPECT_EQ(CheckpointDir(loaded_.job, "mlp-lr-1e-3"), "/ckpt/sweep/mlp-lr-1e-3");
+}
+
+TEST_F(GangTest, NoClaimMeansEmptyDirAndAWarning) {
+  loaded_.job.spec.checkpoints.claim_name.clear();
+  auto gang = BuildGang(Request(1, {"n1"}));
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  ASSERT_EQ(gang->warnings.size(), 1u);
+  const Json& pod = gang->pods[0];
+  EXPECT_TRUE(pod["metadata"]["annotations"].contains(kCheckpointWarningAnnotation));
+  bool empty_dir = false;
+  for (const Json& v : pod["spec"]["volumes"]) {
+    if (v["name"] == "checkpoints") empty_dir = v.contains("emptyDir");
+  }
+  EXPECT_TRUE(empty_dir);
+}
+
+TEST_F(GangTest, EveryPodPassesTheRestrictedProfile) {
+  for (size_t task = 0; task < loaded_.tasks.size(); ++task) {
+    auto gang = BuildGang(Request(2, {"n1", "n2"}, 1, task));
+    ASSERT_TRUE(gang.ok()) << gang.status();
+    for (const Json& pod : gang->pods) {
+      EXPECT_EQ(RestrictedViolations(pod), std::vector<std::string>{}) << pod.dump(2);
+      const Json& c = pod["spec"]["containers"][0];
+      EXPECT_EQ(c["securityContext"]["readOnlyRootFilesystem"], true);
+      bool tmp = false;
+      for (const Json& m : c["volumeMounts"]) tmp |= m["mountPath"] == "/tmp";
+      EXPECT_TRUE(tmp) << "a read-only root needs a writable /tmp";
+      EXPECT_EQ(c["terminationMessagePolicy"], "FallbackToLogsOnError");
+      EXPECT_GE(pod["spec"]["terminationGracePeriodSeconds"].get<int>(), 60);
+    }
+  }
+}
+
+TEST_F(GangTest, TheRestrictedCheckerCatchesViolations) {
+  auto gang = BuildGang(Request(1, {"n1"}));
+  ASSERT_TRUE(gang.ok());
+  Json pod = gang->pods[0];
+  pod["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = true;
+  pod["spec"]["volumes"].push_back({{"name", "h"}, {"hostPath", {{"path", "/"}}}});
+  pod["spec"]["hostNetwork"] = true;
+  EXPECT_EQ(RestrictedViolations(pod).size(), 3u);
+}
+
+TEST_F(GangTest, NamesAreStableAndDistinctAcrossTasksRanksAndGenerations) {
+  std::set<std::string> names;
+  size_t objects = 0;
+  for (size_t task = 0; task < loaded_.tasks.size(); ++task) {
+    for (int gen = 0; gen < 2; ++gen) {
+      auto a = BuildGang(Request(4, {"n1", "n1", "n2", "n2"}, gen, task));
+      auto b = BuildGang(Request(4, {"n1", "n1", "n2", "n2"}, gen, task));
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_EQ(a->service, b->service);
+      EXPECT_EQ(a->pods, b->pods);  // a restarted operator builds the same objects
+      names.insert(a->service_name);
+      ++objects;
+      for (const Json& pod : a->pods) {
+        std::string n = pod["metadata"]["name"];
+        EXPECT_LE(n.size(), 63u);
+        EXPECT_TRUE(IsDns1035Label(n)) << n;
+        names.insert(n);
+        ++objects;
+      }
+    }
+  }
+  EXPECT_EQ(names.size(), objects);
+}
+
+TEST_F(GangTest, RejectsInconsistentRequests) {
+  EXPECT_FALSE(BuildGang(Request(2, {"n1"})).ok());      // placement size
+  EXPECT_FALSE(BuildGang(Request(0, {})).ok());          // no ranks
+  EXPECT_FALSE(BuildGang(Request(2, {"n1", ""})).ok());  // empty node
+  GangRequest spans = Request(2, {"n1", "n2"});
+  spans.config.nodes = 1;
+  EXPECT_FALSE(BuildGang(spans).ok());
+  GangRequest no_uid = Request(1, {"n1"});
+  loaded_.job.metadata.uid.clear();
+  EXPECT_FALSE(BuildGang(no_uid).ok());
+}
+
+TEST_F(GangTest, ConfigurationIsAnnotatedForARestartedOperator) {
+  auto gang = BuildGang(Request(2, {"n1", "n2"}, 3));
+  ASSERT_TRUE(gang.ok());
+  const Json& ann = gang->pods[0]["metadata"]["annotations"];
+  EXPECT_EQ(ann[kGenerationAnnotation], "3");
+  EXPECT_EQ(ann[kWorldSizeAnnotation], "2");
+  Json config = Json::parse(ann[kConfigAnnotation].get<std::string>());
+  EXPECT_EQ(config["template"], "fsdp");
+  EXPECT_EQ(config["gpus"], 2);
+  EXPECT_EQ(config["nodes"], 2);
+  EXPECT_EQ(config["batchSize"], 32);
+  EXPECT_EQ(gang->pods[0]["metadata"]["labels"][kGangLabel], "mlp-lr-1e-3-g3");
+}
+
+}  // namespace
+}  // namespace orrery::controller

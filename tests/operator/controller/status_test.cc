@@ -1,0 +1,230 @@
+#include "operator/controller/status.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/api/codec.h"
+#include "operator/controller/gang.h"
+#include "operator/controller/profile_pod.h"
+#include "tests/operator/controller/test_objects.h"
+
+namespace orrery::controller {
+namespace {
+
+using testing::LoadJob;
+using testing::MakePod;
+
+class StatusTest : public ::testing::Test {
+ protected:
+  void SetUp() override { loaded_ = LoadJob(); }
+  std::vector<Json> Gang(size_t task, int generation, std::vector<std::string> nodes) {
+    GangRequest r;
+    r.job = &loaded_.job;
+    r.task = &loaded_.tasks[task];
+    r.config.gpus = static_cast<int>(nodes.size());
+    r.config.nodes = 0;
+    r.config.batch_size = 16;
+    r.placement = std::move(nodes);
+    r.generation = generation;
+    auto g = BuildGang(r);
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? g->pods : std::vector<Json>{};
+  }
+  static Json Bound(const Json& pod, const std::string& phase) {
+    return MakePod(pod).Phase(phase).Node(
+        pod["metadata"]["annotations"]["orrery.dev/planned-node"]);
+  }
+  api::ModelSelectionJobStatus JobStatus(const std::map<std::string, TaskObservation>& observed,
+                                         const std::string& now = "2026-01-01T00:00:00Z") {
+    StatusInput in;
+    in.job = &loaded_.job;
+    in.tasks = &loaded_.tasks;
+    in.observed = &observed;
+    in.now = now;
+    return BuildJobStatus(in);
+  }
+  api::LoadedJob loaded_;
+};
+
+TEST_F(StatusTest, GangPhases) {
+  auto pods = Gang(0, 0, {"n1", "n2"});
+  auto phase = [](const std::vector<Json>& p, std::set<std::string> lost = {}) {
+    auto obs = ObserveTasks(p, lost);
+    EXPECT_EQ(obs.size(), 1u);
+    return obs.begin()->second.gang->phase;
+  };
+  EXPECT_EQ(phase({Bound(pods[0], "Pending"), Bound(pods[1], "Running")}), GangPhase::kPending);
+  EXPECT_EQ(phase({Bound(pods[0], "Running"), Bound(pods[1], "Running")}), GangPhase::kRunning);
+  EXPECT_EQ(phase({Bound(pods[0], "Succeeded"), Bound(pods[1], "Running")}), GangPhase::kRunning);
+  EXPECT_EQ(phase({Bound(pods[0], "Succeeded"), Bound(pods[1], "Succeeded")}),
+            GangPhase::kSucceeded);
+  EXPECT_EQ(phase({Bound(pods[0], "Failed"), Bound(pods[1], "Failed")}), GangPhase::kFailed);
+  EXPECT_EQ(phase({Bound(pods[0], "Running"), Bound(pods[1], "Failed")}), GangPhase::kPartial);
+  EXPECT_EQ(phase({Bound(pods[0], "Running")}), GangPhase::kPartial);  // rank 1 missing
+  EXPECT_EQ(phase({Bound(pods[0], "Running"), Bound(pods[1], "Running")}, {"n2"}),
+            GangPhase::kPartial);
+  EXPECT_EQ(phase({Bound(pods[0], "Running"), MakePod(Bound(pods[1], "Running")).Deleting()}),
+            GangPhase::kPartial);
+}
+
+TEST_F(StatusTest, LostNodeAndFailureReasons) {
+  auto pods = Gang(0, 0, {"n1", "n2", "n3"});
+  auto obs = ObserveTasks({Bound(pods[0], "Running"), Bound(pods[1], "Running"),
+                           MakePod(Bound(pods[2], "Failed")).Reason("NodeLost")});
+  const GangObservation& g = *obs.at("mlp-lr-1e-3").gang;
+  EXPECT_EQ(g.lost, 1);
+  EXPECT_EQ(g.lost_nodes, std::vector<std::string>{"n3"});
+  EXPECT_NE(g.reason.find("node n3 lost"), std::string::npos) << g.reason;
+
+  auto by_set = ObserveTasks(
+      {Bound(pods[0], "Running"), Bound(pods[1], "Running"), Bound(pods[2], "Running")}, {"n2"});
+  EXPECT_EQ(by_set.at("mlp-lr-1e-3").gang->lost_nodes, std::vector<std::string>{"n2"});
+
+  auto oom = ObserveTasks({Bound(pods[0], "Running"),
+                           MakePod(Bound(pods[1], "Failed")).Terminated("OOMKilled", 137),
+                           Bound(pods[2], "Running")});
+  EXPECT_EQ(oom.at("mlp-lr-1e-3").gang->reason, "rank 1: OOMKilled (exit code 137)");
+  EXPECT_TRUE(oom.at("mlp-lr-1e-3").gang->lost_nodes.empty());
+}
+
+TEST_F(StatusTest, NewestGenerationWinsAndOlderPodsAreStale) {
+  auto old_gang = Gang(0, 0, {"n1", "n2"});
+  auto new_gang = Gang(0, 2, {"n1"});
+  auto obs = ObserveTasks(
+      {Bound(old_gang[0], "Failed"), Bound(old_gang[1], "Running"), Bound(new_gang[0], "Running")});
+  const TaskObservation& t = obs.at("mlp-lr-1e-3");
+  EXPECT_EQ(t.restarts, 2);
+  EXPECT_EQ(t.gang->generation, 2);
+  EXPECT_EQ(t.gang->phase, GangPhase::kRunning);
+  EXPECT_EQ(t.stale_pods.size(), 2u);
+  ASSERT_TRUE(t.gang->config.has_value());
+  EXPECT_EQ(t.gang->config->gpus, 1);
+  EXPECT_EQ(t.gang->config->nodes, std::vector<std::string>{"n1"});
+}
+
+TEST_F(StatusTest, ProfileAndForeignPodsAreIgnored) {
+  ProfileRequest pr;
+  pr.job = &loaded_.job;
+  pr.task = &loaded_.tasks[0];
+  auto prof = BuildProfileGang(pr);
+  ASSERT_TRUE(prof.ok());
+  Json foreign = {{"metadata", {{"name", "x"}, {"labels", {{"app", "web"}}}}}};
+  EXPECT_TRUE(ObserveTasks({prof->pods[0], foreign, Json::array()}).empty());
+}
+
+TEST_F(StatusTest, JobStatusFromObservations) {
+  auto a = Gang(0, 0, {"n1", "n2"});
+  auto b = Gang(1, 1, {"n1"});
+  auto c = Gang(2, 0, {"n2"});
+  auto obs = ObserveTasks({Bound(a[0], "Running"), Bound(a[1], "Running"), Bound(b[0], "Succeeded"),
+                           Bound(c[0], "Pending")});
+  api::ModelSelectionJobStatus s = JobStatus(obs);
+  EXPECT_EQ(s.phase, api::Phase::kRunning);
+  EXPECT_EQ(s.observed_generation, 2);
+  EXPECT_EQ(s.task_summary, "1/3");
+  EXPECT_EQ(s.gpus_held, 2);
+  ASSERT_EQ(s.tasks.size(), 3u);
+  EXPECT_EQ(s.tasks[0].state, api::TaskState::kRunning);
+  ASSERT_TRUE(s.tasks[0].config.has_value());
+  EXPECT_EQ(s.tasks[0].config->gpus, 2);
+  EXPECT_EQ(s.tasks[0].config->nodes, (std::vector<std::string>{"n1", "n2"}));
+  EXPECT_EQ(s.tasks[0].steps_total, 100);
+  EXPECT_EQ(s.tasks[1].state, api::TaskState::kSucceeded);
+  EXPECT_EQ(s.tasks[1].restarts, 1);
+  EXPECT_DOUBLE_EQ(s.tasks[1].progress, 1);
+  EXPECT_EQ(s.tasks[2].state, api::TaskState::kQueued);
+  ASSERT_EQ(s.conditions.size(), 3u);
+  EXPECT_EQ(s.conditions[0].type, "Progressing");
+  EXPECT_EQ(s.conditions[0].status, "True");
+  EXPECT_EQ(s.conditions[0].reason, "TasksRunning");
+  EXPECT_EQ(s.conditions[1].type, "Degraded");
+  EXPECT_EQ(s.conditions[1].status, "False");
+  EXPECT_EQ(s.conditions[2].type, "Complete");
+  EXPECT_EQ(s.conditions[2].status, "False");
+  for (const auto& cond : s.conditions) EXPECT_EQ(cond.observed_generation, 2);
+  // The status encodes and decodes with the API's codec.
+  std::vector<api::FieldError> errors;
+  api::ModelSelectionJobStatus back;
+  api::DecodeStatus(api::EncodeStatus(s), "status", &back, &errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(back, s);
+}
+
+TEST_F(StatusTest, NodeLossDegradesAndRescales) {
+  auto a = Gang(0, 0, {"n1", "n2"});
+  auto obs = ObserveTasks({Bound(a[0], "Running"), Bound(a[1], "Running")}, {"n2"});
+  api::ModelSelectionJobStatus s = JobStatus(obs);
+  EXPECT_EQ(s.tasks[0].state, api::TaskState::kRescaling);
+  EXPECT_NE(s.tasks[0].message.find("node n2 lost"), std::string::npos) << s.tasks[0].message;
+  EXPECT_EQ(s.conditions[1].type, "Degraded");
+  EXPECT_EQ(s.conditions[1].status, "True");
+  EXPECT_EQ(s.conditions[1].reason, "NodeLost");
+  EXPECT_EQ(s.phase, api::Phase::kRunning);
+}
+
+TEST_F(StatusTest, TooManyRestartsFailTheTask) {
+  auto a = Gang(0, 5, {"n1"});
+  auto obs = ObserveTasks({MakePod(Bound(a[0], "Failed")).Terminated("Error", 1)});
+  api::ModelSelectionJobStatus s = JobStatus(obs);
+  EXPECT_EQ(s.tasks[0].state, api::TaskState::kFailed);
+  EXPECT_EQ(s.conditions[1].reason, "GangFailed");
+}
+
+TEST_F(StatusTest, SucceededFailedSuspendedAndProfiling) {
+  std::vector<Json> all;
+  for (size_t t = 0; t < 3; ++t) {
+    for (const Json& p : Gang(t, 0, {"n1"})) all.push_back(Bound(p, "Succeeded"));
+  }
+  api::ModelSelectionJobStatus done = JobStatus(ObserveTasks(all));
+  EXPECT_EQ(done.phase, api::Phase::kSucceeded);
+  EXPECT_EQ(done.conditions[2].status, "True");
+  EXPECT_EQ(done.conditions[2].reason, "AllTasksSucceeded");
+  EXPECT_EQ(done.conditions[0].status, "False");
+
+  loaded_.job.spec.suspend = true;
+  EXPECT_EQ(JobStatus({}).phase, api::Phase::kSuspended);
+  loaded_.job.spec.suspend = false;
+
+  std::map<std::string, TaskObservation> none;
+  StatusInput in;
+  in.job = &loaded_.job;
+  in.tasks = &loaded_.tasks;
+  in.observed = &none;
+  in.now = "2026-01-01T00:00:00Z";
+  in.profiling = {"gpt"};
+  api::ModelSelectionJobStatus p = BuildJobStatus(in);
+  EXPECT_EQ(p.phase, api::Phase::kProfiling);
+  EXPECT_EQ(p.tasks[2].state, api::TaskState::kProfiling);
+  EXPECT_EQ(p.tasks[0].state, api::TaskState::kPending);
+}
+
+TEST_F(StatusTest, ConditionsKeepTheirTransitionTimeAndProgressIsCarried) {
+  auto a = Gang(0, 0, {"n1"});
+  auto obs = ObserveTasks({Bound(a[0], "Running")});
+  api::ModelSelectionJobStatus first = JobStatus(obs, "2026-01-01T00:00:00Z");
+  first.tasks[0].steps_done = 40;
+  first.tasks[0].progress = 0.4;
+  first.tasks[0].samples_per_second = 123;
+  loaded_.job.status = first;
+  api::ModelSelectionJobStatus second = JobStatus(obs, "2026-01-01T01:00:00Z");
+  EXPECT_EQ(second.conditions[0].last_transition_time, "2026-01-01T00:00:00Z");
+  EXPECT_EQ(second.tasks[0].steps_done, 40);
+  EXPECT_DOUBLE_EQ(second.tasks[0].samples_per_second, 123);
+  EXPECT_EQ(second, first);  // nothing changed: the reconciler writes nothing
+  loaded_.job.status = second;
+  auto lost = ObserveTasks({Bound(a[0], "Running")}, {"n1"});
+  api::ModelSelectionJobStatus third = JobStatus(lost, "2026-01-01T02:00:00Z");
+  EXPECT_EQ(third.conditions[1].last_transition_time, "2026-01-01T02:00:00Z");  // Degraded flipped
+  EXPECT_EQ(third.conditions[0].last_transition_time, "2026-01-01T00:00:00Z");
+}
+
+TEST_F(StatusTest, StatusUpdateObjectCarriesTheResourceVersion) {
+  loaded_.job.metadata.resource_version = "77";
+  Json o = StatusUpdateObject(loaded_.job, JobStatus({}));
+  EXPECT_EQ(o["metadata"]["resourceVersion"], "77");
+  EXPECT_EQ(o["metadata"]["name"], "sweep");
+  EXPECT_EQ(o["status"]["phase"], "Pending");
+  EXPECT_EQ(o["kind"], "ModelSelectionJob");
+}
+
+}  // namespace
+}  // namespace orrery::controller
