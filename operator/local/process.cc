@@ -73,6 +73,9 @@ StatusOr<Process> Process::Spawn(const std::vector<std::string>& argv,
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
+    sigset_t none;  // the parent may block signals it waits for in a thread
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     execve(args[0], args.data(), envp.data());
     const char msg[] = "orrery: cannot execute the worker\n";
     [[maybe_unused]] ssize_t n = write(STDERR_FILENO, msg, sizeof(msg) - 1);

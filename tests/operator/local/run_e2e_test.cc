@@ -196,8 +196,18 @@ TEST_F(RunE2E, InterruptAndResumeEqualsAnUninterruptedRun) {
   Result straight = Run(job, dir_ + "/straight");
   ASSERT_EQ(straight.code, 0) << straight.out;
 
-  Result first = Run(job, dir_ + "/resumed", "--stop-at-step 40");
+  // Ctrl-C as a terminal sends it: SIGINT to orrery once training is under way.
+  std::string log = dir_ + "/first.log";
+  Result first =
+      Shell("set -m; " + kBin + "/orrery run " + job + " --devices cpu:2 --workdir " + dir_ +
+            "/resumed --profile-cache " + dir_ + "/profiles.json --progress plain >" + log +
+            " 2>&1 & pid=$!; "
+            "for i in $(seq 1200); do grep -qE ' [1-9][0-9]*/120 ' " +
+            log + " && break; sleep 0.1; done; kill -INT $pid; wait $pid; code=$?; cat " + log +
+            "; exit $code");
   ASSERT_EQ(first.code, 130) << first.out;
+  EXPECT_NE(first.out.find("stopping: every running task checkpoints"), std::string::npos)
+      << first.out;
   EXPECT_NE(first.out.find("run the same command again to resume"), std::string::npos) << first.out;
   Json mid = Report(dir_ + "/resumed");
   EXPECT_EQ(mid["outcome"], "interrupted");
