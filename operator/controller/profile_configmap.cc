@@ -81,9 +81,10 @@ bool DecodeCachedProfile(const Json& j, const std::string& path, CachedProfile* 
                                  "infeasible",
                                  "reason"};
   size_t before = errors->size();
-  for (const auto& [k, v] : j.items()) {
-    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* n) { return k == n; }) ==
-        std::end(kKnown)) {
+  for (const auto& item : j.items()) {
+    const std::string& k = item.key();
+    if (std::find_if(std::begin(kKnown), std::end(kKnown),
+                     [&k](const char* n) { return k == n; }) == std::end(kKnown)) {
       errors->push_back({api::ChildPath(path, k), "unknown field", ""});
     }
   }

@@ -1,6 +1,7 @@
 #include "operator/controller/status.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "operator/api/codec.h"
 #include "operator/controller/names.h"
@@ -16,12 +17,10 @@ std::string Str(const Json& obj, const char* key) {
 
 int IntAnnotation(const Json& annotations, const char* key, int fallback) {
   std::string v = Str(annotations, key);
-  if (v.empty()) return fallback;
-  try {
-    return std::stoi(v);
-  } catch (...) {
-    return fallback;
-  }
+  int out = 0;
+  auto r = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size()) return fallback;
+  return out;
 }
 
 // Whether the node's loss (or an eviction) took the pod.
@@ -174,8 +173,10 @@ std::map<std::string, TaskObservation> ObserveTasks(const std::vector<Json>& pod
       ++g.succeeded;
     } else if (phase == "Running") {
       ++g.running;
+      ++g.gpus_held;
     } else {
       ++g.pending;
+      if (!Str(pod.value("spec", Json::object()), "nodeName").empty()) ++g.gpus_held;
     }
   }
   std::map<std::string, TaskObservation> out;
@@ -222,6 +223,7 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
     const GangObservation* g =
         it != in.observed->end() && it->second.gang ? &*it->second.gang : nullptr;
     if (g != nullptr) {
+      s.gpus_held += g->gpus_held;
       t.restarts = it->second.restarts;
       if (g->config) t.config = g->config;
       switch (g->phase) {
@@ -230,10 +232,7 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
           t.message = std::to_string(g->ranks_seen - g->pending) + "/" +
                       std::to_string(g->world_size) + " ranks running";
           break;
-        case GangPhase::kRunning:
-          t.state = api::TaskState::kRunning;
-          s.gpus_held += g->world_size - g->succeeded;
-          break;
+        case GangPhase::kRunning: t.state = api::TaskState::kRunning; break;
         case GangPhase::kSucceeded:
           t.state = api::TaskState::kSucceeded;
           t.progress = 1;
@@ -247,7 +246,6 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
           t.message = std::string(GangPhaseName(g->phase)) + " gang g" +
                       std::to_string(g->generation) + ": " + g->reason;
           degraded.push_back(task.name + ": " + g->reason);
-          s.gpus_held += g->running + g->pending;
           break;
       }
     } else if (!was_done) {

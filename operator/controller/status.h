@@ -34,6 +34,7 @@ struct GangObservation {
   int world_size = 0;  // from the pods' annotation
   int ranks_seen = 0;
   int pending = 0, running = 0, succeeded = 0, failed = 0, lost = 0;
+  int gpus_held = 0;  // ranks bound to a node and not finished (one GPU each)
   GangPhase phase = GangPhase::kPending;
   std::optional<api::TaskConfig> config;  // from the pods' annotation, nodes by rank
   std::vector<std::string> lost_nodes;    // nodes whose loss took a rank (sorted)

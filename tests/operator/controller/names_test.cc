@@ -26,9 +26,9 @@ TEST(NamesTest, PodNamesAreStableReadableAndValid) {
 TEST(NamesTest, UniqueAcrossJobsTasksGenerationsAndRanks) {
   std::set<std::string> seen;
   int n = 0;
-  for (std::string job : {"sweep", "sweep-2", "a"}) {
-    for (std::string task : {std::string("mlp"), std::string("mlp-lr-3e-4"), std::string("gpt-r7"),
-                             std::string(40, 'x')}) {
+  for (const char* job : {"sweep", "sweep-2", "a"}) {
+    for (const std::string& task : {std::string("mlp"), std::string("mlp-lr-3e-4"),
+                                    std::string("gpt-r7"), std::string(40, 'x')}) {
       for (int gen = 0; gen < 3; ++gen) {
         seen.insert(GangServiceName(job, task, gen));
         ++n;

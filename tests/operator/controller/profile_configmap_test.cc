@@ -70,6 +70,7 @@ TEST(ProfileConfigMapTest, BadEntriesAreReportedByPathAndSkipped) {
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back.begin()->first, good_key);
   std::vector<std::string> paths;
+  paths.reserve(errors.size());
   for (const auto& e : errors) paths.push_back(e.path);
   std::string k2 = ProfileDataKey(Entry(2, "t").entry);
   std::string k8 = ProfileDataKey(Entry(8, "t").entry);

@@ -47,7 +47,7 @@ class StatusTest : public ::testing::Test {
 
 TEST_F(StatusTest, GangPhases) {
   auto pods = Gang(0, 0, {"n1", "n2"});
-  auto phase = [](const std::vector<Json>& p, std::set<std::string> lost = {}) {
+  auto phase = [](const std::vector<Json>& p, const std::set<std::string>& lost = {}) {
     auto obs = ObserveTasks(p, lost);
     EXPECT_EQ(obs.size(), 1u);
     return obs.begin()->second.gang->phase;
@@ -121,7 +121,9 @@ TEST_F(StatusTest, JobStatusFromObservations) {
   EXPECT_EQ(s.phase, api::Phase::kRunning);
   EXPECT_EQ(s.observed_generation, 2);
   EXPECT_EQ(s.task_summary, "1/3");
-  EXPECT_EQ(s.gpus_held, 2);
+  EXPECT_EQ(s.gpus_held, 3);  // two running ranks and a pending one already bound to n2
+  auto unbound = ObserveTasks({MakePod(c[0]).Phase("Pending")});
+  EXPECT_EQ(unbound.at("gpt").gang->gpus_held, 0);
   ASSERT_EQ(s.tasks.size(), 3u);
   EXPECT_EQ(s.tasks[0].state, api::TaskState::kRunning);
   ASSERT_TRUE(s.tasks[0].config.has_value());
