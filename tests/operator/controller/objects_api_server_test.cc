@@ -10,6 +10,7 @@
 #include "operator/controller/gang.h"
 #include "operator/controller/profile_configmap.h"
 #include "operator/controller/profile_pod.h"
+#include "operator/controller/status.h"
 #include "operator/kube/api_error.h"
 #include "tests/operator/controller/test_objects.h"
 #include "tests/operator/kube/test_util.h"
@@ -187,6 +188,39 @@ TEST_F(ObjectsApiServerTest, ARebuiltPodAlreadyExists) {
   auto stored = client_->Get(kube::Pods(), kNamespace, again->pods[0]["metadata"]["name"]);
   ASSERT_TRUE(stored.ok()) << stored.status();
   EXPECT_EQ((*stored)["metadata"]["ownerReferences"][0]["uid"], loaded_.job.metadata.uid);
+}
+
+TEST_F(ObjectsApiServerTest, DerivedStatusIsStoredThroughTheStatusSubresource) {
+  GangRequest r;
+  r.job = &loaded_.job;
+  r.task = &loaded_.tasks[0];
+  r.config.gpus = 2;
+  r.config.nodes = 0;
+  r.placement = {"gpu-node-a", "gpu-node-b"};
+  auto gang = BuildGang(r);
+  ASSERT_TRUE(gang.ok());
+  std::vector<Json> pods = {testing::MakePod(gang->pods[0]).Phase("Running").Node("gpu-node-a"),
+                            testing::MakePod(gang->pods[1]).Phase("Running").Node("gpu-node-b")};
+  auto observed = ObserveTasks(pods, {"gpu-node-b"});
+  auto current = client_->Get(Jobs(), kNamespace, loaded_.job.metadata.name);
+  ASSERT_TRUE(current.ok()) << current.status();
+  loaded_.job.metadata.resource_version = (*current)["metadata"]["resourceVersion"];
+  loaded_.job.metadata.generation = (*current)["metadata"]["generation"];
+  StatusInput in;
+  in.job = &loaded_.job;
+  in.tasks = &loaded_.tasks;
+  in.observed = &observed;
+  in.now = "2026-01-01T00:00:00Z";
+  api::ModelSelectionJobStatus status = BuildJobStatus(in);
+  auto stored = client_->UpdateStatus(
+      Jobs(), kNamespace, kube::Object::parse(StatusUpdateObject(loaded_.job, status).dump()));
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  std::vector<api::FieldError> errors;
+  api::ModelSelectionJobStatus back;
+  api::DecodeStatus(Json::parse((*stored)["status"].dump()), "status", &back, &errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(back, status);
+  EXPECT_EQ(back.tasks[0].state, api::TaskState::kRescaling);
 }
 
 }  // namespace
