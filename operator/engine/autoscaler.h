@@ -32,7 +32,12 @@ struct AutoscalerOptions {
   // A change is applied when gain > (1 + hysteresis) x cost. Above 0 this keeps
   // two nearly equal allocations from alternating (flapping).
   double hysteresis = 0.25;
-  planner::elastic::Value value = planner::elastic::Value::kRemainingFraction;
+  // Each task's throughput over its total work: the fraction of the job done per
+  // second, the paper's aggregate throughput with jobs normalised by size. It
+  // changes only when the options do, so allocations are stable; valuing by
+  // remaining work instead (shortest-remaining flavour) chases near-done tasks
+  // and rescaled so often in bench/elastic that it lost to FIFO under overload.
+  planner::elastic::Value value = planner::elastic::Value::kNormalizedThroughput;
 };
 
 enum class ScaleTrigger { kArrival, kCompletion, kCapacityChanged, kInterval };

@@ -12,12 +12,13 @@ namespace {
 using planner::elastic::Option;
 
 // A task whose throughput is linear in GPUs over the given GPU counts (batch 32
-// per GPU), so the allocator's preference is set by remaining work alone.
+// per GPU), so the allocator's preference is set by its work alone (a fresh
+// task: total and remaining work alike, so either value gives the same order).
 ScaleTask Linear(const std::string& name, double remaining, std::vector<int> gpus,
                  double per_gpu = 10) {
   ScaleTask t;
   t.name = name;
-  t.total_work = 10000;
+  t.total_work = remaining;
   t.remaining_work = remaining;
   for (int g : gpus) t.options.push_back(Option{g, 32 * g, per_gpu * g});
   return t;
@@ -71,8 +72,8 @@ TEST(AutoscalerTest, NearEqualAllocationsDoNotFlap) {
   tasks[0].current = IndexOf(tasks[0], 6);
   tasks[1].current = IndexOf(tasks[1], 2);
   for (int round = 0; round < 6; ++round) {
-    tasks[0].remaining_work = round % 2 == 0 ? 1001 : 999;
-    tasks[1].remaining_work = round % 2 == 0 ? 999 : 1001;
+    tasks[0].remaining_work = tasks[0].total_work = round % 2 == 0 ? 1001 : 999;
+    tasks[1].remaining_work = tasks[1].total_work = round % 2 == 0 ? 999 : 1001;
     auto plan = as.Decide(tasks, 8, ScaleTrigger::kInterval, 100.0 * round);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->choice[0], tasks[0].current) << "round " << round;

@@ -1,0 +1,332 @@
+// The elastic simulator and its traces: field-path errors for bad trace files,
+// seeded Poisson arrivals, the throughput model's shape, and the issue's target
+// on random traces of several shapes: `elastic` completes at least as many jobs
+// as `gpu-only` and `static` within the horizon, with a lower mean completion time.
+#include "operator/sim/elastic_sim.h"
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "operator/sim/elastic_trace.h"
+
+namespace orrery::sim {
+namespace {
+
+constexpr const char* kTrace = R"(
+name: small
+cluster: {nodes: 2, gpusPerNode: 4}
+horizonS: 7200
+rescaleCostS: 30
+intervalS: 300
+kinds:
+  - {name: cnn, computeSPerSample: 0.003, overheadS: 0.02, gradientMB: 100,
+     maxBatchPerGpu: 128, minBatch: 64, maxBatch: 1024, baseBatch: 128, requestedGpus: 2,
+     batchStep: 64, work: 2.0e6}
+  - {name: mlp, computeSPerSample: 0.0005, overheadS: 0.01, gradientMB: 300,
+     maxBatchPerGpu: 512, minBatch: 128, maxBatch: 2048, baseBatch: 256, work: 5.0e6}
+jobs:
+  - {kind: cnn, arrival: 0}
+  - {kind: mlp, arrival: 60, work: 1.0e6, maxBatch: 1024}
+)";
+
+ElasticTrace Parse(const std::string& yaml) {
+  auto t = ParseElasticTrace(yaml);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : ElasticTrace{};
+}
+
+std::string ErrorOf(const std::string& yaml) {
+  auto t = ParseElasticTrace(yaml);
+  return t.ok() ? "" : t.status().message();
+}
+
+std::string Replace(std::string s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
+TEST(ElasticTraceTest, ParsesAndFillsDefaults) {
+  ElasticTrace t = Parse(kTrace);
+  ASSERT_EQ(t.jobs.size(), 2u);
+  EXPECT_EQ(t.cluster.gpus(), 8);
+  EXPECT_EQ(t.jobs[0].work, 2.0e6);  // the kind's
+  EXPECT_EQ(t.jobs[0].min_batch, 64);
+  EXPECT_EQ(t.jobs[1].max_batch, 1024);  // the job's own
+  EXPECT_EQ(t.jobs[1].base_batch, 256);
+  EXPECT_FALSE(t.jobs[0].name.empty());
+}
+
+TEST(ElasticTraceTest, BadFilesNameTheField) {
+  EXPECT_EQ(ErrorOf(Replace(kTrace, "kind: mlp, arrival", "kind: rnn, arrival")),
+            "jobs[1].kind: unknown kind rnn");
+  EXPECT_EQ(ErrorOf(Replace(kTrace, "baseBatch: 128", "baseBatch: 32")),
+            "kinds[0].baseBatch: must be within [minBatch, maxBatch]");
+  EXPECT_EQ(ErrorOf(Replace(kTrace, "gpusPerNode: 4", "gpusPerNode: x")),
+            "cluster.gpusPerNode: wrong type");
+  EXPECT_EQ(ErrorOf(Replace(kTrace, "computeSPerSample: 0.003, ", "")),
+            "kinds[0].computeSPerSample: required");
+  EXPECT_EQ(ErrorOf(Replace(kTrace, "requestedGpus: 2", "requestedGpus: 3"))
+                .rfind("kinds[0].requestedGpus", 0),
+            0u);
+  EXPECT_EQ(ErrorOf(Replace(kTrace, "arrival: 60, work: 1.0e6", "arrival: 60, work: -1")),
+            "jobs[1].work: must be positive");
+  EXPECT_EQ(ErrorOf(Replace(kTrace, "maxBatch: 1024}", "maxBatch: 100}")),
+            "jobs[1].maxBatch: must be at least minBatch");
+  // A base batch no GPU count of the cluster holds.
+  EXPECT_EQ(ErrorOf(Replace(kTrace, "arrival: 60, work: 1.0e6, maxBatch: 1024",
+                            "arrival: 60, minBatch: 8192, maxBatch: 8192")),
+            "jobs[1].baseBatch: no GPU count up to 8 holds it");
+  EXPECT_EQ(ErrorOf(std::string(kTrace) + "arrivals: {ratePerHour: 4, mix: {gan: 1}}\n"),
+            "arrivals.mix.gan: unknown kind");
+  EXPECT_EQ(ErrorOf(std::string(kTrace) + "capacity: [{time: 10, gpus: -1}]\n"),
+            "capacity[0].gpus: must be at least 0");
+  EXPECT_EQ(ErrorOf("[1, 2]"), "trace: must be a mapping");
+  EXPECT_NE(ErrorOf("cluster: {"), "");
+}
+
+TEST(ElasticTraceTest, CsvRows) {
+  ElasticTrace t = Parse(kTrace);
+  ASSERT_TRUE(AppendJobsCsv("arrival,kind,work,minBatch,maxBatch,baseBatch\n"
+                            "# a comment\n"
+                            "30, cnn, 1e6, 64, 512, 128\n"
+                            "90,mlp,2e6,128,1024\n",
+                            &t)
+                  .ok());
+  ASSERT_EQ(t.jobs.size(), 4u);
+  EXPECT_EQ(t.jobs[1].arrival, 30);  // sorted by arrival
+  EXPECT_EQ(t.jobs[1].max_batch, 512);
+  EXPECT_EQ(t.jobs[3].base_batch, 256);  // the kind's
+  ElasticTrace u = Parse(kTrace);
+  EXPECT_EQ(AppendJobsCsv("arrival,kind,work\n", &u).message(),
+            "csv line 1: header must be arrival,kind,work,minBatch,maxBatch[,baseBatch]");
+  EXPECT_EQ(AppendJobsCsv("arrival,kind,work,minBatch,maxBatch\n1,cnn,x,64,128\n", &u).message(),
+            "csv line 2.work: not a number");
+  EXPECT_EQ(
+      AppendJobsCsv("arrival,kind,work,minBatch,maxBatch\n1,cnn,5,64,128\n2,gan,5,64,128\n", &u)
+          .message(),
+      "csv jobs[1].kind: unknown kind gan");
+  EXPECT_EQ(u.jobs.size(), 2u);  // a rejected file adds nothing
+}
+
+TEST(ElasticTraceTest, PoissonIsSeededAndFollowsTheRate) {
+  ElasticTrace t = Parse(kTrace);
+  PoissonArrivals a;
+  a.rate_per_hour = 30;
+  a.seed = 7;
+  a.size_spread = 2;
+  auto one = DrawPoisson(t.kinds, a, 36000);
+  auto two = DrawPoisson(t.kinds, a, 36000);
+  ASSERT_TRUE(one.ok() && two.ok());
+  ASSERT_EQ(one->size(), two->size());
+  for (size_t i = 0; i < one->size(); ++i) {
+    EXPECT_EQ((*one)[i].arrival, (*two)[i].arrival);
+    EXPECT_EQ((*one)[i].kind, (*two)[i].kind);
+    EXPECT_EQ((*one)[i].work, (*two)[i].work);
+  }
+  // 300 expected over 10 hours; a Poisson count is within 4 sigma (~70).
+  EXPECT_NEAR(static_cast<double>(one->size()), 300, 70);
+  int cnn = 0;
+  for (const ElasticJob& j : *one) {
+    cnn += j.kind == "cnn" ? 1 : 0;
+    const JobKind& k = j.kind == "cnn" ? t.kinds[0] : t.kinds[1];
+    EXPECT_GE(j.work, k.work / 2 * (1 - 1e-12));
+    EXPECT_LE(j.work, k.work * 2 * (1 + 1e-12));
+  }
+  EXPECT_GT(cnn, 0);
+  EXPECT_LT(cnn, static_cast<int>(one->size()));
+  a.seed = 8;
+  auto other = DrawPoisson(t.kinds, a, 36000);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->front().arrival, one->front().arrival);
+}
+
+TEST(ElasticTraceTest, ThroughputModelShape) {
+  ElasticTrace t = Parse(kTrace);
+  const JobKind& cnn = t.kinds[0];
+  // At a fixed GPU count a larger batch amortises overhead and all-reduce.
+  EXPECT_GT(Throughput(cnn, t.cluster, 4, 512), Throughput(cnn, t.cluster, 4, 128));
+  // At a fixed batch, more GPUs help less than linearly, and crossing a node
+  // (slower links) can make it slower.
+  const double one = Throughput(cnn, t.cluster, 1, 128);
+  const double four = Throughput(cnn, t.cluster, 4, 128);
+  EXPECT_GT(four, one);
+  EXPECT_LT(four, 4 * one);
+  EXPECT_LT(Throughput(cnn, t.cluster, 8, 128), four);
+  // Growing the batch with the GPUs scales far better.
+  EXPECT_GT(Throughput(cnn, t.cluster, 8, 1024), 2 * Throughput(cnn, t.cluster, 8, 128));
+}
+
+TEST(ElasticSimTest, ElasticOptionsDominateGpuOnly) {
+  ElasticTrace t = Parse(kTrace);
+  for (const ElasticJob& j : t.jobs) {
+    auto e = JobOptions(t, j, ElasticPolicy::kElastic);
+    auto g = JobOptions(t, j, ElasticPolicy::kGpuOnly);
+    ASSERT_FALSE(g.empty());
+    for (const auto& o : g) {
+      EXPECT_EQ(o.batch_size, j.base_batch);
+      bool covered = false;
+      for (const auto& p : e)
+        covered = covered || (p.gpus == o.gpus && p.throughput >= o.throughput);
+      EXPECT_TRUE(covered) << j.name << " gpus " << o.gpus;
+    }
+    auto s = JobOptions(t, j, ElasticPolicy::kStatic);
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].batch_size, j.base_batch);
+  }
+  EXPECT_EQ(JobOptions(t, t.jobs[0], ElasticPolicy::kStatic)[0].gpus, 2);  // requested
+  EXPECT_EQ(JobOptions(t, t.jobs[1], ElasticPolicy::kStatic)[0].gpus, 1);  // fewest
+}
+
+TEST(ElasticSimTest, DeterministicAndRecordsDecisions) {
+  ElasticTrace t = Parse(std::string(kTrace) + "arrivals: {ratePerHour: 6, seed: 3}\n");
+  ElasticSimOptions o;
+  o.keep_decisions = true;
+  auto a = SimulateElastic(t, ElasticPolicy::kElastic, o);
+  auto b = SimulateElastic(t, ElasticPolicy::kElastic, o);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status();
+  EXPECT_EQ(a->mean_jct, b->mean_jct);
+  EXPECT_EQ(a->rescales, b->rescales);
+  ASSERT_EQ(a->outcomes.size(), t.jobs.size());
+  for (const JobOutcome& j : a->outcomes) EXPECT_GT(j.completion, j.arrival);
+  ASSERT_FALSE(a->decisions.empty());
+  for (const auto& d : a->decisions) EXPECT_FALSE(d.reason.empty());
+  auto s = SimulateElastic(t, ElasticPolicy::kStatic, o);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->rescales, 0);
+  EXPECT_EQ(s->autoscaler_runs, 0);
+}
+
+TEST(ElasticSimTest, CapacityLossAndReturn) {
+  // Half the cluster goes away for an hour: every policy still finishes every job,
+  // and the autoscaler policies shrink running jobs rather than stall.
+  ElasticTrace t = Parse(std::string(kTrace) +
+                         "arrivals: {ratePerHour: 8, seed: 5}\n"
+                         "capacity: [{time: 1800, gpus: 4}, {time: 5400, gpus: 8}]\n");
+  for (ElasticPolicy p :
+       {ElasticPolicy::kElastic, ElasticPolicy::kGpuOnly, ElasticPolicy::kStatic}) {
+    auto r = SimulateElastic(t, p, {});
+    ASSERT_TRUE(r.ok()) << ElasticPolicyName(p) << ": " << r.status();
+    EXPECT_EQ(r->outcomes.size(), t.jobs.size());
+    if (p != ElasticPolicy::kStatic) {
+      EXPECT_GT(r->rescales + r->preemptions, 0) << ElasticPolicyName(p);
+    }
+  }
+  // Capacity that never returns and a job that needs more than is left.
+  ElasticTrace dead = Parse(std::string(kTrace) + "capacity: [{time: 1, gpus: 0}]\n");
+  auto r = SimulateElastic(dead, ElasticPolicy::kElastic, {});
+  EXPECT_FALSE(r.ok());
+}
+
+// splitmix64, so the random traces are the same on every machine.
+struct Rng {
+  uint64_t state;
+  uint64_t Next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  double Unit() { return static_cast<double>(Next() >> 11) / 9007199254740992.0; }
+  int Pick(std::initializer_list<int> v) {
+    return *(v.begin() + static_cast<long>(Next() % v.size()));
+  }
+};
+
+// A random trace: cluster shape, kinds (compute- or communication-bound, narrow
+// or wide batch ranges), job sizes and load all drawn from the seed.
+ElasticTrace RandomTrace(uint64_t seed) {
+  Rng rng{seed};
+  ElasticTrace t;
+  t.name = "random-" + std::to_string(seed);
+  t.cluster.gpus_per_node = rng.Pick({4, 8});
+  t.cluster.nodes = rng.Pick({1, 2, 4});
+  t.cluster.intra_node_gbps = 10 + 40 * rng.Unit();
+  t.cluster.inter_node_gbps = 1 + 9 * rng.Unit();
+  t.horizon_s = 3600 * rng.Pick({3, 6});
+  t.rescale_cost_s = 20 + 100 * rng.Unit();
+  t.interval_s = rng.Pick({300, 900});
+  const int kinds = rng.Pick({1, 2, 3, 4});
+  for (int k = 0; k < kinds; ++k) {
+    JobKind kind;
+    kind.name = "k" + std::to_string(k);
+    kind.compute_s_per_sample = 0.0003 + 0.006 * rng.Unit();
+    kind.overhead_s = 0.005 + 0.03 * rng.Unit();
+    kind.gradient_mb = 20 + 600 * rng.Unit();
+    kind.max_batch_per_gpu = rng.Pick({32, 64, 128, 256});
+    kind.min_batch = kind.max_batch_per_gpu / rng.Pick({1, 2, 4});
+    kind.base_batch = kind.min_batch * rng.Pick({1, 2});
+    kind.max_batch = kind.base_batch * rng.Pick({2, 4, 8, 16});
+    kind.batch_step = kind.min_batch;
+    kind.requested_gpus = 0;
+    // About 20 to 120 minutes on the fewest GPUs that hold its base batch.
+    const int g = FewestGpus(kind, kind.base_batch, t.cluster.gpus());
+    kind.work = Throughput(kind, t.cluster, g, kind.base_batch) * 60 * (20 + 100 * rng.Unit());
+    t.kinds.push_back(kind);
+  }
+  PoissonArrivals a;
+  a.seed = seed;
+  a.size_spread = 1 + 3 * rng.Unit();
+  // Load: jobs per hour per GPU from light to overloaded.
+  a.rate_per_hour = t.cluster.gpus() * (0.1 + 0.6 * rng.Unit());
+  auto jobs = DrawPoisson(t.kinds, a, t.horizon_s);
+  EXPECT_TRUE(jobs.ok());
+  if (jobs.ok()) t.jobs = *jobs;
+  t.arrivals = a;
+  return t;
+}
+
+TEST(ElasticSimTest, ElasticBeatsBaselinesOnRandomTraces) {
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    ElasticTrace t = RandomTrace(seed);
+    if (t.jobs.empty()) continue;
+    ElasticResult r[3];
+    const ElasticPolicy policies[] = {ElasticPolicy::kElastic, ElasticPolicy::kGpuOnly,
+                                      ElasticPolicy::kStatic};
+    for (int k = 0; k < 3; ++k) {
+      auto res = SimulateElastic(t, policies[k], {});
+      ASSERT_TRUE(res.ok()) << t.name << " " << ElasticPolicyName(policies[k]) << ": "
+                            << res.status();
+      r[k] = *res;
+    }
+    SCOPED_TRACE(t.name + " (" + std::to_string(t.cluster.gpus()) + " GPUs, " +
+                 std::to_string(t.jobs.size()) + " jobs)\n" + ElasticTable({r[0], r[1], r[2]}));
+    EXPECT_GE(r[0].completed_in_horizon, r[1].completed_in_horizon);
+    EXPECT_GE(r[0].completed_in_horizon, r[2].completed_in_horizon);
+    EXPECT_LT(r[0].mean_jct, r[1].mean_jct);
+    EXPECT_LT(r[0].mean_jct, r[2].mean_jct);
+  }
+}
+
+TEST(ElasticSimTest, ShippedTracesParseAndMeetTheTarget) {
+  namespace fs = std::filesystem;
+  int count = 0;
+  for (const auto& e :
+       fs::directory_iterator(std::string(ORRERY_SOURCE_DIR) + "/bench/workloads/elastic")) {
+    if (e.path().extension() != ".yaml") continue;
+    std::ifstream in(e.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    auto t = ParseElasticTrace(text.str());
+    ASSERT_TRUE(t.ok()) << e.path() << ": " << t.status();
+    auto el = SimulateElastic(*t, ElasticPolicy::kElastic, {});
+    auto go = SimulateElastic(*t, ElasticPolicy::kGpuOnly, {});
+    auto st = SimulateElastic(*t, ElasticPolicy::kStatic, {});
+    ASSERT_TRUE(el.ok() && go.ok() && st.ok()) << e.path();
+    EXPECT_GE(el->completed_in_horizon, go->completed_in_horizon) << e.path();
+    EXPECT_GE(el->completed_in_horizon, st->completed_in_horizon) << e.path();
+    EXPECT_LT(el->mean_jct, go->mean_jct) << e.path();
+    EXPECT_LT(el->mean_jct, st->mean_jct) << e.path();
+    ++count;
+  }
+  EXPECT_GE(count, 1);
+}
+
+}  // namespace
+}  // namespace orrery::sim
