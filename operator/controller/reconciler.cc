@@ -1,0 +1,811 @@
+#include "operator/controller/reconciler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+
+#include "common/log.h"
+#include "operator/api/codec.h"
+#include "operator/api/defaults.h"
+#include "operator/api/load.h"
+#include "operator/controller/names.h"
+#include "operator/controller/profile_pod.h"
+#include "operator/engine/worker_command.h"
+#include "operator/kube/api_error.h"
+
+namespace orrery::controller {
+namespace {
+
+constexpr double kGpuMemoryGib = 1e6;  // memory is checked by profiling, not modelled here
+constexpr auto kRequeueWhileActive = std::chrono::seconds(30);
+
+Json ToApi(const kube::Object& o) { return Json::parse(o.dump()); }
+kube::Object ToKube(const Json& o) { return kube::Object::parse(o.dump()); }
+
+std::string Str(const Json& j, const char* a, const char* b) {
+  if (!j.contains(a) || !j[a].is_object() || !j[a].contains(b) || !j[a][b].is_string()) return "";
+  return j[a][b].get<std::string>();
+}
+
+std::string Label(const Json& pod, const char* key) {
+  if (!pod.contains("metadata") || !pod["metadata"].contains("labels")) return "";
+  const Json& l = pod["metadata"]["labels"];
+  if (!l.is_object() || !l.contains(key) || !l[key].is_string()) return "";
+  return l[key].get<std::string>();
+}
+
+std::string Annotation(const Json& pod, const char* key) {
+  if (!pod.contains("metadata") || !pod["metadata"].contains("annotations")) return "";
+  const Json& a = pod["metadata"]["annotations"];
+  if (!a.is_object() || !a.contains(key) || !a[key].is_string()) return "";
+  return a[key].get<std::string>();
+}
+
+// A Kubernetes quantity of whole devices ("8"); anything else counts as 0.
+int Quantity(const Json& v) {
+  if (v.is_number_integer()) return v.get<int>();
+  if (!v.is_string()) return 0;
+  const std::string s = v.get<std::string>();
+  if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), ::isdigit)) return 0;
+  return std::stoi(s);
+}
+
+bool IsOrreryGangPod(const Json& pod) {
+  return Label(pod, kManagedByLabel) == kManagedByValue && !Label(pod, kGangLabel).empty();
+}
+
+std::string CapacityText(const std::vector<NodeCapacity>& nodes) {
+  std::string s;
+  for (const NodeCapacity& n : nodes) s += n.name + "=" + std::to_string(n.Free()) + ";";
+  return s;
+}
+
+}  // namespace
+
+kube::Resource ModelSelectionJobs() {
+  return {"orrery.dev", "v1alpha1", "modelselectionjobs", true};
+}
+kube::Resource Services() { return {"", "v1", "services", true}; }
+
+// ---- pure pieces -----------------------------------------------------------
+
+int PodGpuRequest(const Json& pod, const std::string& resource) {
+  if (!pod.contains("spec") || !pod["spec"].contains("containers")) return 0;
+  int total = 0;
+  for (const Json& c : pod["spec"]["containers"]) {
+    if (!c.contains("resources") || !c["resources"].is_object()) continue;
+    const Json& r = c["resources"];
+    int req = 0;
+    for (const char* kind : {"requests", "limits"}) {
+      if (r.contains(kind) && r[kind].is_object() && r[kind].contains(resource)) {
+        req = std::max(req, Quantity(r[kind][resource]));
+      }
+    }
+    total += req;
+  }
+  return total;
+}
+
+std::string PodNode(const Json& pod) {
+  std::string node = Str(pod, "spec", "nodeName");
+  if (!node.empty()) return node;
+  if (IsOrreryGangPod(pod)) return Annotation(pod, kNodeAnnotation);
+  return "";
+}
+
+bool PodFinished(const Json& pod) {
+  std::string phase = Str(pod, "status", "phase");
+  return phase == "Succeeded" || phase == "Failed";
+}
+
+bool NodeReady(const Json& node) {
+  if (!node.contains("status") || !node["status"].contains("conditions")) return false;
+  for (const Json& c : node["status"]["conditions"]) {
+    if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
+  }
+  return false;
+}
+
+std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
+                                         const std::vector<Json>& pods, const std::string& resource,
+                                         const std::string& own_job) {
+  std::map<std::string, NodeCapacity> by_name;
+  for (const Json& n : nodes) {
+    if (!NodeReady(n)) continue;
+    std::string name = Str(n, "metadata", "name");
+    int gpus = 0;
+    if (n["status"].contains("allocatable") && n["status"]["allocatable"].contains(resource)) {
+      gpus = Quantity(n["status"]["allocatable"][resource]);
+    }
+    if (name.empty() || gpus <= 0) continue;
+    by_name[name] = NodeCapacity{name, gpus, 0};
+  }
+  for (const Json& p : pods) {
+    if (PodFinished(p)) continue;
+    if (!own_job.empty() && IsOrreryGangPod(p) && Label(p, kJobLabel) == own_job) continue;
+    auto it = by_name.find(PodNode(p));
+    if (it == by_name.end()) continue;
+    it->second.foreign += PodGpuRequest(p, resource);
+  }
+  std::vector<NodeCapacity> out;
+  for (auto& [name, n] : by_name) out.push_back(n);
+  return out;
+}
+
+std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vector<Json>& pods) {
+  std::set<std::string> known, lost;
+  for (const Json& n : nodes) {
+    std::string name = Str(n, "metadata", "name");
+    known.insert(name);
+    if (!NodeReady(n)) lost.insert(name);
+  }
+  for (const Json& p : pods) {
+    std::string node = Str(p, "spec", "nodeName");
+    if (!node.empty() && known.count(node) == 0) lost.insert(node);
+  }
+  return lost;
+}
+
+TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
+                                const api::ExpandedTask& task, const ProfileTable& table,
+                                const std::string& device, int max_gpus) {
+  TaskConfigs out;
+  max_gpus = std::min({max_gpus, spec.resources.gpus_per_task.max, spec.resources.gpu_quota});
+  if (max_gpus < 1) return out;
+  int min_gpus = std::min(spec.resources.gpus_per_task.min, max_gpus);
+  std::vector<int> counts = spec.profiling.gpu_counts.empty()
+                                ? api::DefaultProfileGpuCounts(min_gpus, max_gpus)
+                                : spec.profiling.gpu_counts;
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  ProfileRequest request;
+  request.task = &task;
+  request.device = device;
+  for (api::Template tmpl : spec.resources.templates) {
+    request.template_ = tmpl;
+    std::map<int, const local::ProfileEntry*> points;  // feasible measurements by GPUs
+    for (int g : counts) {
+      if (g < 1 || g > max_gpus) continue;
+      request.gpus = g;
+      auto it = table.find(ProfileDataKey(ProfileKey(request)));
+      if (it == table.end()) {
+        out.missing.emplace_back(tmpl, g);
+      } else if (!it->second.infeasible && it->second.entry.samples_per_s > 0) {
+        points[g] = &it->second.entry;
+      }
+    }
+    for (auto it = points.begin(); it != points.end(); ++it) {
+      planner::Config c;
+      c.template_name = std::string(api::EnumName(tmpl));
+      c.gpus = it->first;
+      c.batch_size = static_cast<int>(it->second->batch_size);
+      c.throughput = it->second->samples_per_s;
+      c.memory_gib = it->second->peak_memory_bytes / (1024.0 * 1024.0 * 1024.0);
+      out.configs.push_back(c);
+      out.templates.push_back(tmpl);
+      auto next = std::next(it);
+      if (next == points.end()) continue;
+      for (int g = it->first + 1; g < next->first; ++g) {
+        if (g < spec.resources.gpus_per_task.min) continue;
+        double f = static_cast<double>(g - it->first) / (next->first - it->first);
+        planner::Config fit = c;
+        fit.gpus = g;
+        fit.throughput = c.throughput + f * (next->second->samples_per_s - c.throughput);
+        out.configs.push_back(fit);
+        out.templates.push_back(tmpl);
+      }
+    }
+  }
+  return out;
+}
+
+engine::WorldView BuildWorldView(const WorldInput& in) {
+  engine::WorldView w;
+  w.now = in.now;
+  std::map<std::string, int> index;
+  for (const NodeCapacity& n : *in.nodes) {
+    index[n.name] = static_cast<int>(w.nodes.size());
+    w.nodes.push_back({n.name, n.Free(), kGpuMemoryGib, true});
+  }
+  std::vector<int> next_slot(w.nodes.size(), 0);
+  for (size_t t = 0; t < in.tasks->size(); ++t) {
+    const api::ExpandedTask& task = (*in.tasks)[t];
+    const TaskConfigs& tc = (*in.configs)[t];
+    engine::TaskView v;
+    v.name = task.name;
+    v.weight = task.task.weight;
+    int64_t total = engine::TotalSteps(task.task);
+    auto sd = in.steps_done.find(task.name);
+    int64_t done_steps = sd == in.steps_done.end() ? 0 : sd->second;
+    v.remaining_work = static_cast<double>(std::max<int64_t>(0, total - done_steps)) *
+                       static_cast<double>(task.task.training.batch_size);
+    v.profile = tc.configs;
+    v.done = in.done.count(task.name) > 0;
+    v.arrived = in.profiling.count(task.name) == 0 && !tc.configs.empty();
+    v.arrival = in.now;
+    auto live = in.live.find(task.name);
+    if (live != in.live.end() && !v.done) {
+      const api::TaskConfig& c = live->second.config;
+      int config = -1;
+      for (size_t k = 0; k < tc.configs.size(); ++k) {
+        if (tc.templates[k] == c.template_ && tc.configs[k].gpus == c.gpus) {
+          config = static_cast<int>(k);
+          break;
+        }
+      }
+      engine::RunningView r;
+      r.config = config;
+      bool placed = config >= 0 && static_cast<int>(c.nodes.size()) == c.gpus;
+      for (size_t k = 0; placed && k < c.nodes.size(); ++k) {
+        auto it = index.find(c.nodes[k]);
+        if (it == index.end()) {
+          placed = false;
+          break;
+        }
+        r.gpus.push_back({it->second, next_slot[static_cast<size_t>(it->second)]++});
+      }
+      std::sort(r.gpus.begin(), r.gpus.end());
+      if (placed) v.running = r;
+    }
+    w.tasks.push_back(std::move(v));
+  }
+  return w;
+}
+
+std::vector<LaunchPlan> SelectLaunches(const planner::Plan& plan,
+                                       const std::vector<std::string>& plan_nodes,
+                                       const std::vector<api::ExpandedTask>& tasks,
+                                       const std::set<std::string>& blocked,
+                                       std::map<std::string, int> free_now) {
+  std::vector<size_t> waiting;
+  for (size_t t = 0; t < tasks.size() && t < plan.assignments.size(); ++t) {
+    if (blocked.count(tasks[t].name) > 0 || plan.assignments[t].config < 0) continue;
+    waiting.push_back(t);
+  }
+  std::stable_sort(waiting.begin(), waiting.end(), [&](size_t a, size_t b) {
+    return plan.assignments[a].start < plan.assignments[b].start;
+  });
+  std::vector<LaunchPlan> out;
+  for (size_t t : waiting) {
+    const planner::Assignment& a = plan.assignments[t];
+    LaunchPlan l;
+    l.task = t;
+    l.config = a.config;
+    std::map<std::string, int> need;
+    bool valid = !a.gpus.empty();
+    std::vector<planner::GpuSlot> slots = a.gpus;
+    std::sort(slots.begin(), slots.end());
+    for (const planner::GpuSlot& s : slots) {
+      if (s.node < 0 || static_cast<size_t>(s.node) >= plan_nodes.size()) {
+        valid = false;
+        break;
+      }
+      l.placement.push_back(plan_nodes[static_cast<size_t>(s.node)]);
+      ++need[l.placement.back()];
+    }
+    if (!valid) continue;  // made for nodes that are gone; a re-plan follows
+    bool fits = true;
+    for (const auto& [node, n] : need) fits = fits && free_now[node] >= n;
+    for (const auto& [node, n] : need) free_now[node] -= n;  // claimed either way
+    if (fits) out.push_back(std::move(l));
+  }
+  return out;
+}
+
+// ---- the reconciler ---------------------------------------------------------
+
+struct Reconciler::JobContext {
+  std::string key;
+  api::LoadedJob loaded;
+  JobState* state = nullptr;
+  std::string job_label;
+  std::vector<Json> job_pods;  // every pod of the job (gangs and profile gangs)
+};
+
+Reconciler::Reconciler(kube::Client* client, Caches caches, ReconcilerOptions options,
+                       const Clock* clock)
+    : client_(client), caches_(caches), options_(std::move(options)), clock_(clock) {}
+
+std::string Reconciler::NowText() const {
+  if (options_.now_rfc3339) return options_.now_rfc3339();
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+double Reconciler::NowSeconds() const { return ToSeconds(clock_->Now().time_since_epoch()); }
+
+Reconciler::JobState* Reconciler::StateFor(const std::string& key, const std::string& uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<JobState>& s = jobs_[key];
+  if (!s || s->uid != uid) {
+    s = std::make_unique<JobState>();
+    s->uid = uid;
+    s->engine = std::make_unique<engine::Engine>(options_.engine, clock_);
+  }
+  return s.get();
+}
+
+void Reconciler::Drop(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  jobs_.erase(key);
+}
+
+int Reconciler::Solves(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(key);
+  return it == jobs_.end() ? 0 : it->second->engine->solves();
+}
+
+Status Reconciler::CreateObjects(const std::string& ns, const Json& service,
+                                 const std::vector<Json>& pods) {
+  auto s = client_->Create(Services(), ns, ToKube(service));
+  if (!s.ok() && !kube::IsAlreadyExists(s.status())) return s.status();
+  for (const Json& pod : pods) {
+    auto p = client_->Create(kube::Pods(), ns, ToKube(pod));
+    if (!p.ok() && !kube::IsAlreadyExists(p.status())) return p.status();
+  }
+  return OkStatus();
+}
+
+Status Reconciler::DeleteGang(const std::string& ns, const std::string& service,
+                              const std::vector<std::string>& pods) {
+  for (const std::string& name : pods) {
+    Status s = client_->Delete(kube::Pods(), ns, name);
+    if (!s.ok() && !kube::IsNotFound(s)) return s;
+  }
+  if (!service.empty()) {
+    Status s = client_->Delete(Services(), ns, service);
+    if (!s.ok() && !kube::IsNotFound(s)) return s;
+  }
+  return OkStatus();
+}
+
+Status Reconciler::MergeIntoConfigMap(const std::vector<CachedProfile>& profiles,
+                                      ProfileTable* table) {
+  const std::string& ns = options_.profile_namespace;
+  return kube::RetryOnConflict([&]() -> Status {
+    auto current = client_->Get(kube::ConfigMaps(), ns, kProfileConfigMapName);
+    ProfileTable stored;
+    if (current.ok()) {
+      std::vector<api::FieldError> errors;
+      stored = DecodeProfileConfigMap(ToApi(*current), &errors);
+    } else if (!kube::IsNotFound(current.status())) {
+      return current.status();
+    }
+    for (const CachedProfile& p : profiles) MergeProfile(&stored, p);
+    BoundProfiles(&stored);
+    Json encoded = EncodeProfileConfigMap(stored, ns);
+    *table = stored;
+    if (!current.ok()) return client_->Create(kube::ConfigMaps(), ns, ToKube(encoded)).status();
+    kube::Object updated = *current;
+    updated["data"] = ToKube(encoded["data"]);
+    return client_->Update(kube::ConfigMaps(), ns, updated).status();
+  });
+}
+
+Status Reconciler::HarvestProfiles(JobContext& ctx, ProfileTable* table) {
+  std::map<std::string, std::vector<Json>> gangs;  // profile key hash -> pods
+  for (const Json& p : ctx.job_pods) {
+    std::string key = Label(p, kProfileLabel);
+    if (!key.empty()) gangs[key].push_back(p);
+  }
+  const std::string& ns = ctx.loaded.job.metadata.namespace_;
+  for (const auto& [hash, pods] : gangs) {
+    auto outcome = ParseProfileGang(pods);
+    if (!outcome.ok()) {
+      Log(LogLevel::kWarning, "Could not read profile gang",
+          {{"job", ctx.key}, {"profile", hash}, {"error", outcome.status().ToString()}});
+      continue;
+    }
+    if (outcome->state == ProfileOutcome::State::kRunning) continue;
+    CachedProfile cp;
+    cp.entry = outcome->entry;
+    cp.infeasible = outcome->state == ProfileOutcome::State::kInfeasible;
+    cp.reason = outcome->reason;
+    if (cp.entry.measured_at.empty()) cp.entry.measured_at = NowText();
+    ORRERY_RETURN_IF_ERROR(MergeIntoConfigMap({cp}, table));
+    std::vector<std::string> names;
+    for (const Json& p : pods) names.push_back(Str(p, "metadata", "name"));
+    ORRERY_RETURN_IF_ERROR(
+        DeleteGang(ns, ProfileServiceName(ctx.loaded.job.metadata.name, cp.entry.Key()), names));
+    Log(LogLevel::kInfo, cp.infeasible ? "Recorded infeasible profile" : "Recorded profile",
+        {{"job", ctx.key}, {"key", cp.entry.Key()}, {"reason", cp.reason}});
+  }
+  return OkStatus();
+}
+
+Status Reconciler::WriteStatus(JobContext& ctx,
+                               const std::map<std::string, TaskObservation>& observed,
+                               const std::set<std::string>& profiling) {
+  StatusInput in;
+  in.job = &ctx.loaded.job;
+  in.tasks = &ctx.loaded.tasks;
+  in.observed = &observed;
+  in.now = NowText();
+  in.max_restarts = options_.max_restarts;
+  in.profiling = profiling;
+  api::ModelSelectionJobStatus status = BuildJobStatus(in);
+  if (ctx.state != nullptr && ctx.state->plan_status) status.plan = ctx.state->plan_status;
+  if (ctx.loaded.job.status && *ctx.loaded.job.status == status) return OkStatus();
+  auto stored = client_->UpdateStatus(ModelSelectionJobs(), ctx.loaded.job.metadata.namespace_,
+                                      ToKube(StatusUpdateObject(ctx.loaded.job, status)));
+  if (!stored.ok()) return stored.status();
+  Log(LogLevel::kInfo, "Updated status",
+      {{"job", ctx.key},
+       {"phase", std::string(api::EnumName(status.phase))},
+       {"tasks", status.task_summary}});
+  return OkStatus();
+}
+
+StatusOr<kube::Result> Reconciler::Suspend(JobContext& ctx) {
+  const std::string& ns = ctx.loaded.job.metadata.namespace_;
+  std::map<std::string, std::vector<std::string>> by_service;
+  for (const Json& p : ctx.job_pods) {
+    if (PodFinished(p) && Label(p, kProfileLabel).empty()) continue;  // keep finished gangs
+    by_service[Str(p, "spec", "subdomain")].push_back(Str(p, "metadata", "name"));
+  }
+  for (const auto& [service, pods] : by_service)
+    ORRERY_RETURN_IF_ERROR(DeleteGang(ns, service, pods));
+  ctx.state->expected.clear();
+  ctx.state->plan.reset();
+  std::vector<Json> kept;
+  for (const Json& p : ctx.job_pods) {
+    if (PodFinished(p) && Label(p, kProfileLabel).empty()) kept.push_back(p);
+  }
+  auto observed = ObserveTasks(kept);
+  ORRERY_RETURN_IF_ERROR(WriteStatus(ctx, observed, {}));
+  return kube::Result{};
+}
+
+StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
+  kube::ObjectPtr object = caches_.jobs->Get(key);
+  if (!object) {
+    Drop(key);  // deleted: its children go by owner reference
+    return kube::Result{};
+  }
+  JobContext ctx;
+  ctx.key = key;
+  auto loaded = api::LoadJob(ToApi(*object));
+  if (!loaded.ok()) {
+    // An invalid spec is recorded, not retried: only a new spec can fix it.
+    Log(LogLevel::kWarning, "Rejected invalid job",
+        {{"job", key}, {"error", loaded.status().ToString()}});
+    std::vector<api::FieldError> errors;
+    api::ModelSelectionJob job;
+    api::DecodeJob(ToApi(*object), &job, &errors);
+    api::ModelSelectionJobStatus status = job.status.value_or(api::ModelSelectionJobStatus{});
+    api::ModelSelectionJobStatus next = status;
+    next.phase = api::Phase::kFailed;
+    next.observed_generation = job.metadata.generation;
+    std::string message = loaded.status().message();
+    bool found = false;
+    for (api::Condition& c : next.conditions) {
+      if (c.type != "Degraded") continue;
+      found = true;
+      if (c.status != "True") c.last_transition_time = NowText();
+      c.status = "True";
+      c.reason = "InvalidSpec";
+      c.message = message;
+      c.observed_generation = job.metadata.generation;
+    }
+    if (!found) {
+      api::Condition c;
+      c.type = "Degraded";
+      c.status = "True";
+      c.reason = "InvalidSpec";
+      c.message = message;
+      c.observed_generation = job.metadata.generation;
+      c.last_transition_time = NowText();
+      next.conditions.push_back(c);
+    }
+    if (job.status && next == status) return kube::Result{};
+    auto stored = client_->UpdateStatus(ModelSelectionJobs(), job.metadata.namespace_,
+                                        ToKube(StatusUpdateObject(job, next)));
+    if (!stored.ok()) return stored.status();
+    return kube::Result{};
+  }
+  ctx.loaded = std::move(*loaded);
+  api::ModelSelectionJob& job = ctx.loaded.job;
+  if (!options_.worker_image.empty() && job.spec.resources.image == api::kDefaultWorkerImage) {
+    job.spec.resources.image = options_.worker_image;
+  }
+  ctx.state = StateFor(key, job.metadata.uid);
+  JobState& st = *ctx.state;
+  const std::string& ns = job.metadata.namespace_;
+  ctx.job_label = LabelValue(job.metadata.name);
+
+  std::vector<Json> all_pods, nodes;
+  for (const kube::ObjectPtr& p : caches_.pods->List()) {
+    Json pod = ToApi(*p);
+    if (Str(pod, "metadata", "namespace") == ns && Label(pod, kJobLabel) == ctx.job_label &&
+        Label(pod, kManagedByLabel) == kManagedByValue) {
+      ctx.job_pods.push_back(pod);
+    }
+    all_pods.push_back(std::move(pod));
+  }
+  for (const kube::ObjectPtr& n : caches_.nodes->List()) nodes.push_back(ToApi(*n));
+
+  if (job.spec.suspend) return Suspend(ctx);
+
+  // 1. Profiles: harvest finished profile gangs, then start the missing ones.
+  ProfileTable table;
+  if (caches_.configmaps != nullptr) {
+    kube::ObjectPtr cm =
+        caches_.configmaps->Get(kube::KeyFor(options_.profile_namespace, kProfileConfigMapName));
+    if (cm) {
+      std::vector<api::FieldError> errors;
+      table = DecodeProfileConfigMap(ToApi(*cm), &errors);
+      for (const api::FieldError& e : errors) {
+        Log(LogLevel::kWarning, "Skipped a bad profile cache entry",
+            {{"path", e.path}, {"error", e.message}});
+      }
+    }
+  }
+  ORRERY_RETURN_IF_ERROR(HarvestProfiles(ctx, &table));
+
+  const std::string& resource = job.spec.resources.gpu_resource_name;
+  std::vector<NodeCapacity> capacity = NodeCapacities(nodes, all_pods, resource, ctx.job_label);
+  int total_free = 0;
+  for (const NodeCapacity& n : capacity) total_free += n.Free();
+
+  std::vector<TaskConfigs> configs;
+  std::set<std::string> profiling;
+  std::set<std::string> running_profiles;
+  for (const Json& p : ctx.job_pods) {
+    if (!Label(p, kProfileLabel).empty()) running_profiles.insert(Label(p, kProfileLabel));
+  }
+  std::set<std::string> requested;  // one profile gang per key, shared by equal signatures
+  for (const api::ExpandedTask& task : ctx.loaded.tasks) {
+    configs.push_back(ConfigsFromProfiles(job.spec, task, table, options_.device, total_free));
+    if (configs.back().missing.empty()) continue;
+    profiling.insert(task.name);
+    for (const auto& [tmpl, gpus] : configs.back().missing) {
+      ProfileRequest r;
+      r.job = &job;
+      r.task = &task;
+      r.template_ = tmpl;
+      r.gpus = gpus;
+      r.device = options_.device;
+      r.deadline_seconds = options_.profile_deadline_s;
+      r.backend = options_.gang.backend;
+      std::string hash = ProfileKeyHash(ProfileKey(r).Key());
+      if (running_profiles.count(hash) > 0 || !requested.insert(hash).second) continue;
+      ORRERY_ASSIGN_OR_RETURN(ProfileGang pg, BuildProfileGang(r));
+      ORRERY_RETURN_IF_ERROR(CreateObjects(ns, pg.service, pg.pods));
+      Log(LogLevel::kInfo, "Created profile gang",
+          {{"job", key}, {"task", task.name}, {"key", pg.key.Key()}});
+    }
+  }
+
+  // 2. Observe the job's gangs.
+  std::set<std::string> lost = LostNodes(nodes, ctx.job_pods);
+  std::vector<Json> gang_pods;
+  for (const Json& p : ctx.job_pods) {
+    if (Label(p, kProfileLabel).empty()) gang_pods.push_back(p);
+  }
+  std::map<std::string, TaskObservation> observed = ObserveTasks(gang_pods, lost);
+  TimePoint now_tp = clock_->Now();
+  double now = NowSeconds();
+
+  std::map<std::string, int64_t> steps_done;
+  std::set<std::string> done, prior_done;
+  if (job.status) {
+    for (const api::TaskStatus& t : job.status->tasks) {
+      steps_done[t.name] = t.steps_done;
+      if (t.state == api::TaskState::kSucceeded || t.state == api::TaskState::kFailed) {
+        prior_done.insert(t.name);
+      }
+    }
+  }
+  std::map<std::string, LiveGang> live;
+  std::set<std::string> blocked;  // tasks that must not launch now
+  std::set<std::string> pending_seen;
+  for (const api::ExpandedTask& task : ctx.loaded.tasks) {
+    const std::string& name = task.name;
+    auto it = observed.find(name);
+    const GangObservation* g =
+        it != observed.end() && it->second.gang ? &*it->second.gang : nullptr;
+    if (it != observed.end() && !it->second.stale_pods.empty()) {
+      ORRERY_RETURN_IF_ERROR(DeleteGang(ns, "", it->second.stale_pods));
+    }
+    int newest = g != nullptr ? g->generation : -1;
+    auto ex = st.expected.find(name);
+    if (ex != st.expected.end() &&
+        (newest >= ex->second.gang.generation ||
+         ToSeconds(now_tp - ex->second.created) > options_.expectation_timeout_s)) {
+      st.expected.erase(ex);
+      ex = st.expected.end();
+    }
+    if (ex != st.expected.end()) {  // created, not yet in the cache
+      live[name] = ex->second.gang;
+      blocked.insert(name);
+      continue;
+    }
+    if (prior_done.count(name) > 0) {
+      done.insert(name);
+      blocked.insert(name);
+      continue;
+    }
+    if (g == nullptr) continue;
+    std::string gang_label = GangLabelValue(name, g->generation);
+    switch (g->phase) {
+      case GangPhase::kSucceeded:
+        done.insert(name);
+        blocked.insert(name);
+        break;
+      case GangPhase::kPending: {
+        pending_seen.insert(gang_label);
+        auto [since, inserted] = st.pending_since.emplace(gang_label, now_tp);
+        if (!inserted && ToSeconds(now_tp - since->second) > options_.gang_timeout_s) {
+          Log(LogLevel::kWarning, "Tore down gang pending too long",
+              {{"job", key}, {"task", name}, {"gang", gang_label}});
+          ORRERY_RETURN_IF_ERROR(DeleteGang(
+              ns, GangServiceName(job.metadata.name, name, g->generation), g->pod_names));
+          st.last_generation[name] = std::max(st.last_generation[name], g->generation);
+          st.plan.reset();  // its placement did not work out: plan again
+          blocked.insert(name);
+          break;
+        }
+        [[fallthrough]];
+      }
+      case GangPhase::kRunning:
+        if (g->config) live[name] = LiveGang{g->generation, *g->config};
+        blocked.insert(name);
+        break;
+      case GangPhase::kFailed:
+      case GangPhase::kPartial:
+        st.last_generation[name] = std::max(st.last_generation[name], g->generation);
+        if (g->generation >= options_.max_restarts) {
+          done.insert(name);  // Failed for good: its pods stay as the record
+          blocked.insert(name);
+          break;
+        }
+        Log(LogLevel::kInfo, "Tore down gang",
+            {{"job", key},
+             {"task", name},
+             {"gang", gang_label},
+             {"phase", GangPhaseName(g->phase)},
+             {"reason", g->reason}});
+        ORRERY_RETURN_IF_ERROR(
+            DeleteGang(ns, GangServiceName(job.metadata.name, name, g->generation), g->pod_names));
+        break;
+    }
+  }
+  for (auto it = st.pending_since.begin(); it != st.pending_since.end();) {
+    it = pending_seen.count(it->first) > 0 ? std::next(it) : st.pending_since.erase(it);
+  }
+
+  // 3. Plan: the engine over the cluster as the job sees it.
+  WorldInput wi;
+  wi.now = now;
+  wi.tasks = &ctx.loaded.tasks;
+  wi.configs = &configs;
+  wi.nodes = &capacity;
+  wi.steps_done = steps_done;
+  wi.done = done;
+  wi.profiling = profiling;
+  wi.live = live;
+  engine::WorldView world = BuildWorldView(wi);
+  std::set<std::string> arrived;
+  bool unplanned = false;
+  for (size_t t = 0; t < world.tasks.size(); ++t) {
+    const engine::TaskView& v = world.tasks[t];
+    if (!v.arrived || v.done) continue;
+    arrived.insert(v.name);
+    bool in_plan =
+        st.plan && t < st.plan->assignments.size() && st.plan->assignments[t].config >= 0;
+    if (!in_plan && !v.running && blocked.count(v.name) == 0) unplanned = true;
+  }
+  std::optional<engine::Trigger> trigger;
+  std::string cap_text = CapacityText(capacity);
+  if (!st.plan) {
+    trigger = engine::Trigger::kStart;
+  } else if (cap_text != st.capacity) {
+    trigger = engine::Trigger::kCapacityChanged;
+  } else if (unplanned ||
+             !std::includes(st.arrived.begin(), st.arrived.end(), arrived.begin(), arrived.end())) {
+    trigger = engine::Trigger::kTaskArrived;
+  } else if (done != st.done) {
+    trigger = engine::Trigger::kTaskFinished;
+  } else if (ToSeconds(now_tp - st.last_solve) >= options_.engine.replan_interval_s) {
+    trigger = engine::Trigger::kInterval;
+  }
+  if (trigger && !arrived.empty() && !world.nodes.empty() && st.engine->ShouldSolve(*trigger)) {
+    st.last_solve = now_tp;
+    st.capacity = cap_text;
+    st.arrived = arrived;
+    st.done = done;
+    auto decision = st.engine->Decide(world, *trigger);
+    if (!decision.ok()) {
+      Log(LogLevel::kWarning, "Planning failed",
+          {{"job", key},
+           {"trigger", engine::TriggerName(*trigger)},
+           {"error", decision.status().ToString()}});
+    } else if (decision->adopted) {
+      st.plan = decision->plan;
+      st.plan_nodes.clear();
+      for (const engine::NodeView& n : world.nodes) st.plan_nodes.push_back(n.name);
+      api::PlanStatus ps;
+      ps.makespan_seconds = std::max(0.0, decision->plan.makespan - now);
+      ps.lower_bound_seconds = std::max(0.0, decision->plan.lower_bound - now);
+      ps.gap = decision->plan.gap;
+      ps.solve_seconds = decision->solver_seconds;
+      ps.revision = st.engine->adoptions();
+      st.plan_status = ps;
+      Log(LogLevel::kInfo, "Adopted plan",
+          {{"job", key},
+           {"trigger", engine::TriggerName(*trigger)},
+           {"planner", decision->plan.planner}});
+    }
+  }
+
+  // 4. Launch gangs whose planned nodes are free now, in planned order.
+  if (st.plan) {
+    std::map<std::string, int> free_now;
+    for (const NodeCapacity& n : capacity) free_now[n.name] = n.Free();
+    for (const auto& [task, g] : live) {
+      for (const std::string& node : g.config.nodes) --free_now[node];
+    }
+    for (const LaunchPlan& l :
+         SelectLaunches(*st.plan, st.plan_nodes, ctx.loaded.tasks, blocked, free_now)) {
+      const api::ExpandedTask& task = ctx.loaded.tasks[l.task];
+      const TaskConfigs& tc = configs[l.task];
+      if (l.config < 0 || static_cast<size_t>(l.config) >= tc.configs.size()) continue;
+      const planner::Config& c = tc.configs[static_cast<size_t>(l.config)];
+      int generation = 0;
+      auto lg = st.last_generation.find(task.name);
+      if (lg != st.last_generation.end()) generation = lg->second + 1;
+      auto obs = observed.find(task.name);
+      if (obs != observed.end() && obs->second.gang) {
+        generation = std::max(generation, obs->second.gang->generation + 1);
+      }
+      if (job.status) {
+        for (const api::TaskStatus& ts : job.status->tasks) {
+          if (ts.name == task.name && ts.config) generation = std::max(generation, ts.restarts + 1);
+        }
+      }
+      GangRequest r;
+      r.job = &job;
+      r.task = &task;
+      r.config.template_ = tc.templates[static_cast<size_t>(l.config)];
+      r.config.gpus = c.gpus;
+      r.config.nodes = 0;
+      r.config.batch_size = c.batch_size;
+      r.placement = l.placement;
+      r.generation = generation;
+      r.options = options_.gang;
+      ORRERY_ASSIGN_OR_RETURN(Gang gang, BuildGang(r));
+      ORRERY_RETURN_IF_ERROR(CreateObjects(ns, gang.service, gang.pods));
+      LiveGang created;
+      created.generation = generation;
+      created.config.template_ = r.config.template_;
+      created.config.gpus = c.gpus;
+      created.config.batch_size = c.batch_size;
+      created.config.nodes = l.placement;
+      st.expected[task.name] = Expected{created, now_tp};
+      st.last_generation[task.name] = generation;
+      std::string where;
+      for (const std::string& n : l.placement) where += (where.empty() ? "" : ",") + n;
+      Log(LogLevel::kInfo, "Created gang",
+          {{"job", key},
+           {"task", task.name},
+           {"generation", std::to_string(generation)},
+           {"config", c.template_name + "x" + std::to_string(c.gpus)},
+           {"nodes", where}});
+    }
+  }
+
+  // 5. Status from what the cache shows now (the next reconcile sees new pods).
+  ORRERY_RETURN_IF_ERROR(WriteStatus(ctx, observed, profiling));
+  bool finished = true;
+  for (const api::ExpandedTask& t : ctx.loaded.tasks) finished = finished && done.count(t.name) > 0;
+  kube::Result result;
+  if (!finished) result.requeue_after = kRequeueWhileActive;
+  return result;
+}
+
+}  // namespace orrery::controller

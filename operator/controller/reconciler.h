@@ -1,0 +1,211 @@
+// The ModelSelectionJob reconciler: level-triggered, one job key at a time. It
+// reads only the informer caches (jobs, pods, nodes, the profile ConfigMap),
+// writes through a kube::Client, and converges the cluster on what the engine
+// decides. It mirrors the local runner (operator/local/runner.cc) with pods in
+// place of processes: profiles become planner configurations, the engine plans
+// over a WorldView of the cluster, gangs start in planned order on planned nodes
+// that are free, finished and failed gangs are read back from their pods.
+//
+// Everything a restarted operator needs is in the cluster: gang names and
+// generations are deterministic, a gang's configuration and planned nodes are
+// pod annotations, progress is in the job status. What lives only in memory
+// (one Engine per job, its adopted plan, create expectations) is rebuilt on the
+// first reconcile after a restart: running gangs are observed and kept running.
+//
+// The pure pieces (node capacities, planner configurations from profiles, the
+// world view, launch selection) are free functions below so they are tested
+// without a cluster.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "operator/api/expand.h"
+#include "operator/api/types.h"
+#include "operator/controller/gang.h"
+#include "operator/controller/profile_configmap.h"
+#include "operator/controller/status.h"
+#include "operator/engine/engine.h"
+#include "operator/kube/client.h"
+#include "operator/kube/controller.h"
+#include "operator/kube/store.h"
+
+namespace orrery::controller {
+
+kube::Resource ModelSelectionJobs();
+kube::Resource Services();
+
+// ---- pure pieces -----------------------------------------------------------
+
+// A Ready node's GPUs as one job sees them.
+struct NodeCapacity {
+  std::string name;
+  int allocatable = 0;  // status.allocatable[gpu resource]
+  int foreign = 0;      // requested by live pods that are not this job's training gangs
+  int Free() const { return allocatable > foreign ? allocatable - foreign : 0; }
+};
+
+// GPUs of `resource` a pod requests (per container, the larger of requests and
+// limits; extended resources usually set only limits).
+int PodGpuRequest(const Json& pod, const std::string& resource);
+// The node a pod holds GPUs on: spec.nodeName, else for an Orrery gang pod not
+// yet bound its planned node (so a gang just created is counted before the
+// scheduler binds it); "" when none.
+std::string PodNode(const Json& pod);
+bool PodFinished(const Json& pod);  // Succeeded or Failed
+bool NodeReady(const Json& node);
+
+// Ready nodes with allocatable `resource` > 0, sorted by name, with what every
+// live pod outside `own_job` (the job's label value) requests subtracted;
+// `own_job` "" subtracts every pod. Profile pods of the job count as foreign:
+// they hold GPUs the planner cannot give to gangs.
+std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
+                                         const std::vector<Json>& pods, const std::string& resource,
+                                         const std::string& own_job);
+// Names of nodes the job should treat as lost: NotReady nodes, and nodes named by
+// `pods` that are not in `nodes` at all (deleted).
+std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vector<Json>& pods);
+
+// What the planner may choose for a task, from the profile cache: for every
+// template and profiled GPU count present, one configuration; GPU counts between
+// two profiled ones get a linearly interpolated throughput (as the local runner
+// does). `missing` lists (template, gpus) the cache lacks. Infeasible entries
+// give no configuration and are not missing.
+struct TaskConfigs {
+  std::vector<planner::Config> configs;
+  std::vector<api::Template> templates;  // by config
+  std::vector<std::pair<api::Template, int>> missing;
+};
+TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
+                                const api::ExpandedTask& task, const ProfileTable& table,
+                                const std::string& device, int max_gpus);
+
+// A live gang of the job (observed, or created and not yet in the cache).
+struct LiveGang {
+  int generation = 0;
+  api::TaskConfig config;  // nodes by rank
+};
+
+struct WorldInput {
+  double now = 0;
+  const std::vector<api::ExpandedTask>* tasks = nullptr;
+  const std::vector<TaskConfigs>* configs = nullptr;  // by task
+  const std::vector<NodeCapacity>* nodes = nullptr;
+  // Steps done per task (from status), finished tasks, tasks waiting for profiles.
+  std::map<std::string, int64_t> steps_done;
+  std::set<std::string> done;
+  std::set<std::string> profiling;
+  std::map<std::string, LiveGang> live;  // by task
+};
+// The engine's view: nodes by index as in `nodes`, with GPUs = what the job may
+// use (its own gangs included); tasks in `tasks` order; a live gang whose
+// configuration is among the task's configurations and whose nodes all exist is
+// running. Tasks still profiling have not arrived.
+engine::WorldView BuildWorldView(const WorldInput& in);
+
+// A gang to create: task index, configuration index, node per rank.
+struct LaunchPlan {
+  size_t task = 0;
+  int config = -1;
+  std::vector<std::string> placement;
+};
+// Tasks of `plan` without a live gang and not done, in planned start order, whose
+// planned nodes have the GPUs free now (`free_now` by node name, already net of
+// live gangs); a task that cannot start still claims its nodes, so a later task
+// does not take GPUs an earlier one waits for (the local runner's rule).
+std::vector<LaunchPlan> SelectLaunches(const planner::Plan& plan,
+                                       const std::vector<std::string>& plan_nodes,
+                                       const std::vector<api::ExpandedTask>& tasks,
+                                       const std::set<std::string>& blocked,
+                                       std::map<std::string, int> free_now);
+
+// ---- the reconciler ---------------------------------------------------------
+
+struct ReconcilerOptions {
+  std::string profile_namespace = "orrery-system";  // where orrery-profiles lives
+  engine::EngineOptions engine;
+  GangOptions gang;
+  std::string device = "cuda";  // cpu for CPU-only nodes (and backend gloo)
+  std::string worker_image;     // used when the spec keeps the default image
+  double gang_timeout_s = 600;  // a gang Pending longer is torn down and re-planned
+  double expectation_timeout_s = 300;
+  int max_restarts = 5;
+  int64_t profile_deadline_s = 900;
+  // Wall time for condition transitions, RFC 3339; injectable for tests.
+  std::function<std::string()> now_rfc3339;
+};
+
+struct Caches {
+  const kube::Store* jobs = nullptr;
+  const kube::Store* pods = nullptr;
+  const kube::Store* nodes = nullptr;
+  const kube::Store* configmaps = nullptr;
+};
+
+class Reconciler {
+ public:
+  // `client`, the caches and `clock` must outlive the reconciler. The clock gives
+  // the engine's time, gang timeouts and expectation expiry.
+  Reconciler(kube::Client* client, Caches caches, ReconcilerOptions options, const Clock* clock);
+  Reconciler(const Reconciler&) = delete;
+  Reconciler& operator=(const Reconciler&) = delete;
+
+  // Converges one job ("ns/name"). Safe to call from several workers for
+  // different keys; the work queue never hands one key to two workers.
+  StatusOr<kube::Result> Reconcile(const std::string& key);
+
+  // How many solves the job's engine ran (0 when unknown), for tests and metrics.
+  int Solves(const std::string& key) const;
+
+ private:
+  struct Expected {
+    LiveGang gang;
+    TimePoint created;
+  };
+  struct JobState {
+    std::string uid;
+    std::unique_ptr<engine::Engine> engine;
+    std::optional<planner::Plan> plan;
+    std::vector<std::string> plan_nodes;  // world node index -> name, at adoption
+    std::string capacity;                 // node capacities at the last solve
+    std::set<std::string> arrived, done;
+    TimePoint last_solve{};
+    std::map<std::string, Expected> expected;        // by task
+    std::map<std::string, TimePoint> pending_since;  // gang label -> first seen Pending
+    std::map<std::string, int> last_generation;      // by task: newest created
+    std::optional<api::PlanStatus> plan_status;
+  };
+  struct JobContext;
+
+  JobState* StateFor(const std::string& key, const std::string& uid);
+  void Drop(const std::string& key);
+  std::string NowText() const;
+  double NowSeconds() const;
+
+  Status HarvestProfiles(JobContext& ctx, ProfileTable* table);
+  Status EnsureProfileGangs(JobContext& ctx, const ProfileTable& table);
+  Status MergeIntoConfigMap(const std::vector<CachedProfile>& profiles, ProfileTable* table);
+  Status DeleteGang(const std::string& ns, const std::string& service,
+                    const std::vector<std::string>& pods);
+  Status CreateObjects(const std::string& ns, const Json& service, const std::vector<Json>& pods);
+  Status WriteStatus(JobContext& ctx, const std::map<std::string, TaskObservation>& observed,
+                     const std::set<std::string>& profiling);
+  StatusOr<kube::Result> Suspend(JobContext& ctx);
+
+  kube::Client* client_;
+  Caches caches_;
+  ReconcilerOptions options_;
+  const Clock* clock_;
+  mutable std::mutex mu_;  // guards jobs_ (the map, not each state)
+  std::map<std::string, std::unique_ptr<JobState>> jobs_;
+};
+
+}  // namespace orrery::controller

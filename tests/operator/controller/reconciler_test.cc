@@ -1,0 +1,238 @@
+// Unit tests of the reconciler's pure pieces: node capacities with foreign pods,
+// lost nodes, planner configurations from the profile cache, the engine's world
+// view from observed gangs, and which planned gangs start now.
+#include "operator/controller/reconciler.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/controller/names.h"
+#include "operator/controller/profile_pod.h"
+#include "tests/operator/controller/test_objects.h"
+
+namespace orrery::controller {
+namespace {
+
+Json Node(const std::string& name, int gpus, bool ready = true) {
+  return Json{
+      {"metadata", {{"name", name}}},
+      {"status",
+       {{"allocatable", {{"nvidia.com/gpu", std::to_string(gpus)}, {"cpu", "64"}}},
+        {"conditions", Json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
+}
+
+Json ForeignPod(const std::string& node, int gpus, const std::string& phase = "Running") {
+  return Json{
+      {"metadata", {{"name", "other"}, {"namespace", "default"}}},
+      {"spec",
+       {{"nodeName", node},
+        {"containers",
+         Json::array({{{"name", "c"}, {"resources", {{"limits", {{"nvidia.com/gpu", gpus}}}}}}})}}},
+      {"status", {{"phase", phase}}}};
+}
+
+class ReconcilerPureTest : public ::testing::Test {
+ protected:
+  void SetUp() override { loaded_ = testing::LoadJob(); }
+
+  // A gang pod of `task` (index) on `nodes`, as the informer would hold it.
+  std::vector<Json> GangPods(size_t task, const std::vector<std::string>& nodes,
+                             const std::string& phase, int generation = 0) {
+    GangRequest r;
+    r.job = &loaded_.job;
+    r.task = &loaded_.tasks[task];
+    r.config.gpus = static_cast<int>(nodes.size());
+    r.config.nodes = 0;
+    r.placement = nodes;
+    r.generation = generation;
+    auto gang = BuildGang(r);
+    EXPECT_TRUE(gang.ok()) << gang.status();
+    std::vector<Json> pods;
+    for (size_t k = 0; gang.ok() && k < gang->pods.size(); ++k) {
+      testing::MakePod p(gang->pods[k]);
+      p.Phase(phase);
+      if (phase != "Pending") p.Node(nodes[k]);
+      pods.push_back(p.json());
+    }
+    return pods;
+  }
+
+  CachedProfile Measured(size_t task, api::Template tmpl, int gpus, double samples_per_s) {
+    ProfileRequest r;
+    r.task = &loaded_.tasks[task];
+    r.template_ = tmpl;
+    r.gpus = gpus;
+    CachedProfile p;
+    p.entry = ProfileKey(r);
+    p.entry.samples_per_s = samples_per_s;
+    p.entry.step_time_s = 0.1;
+    p.entry.measured_at = "2026-01-01T00:00:00Z";
+    return p;
+  }
+
+  api::LoadedJob loaded_;
+};
+
+TEST_F(ReconcilerPureTest, ForeignPodsTakeGpusAndOwnGangsDoNot) {
+  std::vector<Json> nodes = {Node("a", 8), Node("b", 4), Node("down", 8, false), Node("cpu", 0)};
+  std::vector<Json> pods = {ForeignPod("a", 3), ForeignPod("a", 2, "Succeeded"),
+                            ForeignPod("down", 8)};
+  for (const Json& p : GangPods(0, {"b", "b"}, "Running")) pods.push_back(p);
+  // Another job's gang, created but not yet bound: its planned node counts.
+  api::LoadedJob other = testing::LoadJob();
+  other.job.metadata.name = "other";
+  GangRequest r;
+  r.job = &other.job;
+  r.task = &other.tasks[1];
+  r.config.gpus = 1;
+  r.placement = {"b"};
+  auto gang = BuildGang(r);
+  ASSERT_TRUE(gang.ok());
+  pods.push_back(testing::MakePod(gang->pods[0]).Phase("Pending").json());
+
+  auto caps = NodeCapacities(nodes, pods, "nvidia.com/gpu", LabelValue("sweep"));
+  ASSERT_EQ(caps.size(), 2u);  // NotReady and GPU-less nodes are not offered
+  EXPECT_EQ(caps[0].name, "a");
+  EXPECT_EQ(caps[0].allocatable, 8);
+  EXPECT_EQ(caps[0].foreign, 3);  // the finished pod holds nothing
+  EXPECT_EQ(caps[0].Free(), 5);
+  EXPECT_EQ(caps[1].name, "b");
+  EXPECT_EQ(caps[1].foreign, 1);  // the other job's pod; our own gang is not foreign
+  EXPECT_EQ(caps[1].Free(), 3);
+
+  // Seen from nobody in particular, every pod counts.
+  auto all = NodeCapacities(nodes, pods, "nvidia.com/gpu", "");
+  EXPECT_EQ(all[1].foreign, 3);
+  // Over-requested nodes offer zero, never a negative count.
+  pods.push_back(ForeignPod("a", 9));
+  EXPECT_EQ(NodeCapacities(nodes, pods, "nvidia.com/gpu", "")[0].Free(), 0);
+}
+
+TEST_F(ReconcilerPureTest, LostNodesAreNotReadyOrGone) {
+  std::vector<Json> nodes = {Node("a", 8), Node("b", 8, false)};
+  std::vector<Json> pods = GangPods(0, {"a", "gone"}, "Running");
+  EXPECT_EQ(LostNodes(nodes, pods), (std::set<std::string>{"b", "gone"}));
+}
+
+TEST_F(ReconcilerPureTest, ConfigsComeFromProfilesWithInterpolation) {
+  api::ModelSelectionJobSpec& spec = loaded_.job.spec;
+  spec.resources.templates = {api::Template::kDdp, api::Template::kFsdp};
+  spec.profiling.gpu_counts = {1, 4};
+  ProfileTable table;
+  for (CachedProfile p :
+       {Measured(0, api::Template::kDdp, 1, 100), Measured(0, api::Template::kDdp, 4, 340),
+        Measured(0, api::Template::kFsdp, 1, 90)}) {
+    table[ProfileDataKey(p.entry)] = p;
+  }
+  CachedProfile oom = Measured(0, api::Template::kFsdp, 4, 0);
+  oom.infeasible = true;
+  oom.reason = "OOMKilled";
+  table[ProfileDataKey(oom.entry)] = oom;
+
+  TaskConfigs tc = ConfigsFromProfiles(spec, loaded_.tasks[0], table, "cuda", 8);
+  EXPECT_TRUE(tc.missing.empty());   // the infeasible one is known, not missing
+  ASSERT_EQ(tc.configs.size(), 5u);  // ddp 1,2,3,4 and fsdp 1
+  EXPECT_EQ(tc.configs[1].gpus, 2);
+  EXPECT_DOUBLE_EQ(tc.configs[1].throughput, 180);
+  EXPECT_EQ(tc.configs[3].gpus, 4);
+  EXPECT_EQ(tc.templates[4], api::Template::kFsdp);
+  EXPECT_EQ(tc.configs[4].template_name, "fsdp");
+
+  // Fewer GPUs in the cluster: larger counts are neither planned nor profiled.
+  TaskConfigs small = ConfigsFromProfiles(spec, loaded_.tasks[0], table, "cuda", 2);
+  EXPECT_EQ(small.configs.size(), 2u);
+  // Another task (another signature) has nothing cached: all is missing.
+  TaskConfigs gpt = ConfigsFromProfiles(spec, loaded_.tasks[2], table, "cuda", 8);
+  EXPECT_TRUE(gpt.configs.empty());
+  EXPECT_EQ(gpt.missing.size(), 4u);
+  // Another device is another cache key.
+  EXPECT_EQ(ConfigsFromProfiles(spec, loaded_.tasks[0], table, "cpu", 8).missing.size(), 4u);
+}
+
+TEST_F(ReconcilerPureTest, WorldViewMarksLiveGangsRunningAndProfilingTasksNotArrived) {
+  std::vector<NodeCapacity> nodes = {{"a", 8, 2}, {"b", 4, 0}};
+  std::vector<TaskConfigs> configs(loaded_.tasks.size());
+  for (TaskConfigs& tc : configs) {
+    planner::Config c;
+    c.template_name = "ddp";
+    c.gpus = 2;
+    c.throughput = 10;
+    tc.configs = {c};
+    tc.templates = {api::Template::kDdp};
+  }
+  WorldInput in;
+  in.now = 1000;
+  in.tasks = &loaded_.tasks;
+  in.configs = &configs;
+  in.nodes = &nodes;
+  in.steps_done[loaded_.tasks[0].name] = 40;
+  in.done.insert(loaded_.tasks[1].name);
+  in.profiling.insert(loaded_.tasks[2].name);
+  api::TaskConfig running;
+  running.template_ = api::Template::kDdp;
+  running.gpus = 2;
+  running.nodes = {"b", "a"};
+  in.live[loaded_.tasks[0].name] = LiveGang{0, running};
+
+  engine::WorldView w = BuildWorldView(in);
+  ASSERT_EQ(w.nodes.size(), 2u);
+  EXPECT_EQ(w.nodes[0].gpus, 6);  // allocatable minus foreign
+  EXPECT_EQ(w.nodes[1].gpus, 4);
+  ASSERT_EQ(w.tasks.size(), 3u);
+  EXPECT_DOUBLE_EQ(w.tasks[0].remaining_work, 60.0 * 16);  // 100 steps, 40 done, batch 16
+  ASSERT_TRUE(w.tasks[0].running.has_value());
+  EXPECT_EQ(w.tasks[0].running->config, 0);
+  EXPECT_EQ(w.tasks[0].running->gpus,
+            (std::vector<planner::GpuSlot>{{0, 0}, {1, 0}}));  // sorted slots
+  EXPECT_TRUE(w.tasks[1].done);
+  EXPECT_TRUE(w.tasks[1].arrived);
+  EXPECT_FALSE(w.tasks[2].arrived);
+
+  // A live gang in a configuration the cache no longer offers, or on a node that
+  // is gone, is not reported as running (its GPUs are not offered either way).
+  running.gpus = 1;
+  running.nodes = {"a"};
+  in.live[loaded_.tasks[0].name] = LiveGang{0, running};
+  EXPECT_FALSE(BuildWorldView(in).tasks[0].running.has_value());
+  running.gpus = 2;
+  running.nodes = {"a", "gone"};
+  in.live[loaded_.tasks[0].name] = LiveGang{0, running};
+  EXPECT_FALSE(BuildWorldView(in).tasks[0].running.has_value());
+}
+
+TEST_F(ReconcilerPureTest, LaunchesFollowPlannedOrderAndEarlierTasksKeepTheirClaim) {
+  planner::Plan plan;
+  plan.assignments.resize(3);
+  // Task 2 starts first on a:2; task 0 next on a:2 + b:1; task 1 last on b:1.
+  plan.assignments[2] = {0, {{0, 0}, {0, 1}}, 0, 10};
+  plan.assignments[0] = {0, {{0, 2}, {0, 3}, {1, 0}}, 5, 20};
+  plan.assignments[1] = {0, {{1, 1}}, 8, 30};
+  std::vector<std::string> plan_nodes = {"a", "b"};
+
+  auto launches = SelectLaunches(plan, plan_nodes, loaded_.tasks, {}, {{"a", 4}, {"b", 2}});
+  ASSERT_EQ(launches.size(), 3u);
+  EXPECT_EQ(launches[0].task, 2u);
+  EXPECT_EQ(launches[0].placement, (std::vector<std::string>{"a", "a"}));
+  EXPECT_EQ(launches[1].task, 0u);
+  EXPECT_EQ(launches[1].placement, (std::vector<std::string>{"a", "a", "b"}));
+  EXPECT_EQ(launches[2].task, 1u);
+
+  // a has only 3 free: task 2 starts, task 0 cannot and keeps its claim on b, so
+  // task 1 (later) does not take the GPU task 0 waits for.
+  launches = SelectLaunches(plan, plan_nodes, loaded_.tasks, {}, {{"a", 3}, {"b", 1}});
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].task, 2u);
+
+  // A task with a live gang (blocked) does not start again, and claims nothing.
+  launches = SelectLaunches(plan, plan_nodes, loaded_.tasks, {loaded_.tasks[2].name},
+                            {{"a", 1}, {"b", 2}});
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].task, 1u);
+
+  // A plan made for nodes that are gone starts nothing there.
+  launches = SelectLaunches(plan, {"a"}, loaded_.tasks, {}, {{"a", 8}});
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].task, 2u);
+}
+
+}  // namespace
+}  // namespace orrery::controller
