@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   std::string csv_path, svg_path = "elastic_vs_load.svg";
   std::vector<double> rates = {2, 4, 8, 12, 16, 24, 32};
   double hysteresis = -1, horizon = -1;
-  bool value_total = false;
+  std::string value;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     const char* v = nullptr;
@@ -131,8 +131,8 @@ int main(int argc, char** argv) {
       hysteresis = std::stod(v);
     } else if (!std::strcmp(argv[i], "--horizon") && (v = next())) {
       horizon = std::stod(v);
-    } else if (!std::strcmp(argv[i], "--value-total")) {
-      value_total = true;
+    } else if (!std::strcmp(argv[i], "--value") && (v = next())) {
+      value = v;
     } else if (!std::strcmp(argv[i], "--rates") && (v = next())) {
       rates.clear();
       std::stringstream ss(v);
@@ -170,8 +170,8 @@ int main(int argc, char** argv) {
   orrery::sim::ElasticSimOptions options;
   if (hysteresis >= 0) options.autoscaler.hysteresis = hysteresis;
   if (horizon > 0) options.autoscaler.horizon_s = horizon;
-  if (value_total)
-    options.autoscaler.value = orrery::planner::elastic::Value::kNormalizedThroughput;
+  if (value == "remaining")
+    options.autoscaler.value = orrery::planner::elastic::Value::kRemainingFraction;
   int met = 0, runs = 0;
 
   // 1. The load sweep: the trace's cluster, kinds and job mix, Poisson arrivals

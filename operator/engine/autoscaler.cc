@@ -3,6 +3,7 @@
 // at a time (the worst first), re-allocating the rest after each pin.
 #include "operator/engine/autoscaler.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <utility>
@@ -142,7 +143,13 @@ StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks, int 
         continue;
       }
       forced[i] = false;
-      gain[i] = (plan.value - alt->value) * h;
+      // The change pays only until the task would have finished as it runs: then
+      // its GPUs come free and are re-allocated anyway.
+      const elastic::Option& now_option = planner.Option(i, tasks[i].current);
+      const double finish_s = now_option.throughput > 0
+                                  ? tasks[i].remaining_work / now_option.throughput
+                                  : options_.horizon_s;
+      gain[i] = (plan.value - alt->value) * std::min(h, finish_s);
       cost[i] = plan.cost - alt->cost;
       const double margin = gain[i] - (1 + options_.hysteresis) * cost[i];
       if (margin < worst_margin) {

@@ -6,9 +6,10 @@
 // A change to a running task (other GPUs, another batch size, or queued) costs a
 // rescale: the task checkpoints and restarts and makes no progress for
 // `rescale_cost_s`. A change is applied only when what it gains over
-// `horizon_s`, measured by the allocator's own objective against the best
-// allocation that leaves this task as it is, beats what the pause costs by the
-// hysteresis margin. Changes that do not pay are pinned (the task keeps its
+// `horizon_s` (or until the task would finish where it is, if sooner: then its
+// GPUs come free anyway), measured by the allocator's own objective against the
+// best allocation that leaves this task as it is, beats what the pause costs by
+// the hysteresis margin. Changes that do not pay are pinned (the task keeps its
 // current option) and the allocator is re-run for the rest, until every remaining
 // change pays. Capacity below what running tasks hold forces shrinks regardless.
 // Tasks that are not running start without a rescale cost.

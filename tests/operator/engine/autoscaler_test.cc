@@ -89,8 +89,9 @@ TEST(AutoscalerTest, NearEqualAllocationsDoNotFlap) {
 
 TEST(AutoscalerTest, LargeGainRescalesRunningTasks) {
   Autoscaler as({});
-  // b is now ten times closer to done: moving the 6 GPUs to it pays.
-  std::vector<ScaleTask> tasks = {Linear("a", 1000, {2, 6}), Linear("b", 100, {2, 6})};
+  // b is ten times smaller: moving the 6 GPUs to it pays within the hours both
+  // still have to run.
+  std::vector<ScaleTask> tasks = {Linear("a", 1e6, {2, 6}), Linear("b", 1e5, {2, 6})};
   tasks[0].current = IndexOf(tasks[0], 6);
   tasks[1].current = IndexOf(tasks[1], 2);
   auto plan = as.Decide(tasks, 8, ScaleTrigger::kInterval, 0);
@@ -105,13 +106,28 @@ TEST(AutoscalerTest, HighRescaleCostKeepsAllocation) {
   AutoscalerOptions o;
   o.rescale_cost_s = 1e6;  // a rescale costs more than any horizon gains
   Autoscaler as(o);
-  std::vector<ScaleTask> tasks = {Linear("a", 1000, {2, 6}), Linear("b", 100, {2, 6})};
+  std::vector<ScaleTask> tasks = {Linear("a", 1e6, {2, 6}), Linear("b", 1e5, {2, 6})};
   tasks[0].current = IndexOf(tasks[0], 6);
   tasks[1].current = IndexOf(tasks[1], 2);
   auto plan = as.Decide(tasks, 8, ScaleTrigger::kInterval, 0);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->choice[0], tasks[0].current);
   EXPECT_EQ(plan->choice[1], tasks[1].current);
+}
+
+TEST(AutoscalerTest, TaskAboutToFinishIsLeftAlone) {
+  Autoscaler as({});
+  // The same swap as above, but a finishes in 20 s where it is: the swap would
+  // pay over the horizon, not over the 20 s before a's GPUs come free anyway.
+  std::vector<ScaleTask> tasks = {Linear("a", 1e6, {2, 6}), Linear("b", 1e5, {2, 6})};
+  tasks[0].remaining_work = 1200;  // 60 samples/s on 6 GPUs
+  tasks[0].current = IndexOf(tasks[0], 6);
+  tasks[1].current = IndexOf(tasks[1], 2);
+  auto plan = as.Decide(tasks, 8, ScaleTrigger::kInterval, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->choice[0], tasks[0].current);
+  EXPECT_EQ(plan->choice[1], tasks[1].current);
+  EXPECT_EQ(Count(*plan, ScaleDecision::Action::kKeep), 1);
 }
 
 TEST(AutoscalerTest, CapacityLossForcesShrink) {
