@@ -800,10 +800,16 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   }
 
   // 5. Status from what the cache shows now (the next reconcile sees new pods).
-  ORRERY_RETURN_IF_ERROR(WriteStatus(ctx, observed, profiling));
+  // A Conflict means the cache is behind our own last write: a quiet requeue.
+  kube::Result result;
+  Status written = WriteStatus(ctx, observed, profiling);
+  if (kube::IsConflict(written)) {
+    result.requeue = true;
+  } else if (!written.ok()) {
+    return written;
+  }
   bool finished = true;
   for (const api::ExpandedTask& t : ctx.loaded.tasks) finished = finished && done.count(t.name) > 0;
-  kube::Result result;
   if (!finished) result.requeue_after = kRequeueWhileActive;
   return result;
 }
