@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include "common/clock.h"
+#include "operator/api/codec.h"
 #include "operator/controller/names.h"
 #include "operator/controller/profile_pod.h"
+#include "operator/kube/api_error.h"
 #include "tests/operator/controller/test_objects.h"
 
 namespace orrery::controller {
@@ -232,6 +235,182 @@ TEST_F(ReconcilerPureTest, LaunchesFollowPlannedOrderAndEarlierTasksKeepTheirCla
   launches = SelectLaunches(plan, {"a"}, loaded_.tasks, {}, {{"a", 8}});
   ASSERT_EQ(launches.size(), 1u);
   EXPECT_EQ(launches[0].task, 2u);
+}
+
+// An in-memory API server for the reconciler's writes: objects by resource and
+// key, every create and delete recorded. Reads go to the caches the test fills,
+// never here, except the profile ConfigMap the reconciler re-reads to merge.
+class FakeClient : public kube::Client {
+ public:
+  StatusOr<kube::Object> Get(const kube::Resource& r, const std::string& ns,
+                             const std::string& name) override {
+    auto it = objects_.find(r.Name() + "/" + kube::KeyFor(ns, name));
+    if (it == objects_.end()) return NotFoundError(r.Name() + " " + name + " NotFound");
+    return it->second;
+  }
+  StatusOr<kube::Object> List(const kube::Resource&, const std::string&,
+                              const kube::ListOptions&) override {
+    return UnimplementedError("list");
+  }
+  StatusOr<kube::Object> Create(const kube::Resource& r, const std::string& ns,
+                                const kube::Object& obj) override {
+    std::string key = r.Name() + "/" + kube::KeyFor(ns, obj["metadata"]["name"]);
+    if (objects_.count(key) > 0) {
+      return AlreadyExistsError("AlreadyExists: " + key);
+    }
+    created.push_back(key);
+    objects_[key] = obj;
+    return obj;
+  }
+  StatusOr<kube::Object> Update(const kube::Resource& r, const std::string& ns,
+                                const kube::Object& obj) override {
+    objects_[r.Name() + "/" + kube::KeyFor(ns, obj["metadata"]["name"])] = obj;
+    return obj;
+  }
+  StatusOr<kube::Object> UpdateStatus(const kube::Resource&, const std::string&,
+                                      const kube::Object& obj) override {
+    statuses.push_back(obj["status"]);
+    return obj;
+  }
+  Status Delete(const kube::Resource& r, const std::string& ns, const std::string& name,
+                const kube::DeleteOptions&) override {
+    std::string key = r.Name() + "/" + kube::KeyFor(ns, name);
+    if (objects_.erase(key) == 0) return NotFoundError("NotFound: " + key);
+    deleted.push_back(key);
+    return OkStatus();
+  }
+  StatusOr<kube::Object> Patch(const kube::Resource&, const std::string&, const std::string&,
+                               kube::PatchType, const kube::Object&,
+                               const kube::PatchOptions&) override {
+    return UnimplementedError("patch");
+  }
+  StatusOr<std::unique_ptr<kube::WatchStream>> Watch(const kube::Resource&, const std::string&,
+                                                     const kube::ListOptions&) override {
+    return UnimplementedError("watch");
+  }
+
+  // The pods created so far, as an informer would list them once bound.
+  std::vector<kube::Object> Pods(const std::string& phase) const {
+    std::vector<kube::Object> out;
+    for (const auto& [key, obj] : objects_) {
+      if (key.rfind("pods/", 0) != 0) continue;
+      kube::Object p = obj;
+      p["status"]["phase"] = phase;
+      p["spec"]["nodeName"] = p["metadata"]["annotations"][kNodeAnnotation];
+      out.push_back(p);
+    }
+    return out;
+  }
+
+  std::vector<std::string> created, deleted;
+  std::vector<kube::Object> statuses;
+
+ private:
+  std::map<std::string, kube::Object> objects_;
+};
+
+kube::ObjectPtr Ptr(const Json& j) {
+  return std::make_shared<const kube::Object>(kube::Object::parse(j.dump()));
+}
+
+class ReconcileTest : public ReconcilerPureTest {
+ protected:
+  void SetUp() override {
+    ReconcilerPureTest::SetUp();
+    loaded_.job.spec.resources.templates = {api::Template::kDdp};
+    loaded_.job.spec.profiling.gpu_counts = {1, 2};
+    loaded_.job.spec.resources.gpus_per_task.max = 2;
+    PutJob();
+    nodes_.Upsert(Ptr(Node("a", 2)));
+    nodes_.Upsert(Ptr(Node("b", 2)));
+    ProfileTable table;
+    for (size_t t = 0; t < loaded_.tasks.size(); ++t) {
+      for (int g : {1, 2}) {
+        CachedProfile p = Measured(t, api::Template::kDdp, g, 100.0 * g);
+        table[ProfileDataKey(p.entry)] = p;
+      }
+    }
+    configmaps_.Upsert(Ptr(EncodeProfileConfigMap(table, "orrery-system")));
+    options_.engine.solver_time_limit_s = 2;
+    options_.now_rfc3339 = [] { return std::string("2026-01-01T00:00:00Z"); };
+    reconciler_ = std::make_unique<Reconciler>(
+        &client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  }
+  void PutJob() { jobs_.Upsert(Ptr(api::EncodeJob(loaded_.job))); }
+  // The pod cache catches up with the fake server.
+  void SyncPods(const std::string& phase) {
+    for (const kube::Object& p : client_.Pods(phase)) {
+      pods_.Upsert(std::make_shared<const kube::Object>(p));
+    }
+  }
+  size_t PodsCreated() const {
+    size_t n = 0;
+    for (const std::string& k : client_.created) n += k.rfind("pods/", 0) == 0 ? 1 : 0;
+    return n;
+  }
+  const std::string key_ = "team-a/sweep";
+  FakeClient client_;
+  kube::Store jobs_, pods_, nodes_, configmaps_;
+  FakeClock clock_;
+  ReconcilerOptions options_;
+  std::unique_ptr<Reconciler> reconciler_;
+};
+
+TEST_F(ReconcileTest, ASecondPassBeforeTheCacheSeesTheGangsCreatesNothing) {
+  auto first = reconciler_->Reconcile(key_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  size_t pods = PodsCreated();
+  EXPECT_GT(pods, 0u);
+  EXPECT_LE(pods, 4u);  // two nodes of two GPUs
+  EXPECT_GT(first->requeue_after.count(), 0);
+  // The pod cache is still empty: expectations stand in for the created gangs.
+  auto second = reconciler_->Reconcile(key_);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(PodsCreated(), pods);
+  EXPECT_TRUE(client_.deleted.empty());
+  EXPECT_EQ(reconciler_->Solves(key_), 1);
+}
+
+TEST_F(ReconcileTest, AFailedGangIsTornDownAndRelaunchedAtTheNextGeneration) {
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  SyncPods("Running");
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  size_t before = PodsCreated();
+  // One rank of the first gang fails: the gang is partial.
+  kube::ObjectPtr victim = pods_.List().front();
+  kube::Object failed = *victim;
+  failed["status"]["phase"] = "Failed";
+  pods_.Upsert(std::make_shared<const kube::Object>(failed));
+  std::string task = failed["metadata"]["labels"][kTaskLabel];
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  std::string service = "services/team-a/" + GangServiceName("sweep", task, 0);
+  EXPECT_NE(std::find(client_.deleted.begin(), client_.deleted.end(), service),
+            client_.deleted.end());
+  EXPECT_NE(
+      std::find(client_.deleted.begin(), client_.deleted.end(), "pods/" + kube::KeyOf(failed)),
+      client_.deleted.end());
+  ASSERT_GT(PodsCreated(), before);
+  bool generation_one = false;
+  for (const std::string& k : client_.created) {
+    generation_one = generation_one || k == "pods/team-a/" + GangPodName("sweep", task, 1, 0);
+  }
+  EXPECT_TRUE(generation_one);
+}
+
+TEST_F(ReconcileTest, SuspendDeletesLiveGangsAndReportsSuspended) {
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  SyncPods("Running");
+  size_t live = client_.Pods("Running").size();
+  ASSERT_GT(live, 0u);
+  loaded_.job.spec.suspend = true;
+  PutJob();
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  EXPECT_TRUE(client_.Pods("Running").empty());
+  size_t pod_deletes = 0;
+  for (const std::string& k : client_.deleted) pod_deletes += k.rfind("pods/", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(pod_deletes, live);
+  ASSERT_FALSE(client_.statuses.empty());
+  EXPECT_EQ(client_.statuses.back()["phase"], "Suspended");
 }
 
 }  // namespace
