@@ -224,10 +224,10 @@ TEST(YamlRegressionTest, NoncharactersInEscapedStringsAreReported) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->get<std::string>(), "\b\xEF\xBF\xBD");  // U+FFFD in its place
   // Printable strings keep their noncharacters; escaped ones without any are kept.
-  EXPECT_TRUE(YamlEmitterPreserves("\xF3\xBF\xBF\xBF"));   // U+FFFFF alone
+  EXPECT_TRUE(YamlEmitterPreserves("\xF3\xBF\xBF\xBF"));      // U+FFFFF alone
   EXPECT_TRUE(YamlEmitterPreserves("\x08\xF0\x9F\x98\x80"));  // control + emoji
-  EXPECT_FALSE(YamlEmitterPreserves("\x08\xEF\xB7\x90"));  // control + U+FDD0
-  EXPECT_FALSE(YamlEmitterPreserves("\xEF\xBF\xBE"));       // U+FFFE is never printable
+  EXPECT_FALSE(YamlEmitterPreserves("\x08\xEF\xB7\x90"));     // control + U+FDD0
+  EXPECT_FALSE(YamlEmitterPreserves("\xEF\xBF\xBE"));         // U+FFFE is never printable
   EXPECT_TRUE(YamlEmitterPreserves("plain text"));
 }
 
