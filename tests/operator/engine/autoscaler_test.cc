@@ -116,7 +116,10 @@ TEST(AutoscalerTest, HighRescaleCostKeepsAllocation) {
 }
 
 TEST(AutoscalerTest, TaskAboutToFinishIsLeftAlone) {
-  Autoscaler as({});
+  AutoscalerOptions o;
+  // By size, not by what is left: the allocator itself still wants the swap.
+  o.value = planner::elastic::Value::kNormalizedThroughput;
+  Autoscaler as(o);
   // The same swap as above, but a finishes in 20 s where it is: the swap would
   // pay over the horizon, not over the 20 s before a's GPUs come free anyway.
   std::vector<ScaleTask> tasks = {Linear("a", 1e6, {2, 6}), Linear("b", 1e5, {2, 6})};

@@ -283,7 +283,7 @@ ElasticTrace RandomTrace(uint64_t seed) {
 }
 
 TEST(ElasticSimTest, ElasticBeatsBaselinesOnRandomTraces) {
-  for (uint64_t seed = 1; seed <= 12; ++seed) {
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
     ElasticTrace t = RandomTrace(seed);
     if (t.jobs.empty()) continue;
     ElasticResult r[3];
