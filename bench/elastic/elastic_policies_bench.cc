@@ -242,6 +242,24 @@ int main(int argc, char** argv) {
       "elastic / gpu-only: jobs completed %.2fx (paper: up to ~2x), mean JCT %.2fx "
       "faster (paper: up to ~10x; %.2fx over jobs done within the horizon)\n",
       done_ratio, jct_ratio, jct_in_ratio);
+  double best_done = 0, best_jct = 0;
+  for (const Point& p : points) {
+    best_done = std::max(best_done, static_cast<double>(p.r[0].completed_in_horizon) /
+                                        std::max(1, p.r[1].completed_in_horizon));
+    best_jct = std::max(best_jct, p.r[1].mean_jct / p.r[0].mean_jct);
+  }
+  std::printf("best over the sweep: jobs completed %.2fx, mean JCT %.2fx\n", best_done, best_jct);
+  std::printf(
+      "Why smaller than the paper's: (1) our gpu-only baseline is the same autoscaler (same DP,\n"
+      "  same objective, same rescale-cost test), only with the batch pinned, so it already\n"
+      "  shrinks jobs to few GPUs under load and grows them when idle; the paper's baseline\n"
+      "  is weaker as far as we can tell. (2) In this throughput model the largest batch beats\n"
+      "  the base batch by 1.1-1.9x on 4 GPUs, 1.3-3x on 8 (one node) and 3-14x across nodes;\n"
+      "  under load both policies give most jobs a few GPUs, where the two differ least.\n"
+      "  (3) Mean JCT here is over every job run to completion; a ~10x ratio\n"
+      "  needs a load where the baseline's queue grows without bound while elastic's does\n"
+      "  not, and it shrinks again past that load, when both queues grow. (4) Our cluster,\n"
+      "  models, batch ranges and rates are assumptions (see the trace's header).\n");
   const bool ok = TargetMet(results.data());
   met += ok ? 1 : 0;
   ++runs;
