@@ -678,6 +678,21 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   for (auto it = st.pending_since.begin(); it != st.pending_since.end();) {
     it = pending_seen.count(it->first) > 0 ? std::next(it) : st.pending_since.erase(it);
   }
+  // Pods of gangs torn down (now or earlier) or of stale generations hold their
+  // GPUs until they are gone (a running rank checkpoints first): neither the
+  // planner nor a launch may count on those GPUs yet.
+  for (const Json& p : gang_pods) {
+    if (PodFinished(p)) continue;
+    auto lv = live.find(Label(p, kTaskLabel));
+    if (lv != live.end() &&
+        Annotation(p, kGenerationAnnotation) == std::to_string(lv->second.generation)) {
+      continue;
+    }
+    std::string node = PodNode(p);
+    for (NodeCapacity& n : capacity) {
+      if (n.name == node) n.foreign += PodGpuRequest(p, resource);
+    }
+  }
 
   // 3. Plan: the engine over the cluster as the job sees it.
   WorldInput wi;

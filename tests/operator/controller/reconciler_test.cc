@@ -372,6 +372,15 @@ TEST_F(ReconcileTest, ASecondPassBeforeTheCacheSeesTheGangsCreatesNothing) {
 }
 
 TEST_F(ReconcileTest, AFailedGangIsTornDownAndRelaunchedAtTheNextGeneration) {
+  // gpt finished earlier (its status says so), so freed GPUs can only go back to
+  // the failed task.
+  api::ModelSelectionJobStatus status;
+  api::TaskStatus gpt;
+  gpt.name = loaded_.tasks[2].name;
+  gpt.state = api::TaskState::kSucceeded;
+  status.tasks.push_back(gpt);
+  loaded_.job.status = status;
+  PutJob();
   ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
   SyncPods("Running");
   ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
@@ -389,6 +398,14 @@ TEST_F(ReconcileTest, AFailedGangIsTornDownAndRelaunchedAtTheNextGeneration) {
   EXPECT_NE(
       std::find(client_.deleted.begin(), client_.deleted.end(), "pods/" + kube::KeyOf(failed)),
       client_.deleted.end());
+  // Its surviving rank still holds a GPU until it is gone: no relaunch yet.
+  std::string gen1 = "pods/team-a/" + GangPodName("sweep", task, 1, 0);
+  EXPECT_EQ(std::count(client_.created.begin(), client_.created.end(), gen1), 0);
+  // The deletes reach the cache; the task starts again, one generation later.
+  for (const std::string& k : client_.deleted) {
+    if (k.rfind("pods/", 0) == 0) pods_.Remove(k.substr(5));
+  }
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
   ASSERT_GT(PodsCreated(), before);
   bool generation_one = false;
   for (const std::string& k : client_.created) {
@@ -411,6 +428,95 @@ TEST_F(ReconcileTest, SuspendDeletesLiveGangsAndReportsSuspended) {
   EXPECT_EQ(pod_deletes, live);
   ASSERT_FALSE(client_.statuses.empty());
   EXPECT_EQ(client_.statuses.back()["phase"], "Suspended");
+}
+
+TEST_F(ReconcileTest, ARestartedOperatorKeepsRunningGangsAndCreatesNothing) {
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  SyncPods("Running");
+  size_t created = client_.created.size();
+  // A new operator: no engine, no plan, no expectations; only the cluster.
+  Reconciler restarted(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  auto r = restarted.Reconcile(key_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(restarted.Solves(key_), 1);
+  EXPECT_EQ(client_.created.size(), created);  // the nodes are full with the running gangs
+  EXPECT_TRUE(client_.deleted.empty());
+  ASSERT_FALSE(client_.statuses.empty());
+  EXPECT_EQ(client_.statuses.back()["phase"], "Running");
+}
+
+TEST_F(ReconcileTest, AGangPendingPastTheTimeoutIsTornDownAndPlannedAgain) {
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  SyncPods("Pending");
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());  // first seen Pending now
+  clock_.Advance(std::chrono::seconds(300));
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  EXPECT_TRUE(client_.deleted.empty());  // within the timeout
+  clock_.Advance(std::chrono::seconds(301));
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  size_t pods = client_.Pods("Pending").size();
+  EXPECT_EQ(pods, 0u);                                        // every gang was stuck: all torn down
+  for (const std::string& k : pods_.Keys()) pods_.Remove(k);  // the deletes reach the cache
+  auto again = reconciler_->Reconcile(key_);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(reconciler_->Solves(key_), 2);  // the plan was made again
+  bool relaunched = false;
+  for (const kube::Object& p : client_.Pods("Pending")) {
+    relaunched = relaunched || p["metadata"]["annotations"][kGenerationAnnotation] == "1";
+  }
+  EXPECT_TRUE(relaunched);
+}
+
+TEST_F(ReconcileTest, MissingProfilesAreMeasuredByProfileGangsAndCached) {
+  // The cache lacks the gpt task's profiles (task 2, its own signature).
+  ProfileTable table;
+  for (size_t t = 0; t < 2; ++t) {
+    for (int g : {1, 2}) {
+      CachedProfile p = Measured(t, api::Template::kDdp, g, 100.0 * g);
+      table[ProfileDataKey(p.entry)] = p;
+    }
+  }
+  Json cm = EncodeProfileConfigMap(table, "orrery-system");
+  configmaps_.Upsert(Ptr(cm));
+  ASSERT_TRUE(
+      client_.Update(kube::ConfigMaps(), "orrery-system", kube::Object::parse(cm.dump())).ok());
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  std::vector<kube::Object> profile_pods;
+  for (const kube::Object& p : client_.Pods("Succeeded")) {
+    if (p["metadata"]["labels"].contains(kProfileLabel)) profile_pods.push_back(p);
+  }
+  ASSERT_EQ(profile_pods.size(), 3u);  // ddp on 1 rank and on 2 ranks
+  EXPECT_EQ(client_.statuses.back()["tasks"][2]["state"], "Profiling");
+
+  // The trials end; rank 0 of each writes its document as termination message.
+  for (const kube::Object& p : profile_pods) {
+    int world = std::stoi(p["metadata"]["annotations"][kWorldSizeAnnotation].get<std::string>());
+    std::string doc = R"({"event":"profile","world_size":)" + std::to_string(world) +
+                      R"(,"global_batch":8,"samples_per_s":)" + std::to_string(50 * world) +
+                      R"(,"step_time_s":{"median":0.1,"p90":0.12},)"
+                      R"("peak_memory_bytes":{"device_parameters":4096}})";
+    Json done = testing::MakePod(Json::parse(p.dump())).Terminated("Completed", 0, doc);
+    pods_.Upsert(Ptr(done));
+  }
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  auto stored = client_.Get(kube::ConfigMaps(), "orrery-system", kProfileConfigMapName);
+  ASSERT_TRUE(stored.ok());
+  std::vector<api::FieldError> errors;
+  ProfileTable merged = DecodeProfileConfigMap(Json::parse(stored->dump()), &errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(merged.size(), 4u);  // the two mlp variants share one signature: 2 + 2
+  size_t profile_deletes = 0;
+  for (const kube::Object& p : profile_pods) {
+    profile_deletes +=
+        std::count(client_.deleted.begin(), client_.deleted.end(), "pods/" + kube::KeyOf(p));
+  }
+  EXPECT_EQ(profile_deletes, profile_pods.size());
+
+  // With the cache updated, the gpt task is planned like the others.
+  configmaps_.Upsert(std::make_shared<const kube::Object>(*stored));
+  for (const kube::Object& p : profile_pods) pods_.Remove(kube::KeyOf(p));
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  EXPECT_NE(client_.statuses.back()["tasks"][2]["state"], "Profiling");
 }
 
 }  // namespace
