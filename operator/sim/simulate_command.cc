@@ -5,11 +5,118 @@
 #include <sstream>
 
 #include "common/clock.h"
+#include "operator/sim/elastic_sim.h"
 #include "operator/sim/simulator.h"
 
 namespace orrery::sim {
 
+namespace {
+
+bool ReadText(const std::string& path, std::string* text) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream s;
+  s << in.rdbuf();
+  *text = s.str();
+  return true;
+}
+
+// `orrery simulate --elastic TRACE.yaml`: online arrivals under the elastic
+// autoscaler and its baselines (elastic_sim.h).
+int ElasticCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  const char* usage =
+      "usage: orrery simulate --elastic TRACE.yaml [--policy elastic|gpu-only|static|all]\n"
+      "                       [--jobs-csv FILE] [--decisions FILE|-]\n";
+  std::string path, policy = "all", csv_path, decisions_path;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](std::string* v) {
+      if (i + 1 >= args.size()) return false;
+      *v = args[++i];
+      return true;
+    };
+    if (a == "--elastic") continue;
+    if (a == "--policy" && value(&policy)) continue;
+    if (a == "--jobs-csv" && value(&csv_path)) continue;
+    if (a == "--decisions" && value(&decisions_path)) continue;
+    if (!a.empty() && a[0] != '-' && path.empty()) {
+      path = a;
+      continue;
+    }
+    err << usage;
+    return 2;
+  }
+  if (path.empty()) {
+    err << usage;
+    return 2;
+  }
+  std::vector<ElasticPolicy> policies;
+  if (policy == "all") {
+    policies = {ElasticPolicy::kElastic, ElasticPolicy::kGpuOnly, ElasticPolicy::kStatic};
+  } else {
+    auto p = ParseElasticPolicy(policy);
+    if (!p.ok()) {
+      err << p.status() << "\n" << usage;
+      return 2;
+    }
+    policies = {*p};
+  }
+  std::string text;
+  if (!ReadText(path, &text)) {
+    err << "cannot read " << path << "\n";
+    return 1;
+  }
+  auto trace = ParseElasticTrace(text);
+  if (!trace.ok()) {
+    err << path << ": " << trace.status() << "\n";
+    return 1;
+  }
+  if (!csv_path.empty()) {
+    if (!ReadText(csv_path, &text)) {
+      err << "cannot read " << csv_path << "\n";
+      return 1;
+    }
+    if (Status s = AppendJobsCsv(text, &*trace); !s.ok()) {
+      err << csv_path << ": " << s << "\n";
+      return 1;
+    }
+  }
+  ElasticSimOptions options;
+  options.keep_decisions = !decisions_path.empty();
+  std::vector<ElasticResult> results;
+  for (ElasticPolicy p : policies) {
+    auto r = SimulateElastic(*trace, p, options);
+    if (!r.ok()) {
+      err << "simulation failed (" << ElasticPolicyName(p) << "): " << r.status() << "\n";
+      return 1;
+    }
+    results.push_back(std::move(*r));
+  }
+  out << trace->name << ": " << trace->jobs.size() << " jobs, " << trace->cluster.gpus()
+      << " GPUs, horizon " << trace->horizon_s << " s\n"
+      << ElasticTable(results);
+  if (!decisions_path.empty()) {
+    std::ostringstream log;
+    for (const ElasticResult& r : results) {
+      for (const engine::ScaleDecision& d : r.decisions) {
+        log << r.policy << " t=" << d.time << " " << engine::ScaleTriggerName(d.trigger) << " "
+            << d.task << " " << engine::ActionName(d.action) << " " << d.from_gpus << "x"
+            << d.from_batch << " -> " << d.to_gpus << "x" << d.to_batch << ": " << d.reason << "\n";
+      }
+    }
+    if (decisions_path == "-")
+      out << log.str();
+    else
+      std::ofstream(decisions_path) << log.str();
+  }
+  return 0;
+}
+
+}  // namespace
+
 int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  for (const std::string& a : args)
+    if (a == "--elastic") return ElasticCommand(args, out, err);
   std::string path, policy = "orrery", json_path, svg_path;
   int seed = 1;
   double interval = -1, limit = -1, gain = -1, switch_cost = -1;
@@ -18,7 +125,8 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
       "orrery|saturn|greedy|current-practice[-static]] [--seed S]\n"
       "                       [--json FILE|-] [--svg FILE] [--replan-interval S] "
       "[--solver-time-limit S]\n"
-      "                       [--adopt-gain FRACTION] [--switch-cost S]\n";
+      "                       [--adopt-gain FRACTION] [--switch-cost S]\n"
+      "       orrery simulate --elastic TRACE.yaml [--policy elastic|gpu-only|static|all] ...\n";
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](std::string* v) {

@@ -2,6 +2,9 @@
 // reads a workload file, runs the simulator and prints the table (and JSON to
 // stdout with --json -). Policies are planner names; a "-static" suffix turns
 // re-planning off (plans only at start, arrivals and capacity changes).
+// `orrery simulate --elastic TRACE.yaml [--policy elastic|gpu-only|static|all]
+// [--jobs-csv FILE] [--decisions FILE|-]` runs an elastic trace (elastic_trace.h)
+// under the autoscaler and its baselines and prints one row per policy.
 #pragma once
 
 #include <ostream>

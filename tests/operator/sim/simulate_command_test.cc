@@ -69,5 +69,44 @@ TEST_F(SimulateCommandTest, ReportsBadInput) {
   EXPECT_EQ(Run({good, "--policy", "gurobi"}), 2);
 }
 
+constexpr const char* kElasticTrace = R"(
+name: cmd-elastic
+cluster: {nodes: 1, gpusPerNode: 4}
+horizonS: 3600
+rescaleCostS: 30
+kinds:
+  - {name: cnn, computeSPerSample: 0.003, overheadS: 0.02, gradientMB: 100,
+     maxBatchPerGpu: 128, minBatch: 64, maxBatch: 512, baseBatch: 128, work: 5.0e5}
+jobs:
+  - {kind: cnn, arrival: 0}
+  - {kind: cnn, arrival: 100}
+)";
+
+TEST_F(SimulateCommandTest, ElasticTraceUnderEveryPolicy) {
+  const std::string trace = Write("e.yaml", kElasticTrace);
+  ASSERT_EQ(Run({"--elastic", trace}), 0) << err_.str();
+  for (const char* p : {"elastic ", "gpu-only ", "static "})
+    EXPECT_NE(out_.str().find(p), std::string::npos) << out_.str();
+  ASSERT_EQ(Run({"--elastic", trace, "--policy", "elastic", "--decisions", "-"}), 0) << err_.str();
+  EXPECT_EQ(out_.str().find("gpu-only "), std::string::npos);
+  EXPECT_NE(out_.str().find("elastic t=0 arrival cnn-job-0 start 0x0 -> "), std::string::npos)
+      << out_.str();
+  const std::string csv =
+      Write("jobs.csv", "arrival,kind,work,minBatch,maxBatch\n50,cnn,1e5,64,256\n");
+  ASSERT_EQ(Run({"--elastic", trace, "--jobs-csv", csv, "--policy", "static"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("3 jobs"), std::string::npos) << out_.str();
+}
+
+TEST_F(SimulateCommandTest, ElasticErrors) {
+  const std::string trace = Write("e.yaml", kElasticTrace);
+  EXPECT_EQ(Run({"--elastic", trace, "--policy", "fastest"}), 2);
+  EXPECT_EQ(Run({"--elastic"}), 2);
+  EXPECT_EQ(Run({"--elastic", (dir_ / "missing.yaml").string()}), 1);
+  const std::string bad =
+      Write("bad.yaml", std::string(kElasticTrace) + "  - {kind: rnn, arrival: 5}\n");
+  EXPECT_EQ(Run({"--elastic", bad}), 1);
+  EXPECT_NE(err_.str().find("jobs[2].kind: unknown kind rnn"), std::string::npos) << err_.str();
+}
+
 }  // namespace
 }  // namespace orrery::sim
