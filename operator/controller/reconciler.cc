@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 
 #include "common/log.h"
@@ -316,6 +317,21 @@ std::string Reconciler::NowText() const {
   return buf;
 }
 
+void Reconciler::Event(const JobContext& ctx, kube::EventType type, const std::string& reason,
+                       const std::string& action, const std::string& note) {
+  if (options_.events == nullptr) return;
+  kube::Object regarding = {{"apiVersion", ModelSelectionJobs().ApiVersion()},
+                            {"kind", "ModelSelectionJob"},
+                            {"metadata",
+                             {{"name", ctx.loaded.job.metadata.name},
+                              {"namespace", ctx.loaded.job.metadata.namespace_},
+                              {"uid", ctx.loaded.job.metadata.uid}}}};
+  Status s = options_.events->Record(regarding, type, reason, action, note);
+  // An event is for people; failing to record one must not stop the work.
+  if (!s.ok())
+    Log(LogLevel::kWarning, "Could not record event", {{"job", ctx.key}, {"error", s.ToString()}});
+}
+
 double Reconciler::NowSeconds() const { return ToSeconds(clock_->Now().time_since_epoch()); }
 
 Reconciler::JobState* Reconciler::StateFor(const std::string& key, const std::string& uid) {
@@ -414,6 +430,9 @@ Status Reconciler::HarvestProfiles(JobContext& ctx, ProfileTable* table) {
         DeleteGang(ns, ProfileServiceName(ctx.loaded.job.metadata.name, cp.entry.Key()), names));
     Log(LogLevel::kInfo, cp.infeasible ? "Recorded infeasible profile" : "Recorded profile",
         {{"job", ctx.key}, {"key", cp.entry.Key()}, {"reason", cp.reason}});
+    Event(ctx, cp.infeasible ? kube::EventType::kWarning : kube::EventType::kNormal,
+          cp.infeasible ? "ProfileInfeasible" : "Profiled", "Profile",
+          cp.entry.Key() + (cp.infeasible ? ": " + cp.reason + " " + outcome->message : ""));
   }
   return OkStatus();
 }
@@ -549,8 +568,10 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
 
   const std::string& resource = job.spec.resources.gpu_resource_name;
   std::vector<NodeCapacity> capacity = NodeCapacities(nodes, all_pods, resource, ctx.job_label);
-  int total_free = 0;
-  for (const NodeCapacity& n : capacity) total_free += n.Free();
+  // Configurations are bounded by the cluster's size, not by what is free now, so
+  // a busy cluster does not hide a running gang's configuration from the planner.
+  int total_gpus = 0;
+  for (const NodeCapacity& n : capacity) total_gpus += n.allocatable;
 
   std::vector<TaskConfigs> configs;
   std::set<std::string> profiling;
@@ -560,7 +581,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   }
   std::set<std::string> requested;  // one profile gang per key, shared by equal signatures
   for (const api::ExpandedTask& task : ctx.loaded.tasks) {
-    configs.push_back(ConfigsFromProfiles(job.spec, task, table, options_.device, total_free));
+    configs.push_back(ConfigsFromProfiles(job.spec, task, table, options_.device, total_gpus));
     if (configs.back().missing.empty()) continue;
     profiling.insert(task.name);
     for (const auto& [tmpl, gpus] : configs.back().missing) {
@@ -643,6 +664,9 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
         if (!inserted && ToSeconds(now_tp - since->second) > options_.gang_timeout_s) {
           Log(LogLevel::kWarning, "Tore down gang pending too long",
               {{"job", key}, {"task", name}, {"gang", gang_label}});
+          Event(ctx, kube::EventType::kWarning, "GangTimedOut", "TearDown",
+                "gang " + gang_label + " did not start within " +
+                    std::to_string(static_cast<int>(options_.gang_timeout_s)) + " s");
           ORRERY_RETURN_IF_ERROR(DeleteGang(
               ns, GangServiceName(job.metadata.name, name, g->generation), g->pod_names));
           st.last_generation[name] = std::max(st.last_generation[name], g->generation);
@@ -670,6 +694,8 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
              {"gang", gang_label},
              {"phase", GangPhaseName(g->phase)},
              {"reason", g->reason}});
+        Event(ctx, kube::EventType::kWarning, "GangFailed", "TearDown",
+              "gang " + gang_label + " " + GangPhaseName(g->phase) + ": " + g->reason);
         ORRERY_RETURN_IF_ERROR(
             DeleteGang(ns, GangServiceName(job.metadata.name, name, g->generation), g->pod_names));
         break;
@@ -755,6 +781,11 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
           {{"job", key},
            {"trigger", engine::TriggerName(*trigger)},
            {"planner", decision->plan.planner}});
+      char note[200];
+      std::snprintf(note, sizeof(note), "plan %lld (%s): makespan %.0f s, gap %.1f%%",
+                    static_cast<long long>(ps.revision), engine::TriggerName(*trigger),
+                    ps.makespan_seconds, 100 * ps.gap);
+      Event(ctx, kube::EventType::kNormal, "PlanAdopted", "Plan", note);
     }
   }
 
@@ -811,6 +842,13 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
            {"generation", std::to_string(generation)},
            {"config", c.template_name + "x" + std::to_string(c.gpus)},
            {"nodes", where}});
+      Event(ctx, kube::EventType::kNormal, generation == 0 ? "GangCreated" : "GangRelaunched",
+            "Launch",
+            task.name + " as " + c.template_name + "x" + std::to_string(c.gpus) + " on " + where +
+                " (generation " + std::to_string(generation) + ")");
+      for (const std::string& w : gang.warnings) {
+        Event(ctx, kube::EventType::kWarning, "NoCheckpointClaim", "Launch", w);
+      }
     }
   }
 

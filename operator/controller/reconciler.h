@@ -36,6 +36,7 @@
 #include "operator/engine/engine.h"
 #include "operator/kube/client.h"
 #include "operator/kube/controller.h"
+#include "operator/kube/event_recorder.h"
 #include "operator/kube/store.h"
 
 namespace orrery::controller {
@@ -141,6 +142,9 @@ struct ReconcilerOptions {
   int64_t profile_deadline_s = 900;
   // Wall time for condition transitions, RFC 3339; injectable for tests.
   std::function<std::string()> now_rfc3339;
+  // Events on the job for `kubectl describe` (launches, teardowns, plans,
+  // profiles); null records none. Must outlive the reconciler.
+  kube::EventRecorder* events = nullptr;
 };
 
 struct Caches {
@@ -188,6 +192,8 @@ class Reconciler {
   JobState* StateFor(const std::string& key, const std::string& uid);
   void Drop(const std::string& key);
   std::string NowText() const;
+  void Event(const JobContext& ctx, kube::EventType type, const std::string& reason,
+             const std::string& action, const std::string& note);
   double NowSeconds() const;
 
   Status HarvestProfiles(JobContext& ctx, ProfileTable* table);

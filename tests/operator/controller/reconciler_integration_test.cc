@@ -19,6 +19,7 @@
 #include "operator/controller/profile_pod.h"
 #include "operator/controller/reconciler.h"
 #include "operator/kube/api_error.h"
+#include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
 #include "tests/operator/kube/test_util.h"
 #include "tests/testing/control_plane.h"
@@ -206,6 +207,10 @@ TEST_F(ReconcilerIntegrationTest, GangsRunOnPlannedNodesAndTheJobSucceeds) {
   options.profile_namespace = kProfileNamespace;
   options.engine.solver_time_limit_s = 2;
   options.now_rfc3339 = [] { return std::string("2026-01-01T00:00:00Z"); };
+  kube::EventRecorderOptions event_options;
+  event_options.reporting_instance = "reconciler-test";
+  kube::EventRecorder recorder(client_.get(), event_options);
+  options.events = &recorder;
   Reconciler reconciler(client_.get(),
                         {&jobs.store(), &pods.store(), &nodes.store(), &configmaps.store()},
                         options, &clock);
@@ -295,6 +300,17 @@ TEST_F(ReconcilerIntegrationTest, GangsRunOnPlannedNodesAndTheJobSucceeds) {
   auto job_after = client_->Get(ModelSelectionJobs(), kNamespace, "small");
   ASSERT_TRUE(job_after.ok());
   EXPECT_EQ(kube::ResourceVersionOf(*job_after), kube::ResourceVersionOf(*job_before));
+
+  // Each launch is an event on the job for kubectl describe.
+  auto events = client_->List(kube::Events(), kNamespace, {});
+  ASSERT_TRUE(events.ok()) << events.status();
+  int launches = 0;
+  for (const kube::Object& e : (*events)["items"]) {
+    if (e.value("reason", "") == "GangCreated" && e["regarding"].value("name", "") == "small") {
+      ++launches;
+    }
+  }
+  EXPECT_EQ(launches, 3);
 
   for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) i->Stop();
 }
