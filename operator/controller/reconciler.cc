@@ -424,6 +424,7 @@ Status Reconciler::HarvestProfiles(JobContext& ctx, ProfileTable* table) {
     cp.reason = outcome->reason;
     if (cp.entry.measured_at.empty()) cp.entry.measured_at = NowText();
     ORRERY_RETURN_IF_ERROR(MergeIntoConfigMap({cp}, table));
+    ctx.state->harvested[ProfileDataKey(cp.entry)] = cp;
     std::vector<std::string> names;
     for (const Json& p : pods) names.push_back(Str(p, "metadata", "name"));
     ORRERY_RETURN_IF_ERROR(
@@ -562,6 +563,14 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
         Log(LogLevel::kWarning, "Skipped a bad profile cache entry",
             {{"path", e.path}, {"error", e.message}});
       }
+    }
+  }
+  for (auto it = st.harvested.begin(); it != st.harvested.end();) {
+    if (table.count(it->first) > 0) {  // the cache has caught up
+      it = st.harvested.erase(it);
+    } else {
+      MergeProfile(&table, it->second);
+      ++it;
     }
   }
   ORRERY_RETURN_IF_ERROR(HarvestProfiles(ctx, &table));

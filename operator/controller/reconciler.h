@@ -186,6 +186,9 @@ class Reconciler {
     std::map<std::string, TimePoint> pending_since;  // gang label -> first seen Pending
     std::map<std::string, int> last_generation;      // by task: newest created
     std::optional<api::PlanStatus> plan_status;
+    // Profiles this reconciler wrote that the ConfigMap cache may not show yet:
+    // without them a pass could start the same trial again.
+    ProfileTable harvested;
   };
   struct JobContext;
 

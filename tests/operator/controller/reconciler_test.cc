@@ -512,10 +512,14 @@ TEST_F(ReconcileTest, MissingProfilesAreMeasuredByProfileGangsAndCached) {
   }
   EXPECT_EQ(profile_deletes, profile_pods.size());
 
-  // With the cache updated, the gpt task is planned like the others.
-  configmaps_.Upsert(std::make_shared<const kube::Object>(*stored));
+  // The pod cache sees the deletes before the ConfigMap cache sees the merge: the
+  // trials are not started again, and the gpt task is planned like the others.
   for (const kube::Object& p : profile_pods) pods_.Remove(kube::KeyOf(p));
+  size_t creates = client_.created.size();
   ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  for (size_t k = creates; k < client_.created.size(); ++k) {
+    EXPECT_EQ(client_.created[k].find("-prof-"), std::string::npos) << client_.created[k];
+  }
   EXPECT_NE(client_.statuses.back()["tasks"][2]["state"], "Profiling");
 }
 
