@@ -523,5 +523,43 @@ TEST_F(ReconcileTest, MissingProfilesAreMeasuredByProfileGangsAndCached) {
   EXPECT_NE(client_.statuses.back()["tasks"][2]["state"], "Profiling");
 }
 
+TEST_F(ReconcileTest, AnInvalidSpecIsRecordedOnceAndNotRetried) {
+  loaded_.job.spec.resources.gpu_quota = 0;  // required
+  PutJob();
+  auto r = reconciler_->Reconcile(key_);
+  ASSERT_TRUE(r.ok()) << r.status();  // an error would be retried
+  EXPECT_EQ(r->requeue_after.count(), 0);
+  EXPECT_TRUE(client_.created.empty());
+  ASSERT_EQ(client_.statuses.size(), 1u);
+  const kube::Object& status = client_.statuses.back();
+  EXPECT_EQ(status["phase"], "Failed");
+  bool invalid = false;
+  for (const kube::Object& c : status["conditions"]) {
+    invalid = invalid || (c["type"] == "Degraded" && c["reason"] == "InvalidSpec" &&
+                          c["message"].get<std::string>().find("gpuQuota") != std::string::npos);
+  }
+  EXPECT_TRUE(invalid) << status.dump();
+  // The cache catches up with the write: the next pass writes nothing.
+  std::vector<api::FieldError> errors;
+  api::ModelSelectionJobStatus stored;
+  api::DecodeStatus(Json::parse(status.dump()), "status", &stored, &errors);
+  ASSERT_TRUE(errors.empty());
+  loaded_.job.status = stored;
+  PutJob();
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  EXPECT_EQ(client_.statuses.size(), 1u);
+}
+
+TEST_F(ReconcileTest, ADeletedJobEndsTheWorkAndForgetsItsEngine) {
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  EXPECT_EQ(reconciler_->Solves(key_), 1);
+  jobs_.Remove(key_);
+  auto r = reconciler_->Reconcile(key_);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->requeue);
+  EXPECT_EQ(r->requeue_after.count(), 0);
+  EXPECT_EQ(reconciler_->Solves(key_), 0);
+}
+
 }  // namespace
 }  // namespace orrery::controller
