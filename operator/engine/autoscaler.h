@@ -15,8 +15,7 @@
 // Tasks that are not running start without a rescale cost.
 //
 // Pure: no I/O, time comes in. Every decision is returned with its reason, and
-// kept in a log the world may read. Links against orrery_elastic (the caller's
-// target lists it; orrery_engine itself does not need to).
+// kept in a log the world may read.
 #pragma once
 
 #include <string>
