@@ -7,7 +7,8 @@
 // paper's evaluation, with the ratios elastic/gpu-only beside the paper's.
 //
 //   build/<dir>/bench/bench_elastic_policies [--trace FILE.yaml] [--csv JOBS.csv]
-//       [--svg OUT.svg] [--rates r1,r2,...]
+//       [--svg OUT.svg (default: next to the binary; "" for none)] [--rates r1,r2,...]
+//       [--hysteresis H] [--horizon S] [--value remaining|total]
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -114,7 +115,10 @@ bool TargetMet(const ElasticResult r[3]) {
 int main(int argc, char** argv) {
   std::string trace_path =
       std::string(ORRERY_SOURCE_DIR) + "/bench/workloads/elastic/saxena-mascots20.yaml";
-  std::string csv_path, svg_path = "elastic_vs_load.svg";
+  // The plot goes next to the binary unless told otherwise (not into the
+  // source tree when run from the repository root).
+  std::string csv_path, svg_path = std::string(argv[0]);
+  svg_path = svg_path.substr(0, svg_path.find_last_of('/') + 1) + "elastic_vs_load.svg";
   std::vector<double> rates = {2, 4, 8, 12, 16, 24, 32};
   double hysteresis = -1, horizon = -1;
   std::string value;
@@ -141,7 +145,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_elastic_policies [--trace FILE.yaml] [--csv JOBS.csv] "
-                   "[--svg OUT.svg] [--rates r1,r2,...]\n");
+                   "[--svg OUT.svg] [--rates r1,r2,...] [--hysteresis H] [--horizon S] [--value "
+                   "remaining|total]\n");
       return 2;
     }
   }
@@ -172,6 +177,8 @@ int main(int argc, char** argv) {
   if (horizon > 0) options.autoscaler.horizon_s = horizon;
   if (value == "remaining")
     options.autoscaler.value = orrery::planner::elastic::Value::kRemainingFraction;
+  if (value == "total")
+    options.autoscaler.value = orrery::planner::elastic::Value::kNormalizedThroughput;
   int met = 0, runs = 0;
 
   // 1. The load sweep: the trace's cluster, kinds and job mix, Poisson arrivals
