@@ -90,8 +90,40 @@ int PodGpuRequest(const Json& pod, const std::string& resource) {
 std::string PodNode(const Json& pod) {
   std::string node = Str(pod, "spec", "nodeName");
   if (!node.empty()) return node;
-  if (IsOrreryGangPod(pod)) return Annotation(pod, kNodeAnnotation);
+  if (Label(pod, kManagedByLabel) != kManagedByValue) return "";
+  node = Annotation(pod, kNodeAnnotation);
+  if (!node.empty()) return node;
+  // A pinned profile pod: required node affinity on metadata.name (gang.h).
+  const Json* terms = &pod;
+  for (const char* k : {"spec", "affinity", "nodeAffinity",
+                        "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"}) {
+    if (!terms->is_object() || !terms->contains(k)) return "";
+    terms = &(*terms)[k];
+  }
+  if (!terms->is_array() || terms->size() != 1 || !(*terms)[0].contains("matchFields")) return "";
+  for (const Json& f : (*terms)[0]["matchFields"]) {
+    if (f.value("key", "") == "metadata.name" && f.value("operator", "") == "In" &&
+        f.contains("values") && f["values"].size() == 1 && f["values"][0].is_string()) {
+      return f["values"][0].get<std::string>();
+    }
+  }
   return "";
+}
+
+std::vector<std::string> FirstFitPlacement(const std::map<std::string, int>& free, int ranks) {
+  for (const auto& [node, n] : free) {  // one node when one has room: no cross-node traffic
+    if (n >= ranks) return std::vector<std::string>(static_cast<size_t>(ranks), node);
+  }
+  std::vector<std::string> placement;
+  std::map<std::string, int> left = free;
+  for (auto& [node, n] : left) {
+    while (n > 0 && static_cast<int>(placement.size()) < ranks) {
+      placement.push_back(node);
+      --n;
+    }
+  }
+  if (static_cast<int>(placement.size()) < ranks) return {};
+  return placement;
 }
 
 bool PodFinished(const Json& pod) {
@@ -589,6 +621,18 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
     if (!Label(p, kProfileLabel).empty()) running_profiles.insert(Label(p, kProfileLabel));
   }
   std::set<std::string> requested;  // one profile gang per key, shared by equal signatures
+  // Trials are pinned to GPUs free now (not used by others, nor by the job's own
+  // gangs), so they never crowd out a planned gang; the rest wait for a later pass.
+  std::map<std::string, int> trial_free;
+  for (const NodeCapacity& n : capacity) trial_free[n.name] = n.Free();
+  for (const Json& p : ctx.job_pods) {
+    if (Label(p, kProfileLabel).empty() && !PodFinished(p)) {
+      trial_free[PodNode(p)] -= PodGpuRequest(p, resource);
+    }
+  }
+  for (const auto& [task, e] : st.expected) {
+    for (const std::string& node : e.gang.config.nodes) --trial_free[node];
+  }
   for (const api::ExpandedTask& task : ctx.loaded.tasks) {
     configs.push_back(ConfigsFromProfiles(job.spec, task, table, options_.device, total_gpus));
     if (configs.back().missing.empty()) continue;
@@ -604,6 +648,12 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
       r.backend = options_.gang.backend;
       std::string hash = ProfileKeyHash(ProfileKey(r).Key());
       if (running_profiles.count(hash) > 0 || !requested.insert(hash).second) continue;
+      r.placement = FirstFitPlacement(trial_free, gpus);
+      if (r.placement.empty()) continue;  // no room now
+      for (const std::string& node : r.placement) {
+        --trial_free[node];
+        for (NodeCapacity& n : capacity) n.foreign += n.name == node ? 1 : 0;
+      }
       ORRERY_ASSIGN_OR_RETURN(ProfileGang pg, BuildProfileGang(r));
       ORRERY_RETURN_IF_ERROR(CreateObjects(ns, pg.service, pg.pods));
       Log(LogLevel::kInfo, "Created profile gang",

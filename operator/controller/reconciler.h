@@ -57,9 +57,10 @@ struct NodeCapacity {
 // GPUs of `resource` a pod requests (per container, the larger of requests and
 // limits; extended resources usually set only limits).
 int PodGpuRequest(const Json& pod, const std::string& resource);
-// The node a pod holds GPUs on: spec.nodeName, else for an Orrery gang pod not
-// yet bound its planned node (so a gang just created is counted before the
-// scheduler binds it); "" when none.
+// The node a pod holds GPUs on: spec.nodeName, else for an Orrery pod not yet
+// bound its planned node (a gang pod's annotation, a pinned profile pod's node
+// affinity), so a gang just created is counted before the scheduler binds it;
+// "" when none.
 std::string PodNode(const Json& pod);
 bool PodFinished(const Json& pod);  // Succeeded or Failed
 bool NodeReady(const Json& node);
@@ -74,6 +75,11 @@ std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
 // Names of nodes the job should treat as lost: NotReady nodes, and nodes named by
 // `pods` that are not in `nodes` at all (deleted).
 std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vector<Json>& pods);
+
+// Nodes for a profiling trial of `ranks` ranks among the GPUs `free` by node: all
+// on the first node (by name) with room, else spread in name order; empty when
+// they do not fit. Trials are pinned so their GPUs are counted like a gang's.
+std::vector<std::string> FirstFitPlacement(const std::map<std::string, int>& free, int ranks);
 
 // What the planner may choose for a task, from the profile cache: for every
 // template and profiled GPU count present, one configuration; GPU counts between

@@ -110,6 +110,33 @@ TEST_F(ReconcilerPureTest, ForeignPodsTakeGpusAndOwnGangsDoNot) {
   EXPECT_EQ(NodeCapacities(nodes, pods, "nvidia.com/gpu", "")[0].Free(), 0);
 }
 
+TEST_F(ReconcilerPureTest, PinnedProfilePodsCountOnTheirNode) {
+  ProfileRequest r;
+  r.job = &loaded_.job;
+  r.task = &loaded_.tasks[0];
+  r.gpus = 2;
+  r.placement = {"b", "b"};
+  auto gang = BuildProfileGang(r);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  EXPECT_EQ(PodNode(gang->pods[0]), "b");
+  std::vector<Json> pods = gang->pods;
+  // Profile pods are the job's, yet hold GPUs its gangs cannot have.
+  auto caps =
+      NodeCapacities({Node("a", 2), Node("b", 2)}, pods, "nvidia.com/gpu", LabelValue("sweep"));
+  EXPECT_EQ(caps[0].Free(), 2);
+  EXPECT_EQ(caps[1].Free(), 0);
+  EXPECT_EQ(PodNode(ForeignPod("", 1)), "");
+}
+
+TEST_F(ReconcilerPureTest, TrialsGoToOneNodeWhenOneHasRoom) {
+  std::map<std::string, int> free = {{"a", 1}, {"b", 3}, {"c", 2}};
+  EXPECT_EQ(FirstFitPlacement(free, 1), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(FirstFitPlacement(free, 2), (std::vector<std::string>{"b", "b"}));
+  EXPECT_EQ(FirstFitPlacement(free, 4), (std::vector<std::string>{"a", "b", "b", "b"}));
+  EXPECT_TRUE(FirstFitPlacement(free, 7).empty());
+  EXPECT_TRUE(FirstFitPlacement({{"a", -1}}, 1).empty());
+}
+
 TEST_F(ReconcilerPureTest, LostNodesAreNotReadyOrGone) {
   std::vector<Json> nodes = {Node("a", 8), Node("b", 8, false)};
   std::vector<Json> pods = GangPods(0, {"a", "gone"}, "Running");
