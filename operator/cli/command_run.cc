@@ -32,6 +32,7 @@ class StopSignals {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGUSR2);  // only ever sent to the waiter, to end it
     // A disposition other than "ignore" (a background job starts with SIGINT
     // ignored, and an ignored signal is dropped even when blocked).
     struct sigaction sa {};
@@ -45,7 +46,8 @@ class StopSignals {
       while (true) {
         int sig = 0;
         if (sigwait(&set_, &sig) != 0) continue;
-        if (done_.load()) return;
+        if (sig == SIGUSR2 && done_.load()) return;
+        if (sig == SIGUSR2) continue;
         g_stop.store(true);
         // A third Ctrl-C gives up on the checkpoints.
         if (++count >= 3) _exit(130);
@@ -54,7 +56,7 @@ class StopSignals {
   }
   ~StopSignals() {
     done_.store(true);
-    pthread_kill(waiter_.native_handle(), SIGTERM);
+    pthread_kill(waiter_.native_handle(), SIGUSR2);
     waiter_.join();
     pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
     sigaction(SIGINT, &old_int_, nullptr);

@@ -161,6 +161,7 @@ std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
     it->second.foreign += PodGpuRequest(p, resource);
   }
   std::vector<NodeCapacity> out;
+  out.reserve(by_name.size());
   for (auto& [name, n] : by_name) out.push_back(n);
   return out;
 }

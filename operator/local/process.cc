@@ -30,7 +30,12 @@ StatusOr<Process> Process::Spawn(const std::vector<std::string>& argv,
   }
   for (const auto& [k, v] : env) merged[k] = v;
   std::vector<std::string> env_strings;
-  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  env_strings.reserve(merged.size());
+  for (const auto& [k, v] : merged) {
+    std::string kv = k;
+    kv.append("=").append(v);
+    env_strings.push_back(std::move(kv));
+  }
   std::vector<char*> envp, args;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);

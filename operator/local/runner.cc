@@ -215,7 +215,7 @@ Status Runner::Prepare() {
     rt.hyper = e.assignments;
     rt.state = "pending";
     rt.steps_total = tasks_.back().steps_total;
-    rt.batch_size = static_cast<int>(t.batch);
+    rt.batch_size = static_cast<int>(tasks_.back().batch);
     report_.tasks.push_back(rt);
   }
   // The job as run: a resume must run the same job.

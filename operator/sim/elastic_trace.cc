@@ -245,7 +245,9 @@ StatusOr<std::vector<ElasticJob>> DrawPoisson(const std::vector<JobKind>& kinds,
   std::vector<std::pair<size_t, double>> mix;
   double total = 0;
   for (size_t m = 0; m < a.mix.size(); ++m) {
-    const auto& [name, w] = a.mix[m];
+    // Plain references, not a structured binding: clang 14 cannot capture one.
+    const std::string& name = a.mix[m].first;
+    const double w = a.mix[m].second;
     auto it =
         std::find_if(kinds.begin(), kinds.end(), [&](const JobKind& k) { return k.name == name; });
     if (it == kinds.end()) return InvalidArgumentError("mix." + name + ": unknown kind");
