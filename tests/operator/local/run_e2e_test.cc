@@ -199,7 +199,7 @@ TEST_F(RunE2E, InterruptAndResumeEqualsAnUninterruptedRun) {
   // Ctrl-C as a terminal sends it: SIGINT to orrery once training is under way.
   std::string log = dir_ + "/first.log";
   Result first =
-      Shell("set -m; " + kBin + "/orrery run " + job + " --devices cpu:2 --workdir " + dir_ +
+      Shell(kBin + "/orrery run " + job + " --devices cpu:2 --workdir " + dir_ +
             "/resumed --profile-cache " + dir_ + "/profiles.json --progress plain >" + log +
             " 2>&1 & pid=$!; "
             "for i in $(seq 1200); do grep -qE ' [1-9][0-9]*/120 ' " +
@@ -270,6 +270,34 @@ TEST_F(RunE2E, DeviceLostMidRunRestartsTheTaskOnWhatRemains) {
     }
   }
   EXPECT_GE(report["plans"].size(), 2u);  // re-planned for the smaller machine
+}
+
+TEST_F(RunE2E, ControlFileLosesAndRestoresADeviceOnALiveRun) {
+  std::string job = Write("job.yaml", Job("e2e-control", 400, 1, 1));
+  std::string work = dir_ + "/work";
+  std::string log = dir_ + "/run.log";
+  // Lose device 1 once training is under way, give it back once the loss shows.
+  Result r = Shell(kBin + "/orrery run " + job + " --devices cpu:2 --workdir " + work +
+                   " --profile-cache " + dir_ + "/profiles.json --progress plain >" + log +
+                   " 2>&1 & pid=$!; "
+                   "for i in $(seq 1200); do grep -qE ' [1-9][0-9]*/400 ' " +
+                   log + " && break; sleep 0.1; done; echo 'fail 1' >> " + work +
+                   "/control; "
+                   "for i in $(seq 1200); do grep -q 'lost (control file)' " +
+                   log + " && break; sleep 0.1; done; echo 'restore 1' >> " + work +
+                   "/control; "
+                   "wait $pid; code=$?; cat " +
+                   log + "; exit $code");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("device cpu:1 lost (control file)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("device cpu:1 is back"), std::string::npos) << r.out;
+  Json report = Report(work);
+  EXPECT_EQ(report["outcome"], "completed");
+  for (const auto& t : report["tasks"]) EXPECT_EQ(t["state"], "completed") << t.dump();
+  int lost = 0;
+  for (const auto& b : report["actual"]) lost += b["ended_by"] == "device-lost";
+  EXPECT_EQ(lost, 1) << report["actual"].dump();
+  EXPECT_GE(report["plans"].size(), 3u);  // start, the loss, the return
 }
 
 TEST_F(RunE2E, BadInputFailsWithClearErrors) {
