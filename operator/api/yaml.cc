@@ -412,6 +412,12 @@ void Emit(YAML::Emitter& e, const Json& j) {
     case Json::value_t::object:
       e << YAML::BeginMap;
       for (const auto& [key, value] : j.items()) {
+        // YAML allows an implicit ("key: value") key of at most 1024 characters
+        // (YAML 1.2, section 7.4.2, after escaping); longer keys must be written
+        // as explicit "? key" entries, which yaml-cpp does only when asked. An
+        // escape takes at most 4 characters per byte, so 200 bytes is safe (the
+        // fuzzer found a 1,100-character key that did not read back).
+        if (key.size() > 200) e << YAML::LongKey;
         e << YAML::Key;
         if (!PrintableImpl(key) || key.find('\r') != std::string::npos) {
           e << YAML::EscapeNonAscii << YAML::DoubleQuoted << key << YAML::EmitNonAscii;

@@ -231,5 +231,19 @@ TEST(YamlRegressionTest, NoncharactersInEscapedStringsAreReported) {
   EXPECT_TRUE(YamlEmitterPreserves("plain text"));
 }
 
+// Found by the fuzzer: a map key longer than YAML's 1024-character limit for
+// implicit keys was written as "key: value" and did not read back.
+TEST(YamlRegressionTest, LongKeysAreWrittenAsExplicitKeys) {
+  Json j;
+  j[std::string(1500, 'k')] = "v";
+  j["short"] = std::string(3000, 'x');    // long values are fine as they are
+  j[std::string(300, 'z') + "\x01"] = 1;  // escaped: up to 4 characters per byte
+  std::string yaml = JsonToYaml(j);
+  EXPECT_NE(yaml.find("? "), std::string::npos) << yaml.substr(0, 200);
+  auto back = YamlToJson(yaml);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, j);
+}
+
 }  // namespace
 }  // namespace orrery::api
