@@ -92,7 +92,10 @@ bool IsValidUtf8(std::string_view s) {
 // YAML streams may only hold printable characters (YAML 1.2, section 5.1): tab,
 // line breaks, and the printable ranges of Unicode. Strings with anything else are
 // written escaped, and such input is refused.
-bool PrintableImpl(std::string_view s) {
+// Whether `pred` holds for every code point of `s` (UTF-8, read leniently: the
+// decoder has already checked it, and a truncated tail reads as what it has).
+template <typename Pred>
+bool AllCodePoints(std::string_view s, Pred pred) {
   size_t i = 0;
   while (i < s.size()) {
     auto c = static_cast<unsigned char>(s[i]);
@@ -108,12 +111,17 @@ bool PrintableImpl(std::string_view s) {
     for (size_t k = 1; k < len && i + k < s.size(); ++k)
       cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
     i += len;
-    bool printable = cp == 0x09 || cp == 0x0A || cp == 0x0D || (cp >= 0x20 && cp <= 0x7E) ||
-                     cp == 0x85 || (cp >= 0xA0 && cp <= 0xD7FF) || (cp >= 0xE000 && cp <= 0xFFFD) ||
-                     (cp >= 0x10000 && cp <= 0x10FFFF);
-    if (!printable) return false;
+    if (!pred(cp)) return false;
   }
   return true;
+}
+
+bool PrintableImpl(std::string_view s) {
+  return AllCodePoints(s, [](uint32_t cp) {
+    return cp == 0x09 || cp == 0x0A || cp == 0x0D || (cp >= 0x20 && cp <= 0x7E) || cp == 0x85 ||
+           (cp >= 0xA0 && cp <= 0xD7FF) || (cp >= 0xE000 && cp <= 0xFFFD) ||
+           (cp >= 0x10000 && cp <= 0x10FFFF);
+  });
 }
 
 enum class PlainKind { kString, kNull, kBool, kInt, kFloat, kNonFinite };
@@ -443,25 +451,9 @@ bool IsYamlPrintable(std::string_view s) { return PrintableImpl(s); }
 bool YamlEmitterPreserves(std::string_view s) {
   // Only strings JsonToYaml writes escaped (see Emit) are at risk.
   if (PrintableImpl(s) && s.find('\r') == std::string_view::npos) return true;
-  size_t i = 0;
-  while (i < s.size()) {
-    auto c = static_cast<unsigned char>(s[i]);
-    uint32_t cp = c;
-    size_t len = 1;
-    if (c >= 0xF0) {
-      len = 4, cp = c & 0x07;
-    } else if (c >= 0xE0) {
-      len = 3, cp = c & 0x0F;
-    } else if (c >= 0xC0) {
-      len = 2, cp = c & 0x1F;
-    }
-    for (size_t k = 1; k < len && i + k < s.size(); ++k)
-      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    i += len;
-    // The 66 noncharacters (Unicode 15, section 23.7).
-    if ((cp >= 0xFDD0 && cp <= 0xFDEF) || (cp & 0xFFFE) == 0xFFFE) return false;
-  }
-  return true;
+  // The 66 noncharacters (Unicode 15, section 23.7).
+  return AllCodePoints(
+      s, [](uint32_t cp) { return !((cp >= 0xFDD0 && cp <= 0xFDEF) || (cp & 0xFFFE) == 0xFFFE); });
 }
 
 StatusOr<std::vector<Json>> YamlToJsonDocuments(std::string_view text, const YamlLimits& limits) {
