@@ -12,4 +12,12 @@ SystemClock* SystemClock::Get() {
   return &clock;
 }
 
+std::string Rfc3339Utc(std::time_t t) {
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
 }  // namespace orrery

@@ -342,12 +342,7 @@ Reconciler::Reconciler(kube::Client* client, Caches caches, ReconcilerOptions op
 
 std::string Reconciler::NowText() const {
   if (options_.now_rfc3339) return options_.now_rfc3339();
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  return Rfc3339Utc(std::time(nullptr));
 }
 
 void Reconciler::Event(const JobContext& ctx, kube::EventType type, const std::string& reason,

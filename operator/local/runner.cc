@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <sys/file.h>
 
+#include "common/clock.h"
 #include "operator/api/codec.h"
 #include "operator/api/defaults.h"
 #include "operator/engine/engine.h"
@@ -39,14 +40,7 @@ constexpr double kStopGraceS = 120;       // a gang asked to stop must checkpoin
 constexpr double kProfileTimeoutS = 900;  // one profiling run
 constexpr double kGpuMemoryGib = 1e6;     // local devices: memory is not modelled
 
-std::string Rfc3339Now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string Rfc3339Now() { return Rfc3339Utc(std::time(nullptr)); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
