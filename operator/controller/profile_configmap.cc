@@ -44,17 +44,7 @@ bool CachedProfile::operator==(const CachedProfile& o) const {
 std::string ProfileDataKey(const local::ProfileEntry& entry) { return ProfileKeyHash(entry.Key()); }
 
 Json EncodeCachedProfile(const CachedProfile& p) {
-  const local::ProfileEntry& e = p.entry;
-  Json j = {{"signature", e.signature},
-            {"template", e.template_name},
-            {"gpus", e.gpus},
-            {"batchSize", e.batch_size},
-            {"device", e.device},
-            {"samplesPerSecond", e.samples_per_s},
-            {"stepTimeSeconds", e.step_time_s},
-            {"stepTimeP90Seconds", e.step_time_p90_s},
-            {"peakMemoryBytes", e.peak_memory_bytes},
-            {"measuredAt", e.measured_at}};
+  Json j = local::ProfileEntryToJson(p.entry);
   if (p.infeasible) {
     j["infeasible"] = true;
     j["reason"] = p.reason;

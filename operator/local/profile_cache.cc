@@ -15,19 +15,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-Json ToJson(const ProfileEntry& e) {
-  return Json{{"signature", e.signature},
-              {"template", e.template_name},
-              {"gpus", e.gpus},
-              {"batchSize", e.batch_size},
-              {"device", e.device},
-              {"samplesPerSecond", e.samples_per_s},
-              {"stepTimeSeconds", e.step_time_s},
-              {"stepTimeP90Seconds", e.step_time_p90_s},
-              {"peakMemoryBytes", e.peak_memory_bytes},
-              {"measuredAt", e.measured_at}};
-}
-
 StatusOr<ProfileEntry> FromJson(const Json& j, const std::string& where) {
   ProfileEntry e;
   try {
@@ -51,6 +38,19 @@ StatusOr<ProfileEntry> FromJson(const Json& j, const std::string& where) {
 }
 
 }  // namespace
+
+Json ProfileEntryToJson(const ProfileEntry& e) {
+  return Json{{"signature", e.signature},
+              {"template", e.template_name},
+              {"gpus", e.gpus},
+              {"batchSize", e.batch_size},
+              {"device", e.device},
+              {"samplesPerSecond", e.samples_per_s},
+              {"stepTimeSeconds", e.step_time_s},
+              {"stepTimeP90Seconds", e.step_time_p90_s},
+              {"peakMemoryBytes", e.peak_memory_bytes},
+              {"measuredAt", e.measured_at}};
+}
 
 std::string ProfileEntry::Key() const {
   return signature + "|" + template_name + "|" + std::to_string(gpus) + "|" +
@@ -100,7 +100,7 @@ void ProfileCache::Put(const ProfileEntry& entry) { entries_[entry.Key()] = entr
 
 Status ProfileCache::Save() const {
   Json j{{"version", 1}, {"entries", Json::array()}};
-  for (const auto& [k, e] : entries_) j["entries"].push_back(ToJson(e));
+  for (const auto& [k, e] : entries_) j["entries"].push_back(ProfileEntryToJson(e));
   std::error_code ec;
   std::filesystem::path p(path_);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);

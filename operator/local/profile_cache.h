@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 
 namespace orrery::local {
@@ -45,6 +47,12 @@ class ProfileCache {
   std::string path_;
   std::map<std::string, ProfileEntry> entries_;
 };
+
+// An entry as JSON, the form both the cache file and the Kubernetes world's
+// ConfigMap (operator/controller/profile_configmap.h) store:
+// {"signature", "template", "gpus", "batchSize", "device", "samplesPerSecond",
+//  "stepTimeSeconds", "stepTimeP90Seconds", "peakMemoryBytes", "measuredAt"}.
+nlohmann::json ProfileEntryToJson(const ProfileEntry& entry);
 
 // Parses the profiler's JSON document (worker/profile/profiler.h) into an entry
 // (signature, template and device are the caller's to fill).
