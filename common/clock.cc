@@ -3,6 +3,8 @@
 
 #include <thread>
 
+#include "common/time_text.h"
+
 namespace orrery {
 
 void SystemClock::SleepUntil(TimePoint deadline) { std::this_thread::sleep_until(deadline); }

@@ -5,9 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <ctime>
 #include <mutex>
-#include <string>
 
 namespace orrery {
 
@@ -63,9 +61,6 @@ class FakeClock final : public Clock {
 
 // Seconds as a double, for reports and plans.
 inline double ToSeconds(Duration d) { return std::chrono::duration<double>(d).count(); }
-// Wall-clock time `t` as RFC 3339 in UTC, to the second: "2026-11-23T04:40:52Z".
-std::string Rfc3339Utc(std::time_t t);
-
 inline Duration FromSeconds(double s) {
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
 }

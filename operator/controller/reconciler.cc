@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "common/log.h"
+#include "common/time_text.h"
 #include "operator/api/codec.h"
 #include "operator/api/defaults.h"
 #include "operator/api/load.h"

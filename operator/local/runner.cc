@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <sys/file.h>
 
-#include "common/clock.h"
+#include "common/time_text.h"
 #include "operator/api/codec.h"
 #include "operator/api/defaults.h"
 #include "operator/engine/engine.h"
