@@ -192,7 +192,9 @@ TEST_F(RunE2E, CompletesWithFallingLossReportAndCachedProfiles) {
 TEST_F(RunE2E, InterruptAndResumeEqualsAnUninterruptedRun) {
   // One device per task, so both runs use the same layout and the comparison is
   // about resuming alone.
-  std::string job = Write("job.yaml", Job("e2e-resume", 120, 1, 1));
+  // Long enough that the SIGINT, sent at the first progress line (printed once
+  // a second), lands mid-training on a fast idle machine too.
+  std::string job = Write("job.yaml", Job("e2e-resume", 600, 1, 1));
   Result straight = Run(job, dir_ + "/straight");
   ASSERT_EQ(straight.code, 0) << straight.out;
 
@@ -202,7 +204,7 @@ TEST_F(RunE2E, InterruptAndResumeEqualsAnUninterruptedRun) {
       Shell(kBin + "/orrery run " + job + " --devices cpu:2 --workdir " + dir_ +
             "/resumed --profile-cache " + dir_ + "/profiles.json --progress plain >" + log +
             " 2>&1 & pid=$!; "
-            "for i in $(seq 1200); do grep -qE ' [1-9][0-9]*/120 ' " +
+            "for i in $(seq 1200); do grep -qE ' [1-9][0-9]*/600 ' " +
             log + " && break; sleep 0.1; done; kill -INT $pid; wait $pid; code=$?; cat " + log +
             "; exit $code");
   ASSERT_EQ(first.code, 130) << first.out;
@@ -212,7 +214,7 @@ TEST_F(RunE2E, InterruptAndResumeEqualsAnUninterruptedRun) {
   Json mid = Report(dir_ + "/resumed");
   EXPECT_EQ(mid["outcome"], "interrupted");
   bool unfinished = false;
-  for (const auto& t : mid["tasks"]) unfinished = unfinished || t["steps_done"].get<int>() < 120;
+  for (const auto& t : mid["tasks"]) unfinished = unfinished || t["steps_done"].get<int>() < 600;
   EXPECT_TRUE(unfinished) << mid["tasks"].dump();
 
   Result second = Run(job, dir_ + "/resumed");
@@ -242,7 +244,7 @@ TEST_F(RunE2E, InterruptAndResumeEqualsAnUninterruptedRun) {
 
 TEST_F(RunE2E, DeviceLostMidRunRestartsTheTaskOnWhatRemains) {
   // Two tasks, one device each; device 1 fails 1.5 s after the first start.
-  std::string job = Write("job.yaml", Job("e2e-fail", 400, 1, 1));
+  std::string job = Write("job.yaml", Job("e2e-fail", 1000, 1, 1));
   Result r = Run(job, dir_ + "/work", "--fail-device-at 1.5:1");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("device cpu:1 lost"), std::string::npos) << r.out;
@@ -273,14 +275,14 @@ TEST_F(RunE2E, DeviceLostMidRunRestartsTheTaskOnWhatRemains) {
 }
 
 TEST_F(RunE2E, ControlFileLosesAndRestoresADeviceOnALiveRun) {
-  std::string job = Write("job.yaml", Job("e2e-control", 400, 1, 1));
+  std::string job = Write("job.yaml", Job("e2e-control", 1000, 1, 1));
   std::string work = dir_ + "/work";
   std::string log = dir_ + "/run.log";
   // Lose device 1 once training is under way, give it back once the loss shows.
   Result r = Shell(kBin + "/orrery run " + job + " --devices cpu:2 --workdir " + work +
                    " --profile-cache " + dir_ + "/profiles.json --progress plain >" + log +
                    " 2>&1 & pid=$!; "
-                   "for i in $(seq 1200); do grep -qE ' [1-9][0-9]*/400 ' " +
+                   "for i in $(seq 1200); do grep -qE ' [1-9][0-9]*/1000 ' " +
                    log + " && break; sleep 0.1; done; echo 'fail 1' >> " + work +
                    "/control; "
                    "for i in $(seq 1200); do grep -q 'lost (control file)' " +
