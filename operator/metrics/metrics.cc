@@ -110,6 +110,14 @@ const std::vector<MetricDef>& AllMetricDefs() {
        MetricKind::kGauge,
        "Training throughput of one rank, over the last report interval.",
        {"msj", "task", "rank"}},
+      {"orrery_worker_step",
+       MetricKind::kGauge,
+       "Last completed optimizer step of a task (counted from step 0, across resumes).",
+       {"msj", "task"}},
+      {"orrery_worker_checkpoint_step",
+       MetricKind::kGauge,
+       "Step of the task's last committed checkpoint, or of the one it resumed from.",
+       {"msj", "task"}},
   };
   return *defs;
 }
@@ -165,22 +173,97 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r)
       samples_per_second(MakeGauge(r, "orrery_worker_samples_per_second")),
       samples(MakeCounter(r, "orrery_worker_samples_total")),
       loss(MakeGauge(r, "orrery_worker_loss")),
+      step(MakeGauge(r, "orrery_worker_step")),
       checkpoint_seconds(MakeHistogram(r, "orrery_worker_checkpoint_duration_seconds")),
-      checkpoint_bytes(MakeGauge(r, "orrery_worker_checkpoint_bytes")) {}
+      checkpoint_bytes(MakeGauge(r, "orrery_worker_checkpoint_bytes")),
+      checkpoint_step(MakeGauge(r, "orrery_worker_checkpoint_step")) {}
+
+namespace {
+
+prometheus::Histogram::BucketBoundaries Doubling(double first, int count) {
+  prometheus::Histogram::BucketBoundaries b;
+  for (int i = 0; i < count; ++i) b.push_back(first * static_cast<double>(int64_t{1} << i));
+  return b;
+}
+
+}  // namespace
+
+const prometheus::Histogram::BucketBoundaries& StepSecondsBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries(Doubling(0.001, 18));
+  return *b;
+}
+
+const prometheus::Histogram::BucketBoundaries& CheckpointSecondsBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries(Doubling(0.01, 18));
+  return *b;
+}
+
+WorkerRecorder::WorkerRecorder(WorkerMetrics& m, const std::string& msj, const std::string& task,
+                               int rank, bool task_level)
+    : metrics_(m),
+      task_labels_{{"msj", msj}, {"task", task}},
+      task_level_(task_level),
+      step_seconds_(m.step_seconds.Add(
+          {{"msj", msj}, {"task", task}, {"rank", std::to_string(rank)}}, StepSecondsBuckets())),
+      samples_(m.samples.Add({{"msj", msj}, {"task", task}, {"rank", std::to_string(rank)}})),
+      samples_per_second_(m.samples_per_second.Add(
+          {{"msj", msj}, {"task", task}, {"rank", std::to_string(rank)}})) {
+  if (!task_level_) return;
+  for (const char* op : {"save", "load"}) {
+    auto labels = task_labels_;
+    labels["op"] = op;
+    m.checkpoint_seconds.Add(labels, CheckpointSecondsBuckets());
+  }
+}
+
+void WorkerRecorder::RecordStart(int64_t step) {
+  if (task_level_) metrics_.step.Add(task_labels_).Set(static_cast<double>(step));
+}
+
+void WorkerRecorder::RecordStep(int64_t step, double seconds, double samples, double loss) {
+  step_seconds_.Observe(seconds);
+  samples_.Increment(samples);
+  if (!task_level_) return;
+  metrics_.loss.Add(task_labels_).Set(loss);
+  metrics_.step.Add(task_labels_).Set(static_cast<double>(step));
+}
+
+void WorkerRecorder::RecordThroughput(double samples_per_second) {
+  samples_per_second_.Set(samples_per_second);
+}
+
+void WorkerRecorder::RecordCheckpoint(CheckpointOp op, int64_t step, double seconds,
+                                      uint64_t bytes) {
+  if (!task_level_) return;
+  auto labels = task_labels_;
+  labels["op"] = op == CheckpointOp::kSave ? "save" : "load";
+  metrics_.checkpoint_seconds.Add(labels, CheckpointSecondsBuckets()).Observe(seconds);
+  metrics_.checkpoint_step.Add(task_labels_).Set(static_cast<double>(step));
+  metrics_.checkpoint_bytes.Add(task_labels_).Set(static_cast<double>(bytes));
+}
 
 StatusOr<std::unique_ptr<Exposer>> Exposer::Start(const std::string& address,
-                                                  std::shared_ptr<prometheus::Registry> registry) {
+                                                  std::shared_ptr<prometheus::Registry> registry,
+                                                  const std::string& flag) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size() ||
+      address.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
+    return InvalidArgumentError(flag + ": '" + address + "' is not HOST:PORT or :PORT");
+  }
+  const std::string host = colon == 0 ? "0.0.0.0" : address.substr(0, colon);
+  const std::string bind = host + address.substr(colon);
   std::unique_ptr<Exposer> e(new Exposer());
   try {
-    e->exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
+    e->exposer_ = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/1);
     e->exposer_->RegisterCollectable(registry);
     const auto ports = e->exposer_->GetListeningPorts();
-    if (ports.empty()) return UnavailableError("metrics exposer on " + address + " has no port");
+    if (ports.empty()) return UnavailableError("metrics exposer on " + bind + " has no port");
     e->port_ = ports.front();
   } catch (const std::exception& ex) {
-    return UnavailableError("cannot serve metrics on " + address + ": " + ex.what() +
-                            " (fix: pick a free port with --metrics-bind-address)");
+    return UnavailableError("cannot serve metrics on " + bind + ": " + ex.what() +
+                            " (fix: pick a free port with " + flag + ")");
   }
+  e->address_ = host + ":" + std::to_string(e->port_);
   e->registry_ = std::move(registry);
   return e;
 }

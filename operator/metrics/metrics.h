@@ -8,6 +8,8 @@
 // labelled child it needs. README.md lists every metric.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,27 +76,77 @@ struct WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& samples_per_second;      // {msj, task, rank}
   prometheus::Family<prometheus::Counter>& samples;               // {msj, task, rank}
   prometheus::Family<prometheus::Gauge>& loss;                    // {msj, task}
+  prometheus::Family<prometheus::Gauge>& step;                    // {msj, task}
   prometheus::Family<prometheus::Histogram>& checkpoint_seconds;  // {msj, task, op} save|load
   prometheus::Family<prometheus::Gauge>& checkpoint_bytes;        // {msj, task}
+  prometheus::Family<prometheus::Gauge>& checkpoint_step;         // {msj, task}
+};
+
+// Histogram buckets: a step from 1 ms to about 2 min, a checkpoint from 10 ms to
+// about 20 min (each bucket twice the one before).
+const prometheus::Histogram::BucketBoundaries& StepSecondsBuckets();
+const prometheus::Histogram::BucketBoundaries& CheckpointSecondsBuckets();
+
+// One worker rank's recording side of WorkerMetrics: the children of its task's
+// labels. The per-rank series (step time, samples, throughput, labelled `rank`)
+// are recorded on every rank; the task's series (loss, step, checkpoints; no
+// `rank` label) only where `task_level` is set, which is rank 0, so each of them
+// has exactly one source however many ranks are scraped. Series that would be
+// misleading at zero (loss, checkpoint step and bytes) appear with their first
+// value. Thread-safe (prometheus-cpp's children are); not copyable.
+class WorkerRecorder {
+ public:
+  enum class CheckpointOp { kSave, kLoad };
+
+  WorkerRecorder(WorkerMetrics& metrics, const std::string& msj, const std::string& task, int rank,
+                 bool task_level);
+  WorkerRecorder(const WorkerRecorder&) = delete;
+  WorkerRecorder& operator=(const WorkerRecorder&) = delete;
+
+  // One optimizer step done: `step` counts completed steps (since step 0, across
+  // resumes); `samples` is what this rank trained on in it.
+  void RecordStep(int64_t step, double seconds, double samples, double loss);
+  // This rank's samples per second over the last report interval.
+  void RecordThroughput(double samples_per_second);
+  // A checkpoint of `step` committed (save) or restored (load), and its size.
+  void RecordCheckpoint(CheckpointOp op, int64_t step, double seconds, uint64_t bytes);
+  // The step training starts from (0, or the step of the checkpoint it resumed).
+  void RecordStart(int64_t step);
+
+  bool task_level() const { return task_level_; }
+
+ private:
+  WorkerMetrics& metrics_;
+  std::map<std::string, std::string> task_labels_;
+  bool task_level_;
+  prometheus::Histogram& step_seconds_;
+  prometheus::Counter& samples_;
+  prometheus::Gauge& samples_per_second_;
 };
 
 // Serves a registry on http://ADDRESS/metrics. Owns a listening socket.
 class Exposer {
  public:
-  // `address` is "host:port", e.g. "127.0.0.1:0" (port 0 picks a free port).
-  static StatusOr<std::unique_ptr<Exposer>> Start(const std::string& address,
-                                                  std::shared_ptr<prometheus::Registry> registry);
+  // `address` is "host:port", e.g. "127.0.0.1:0" (port 0 picks a free port);
+  // ":port" listens on every interface. `flag` names the setting the address came
+  // from, for the hint in the error.
+  static StatusOr<std::unique_ptr<Exposer>> Start(
+      const std::string& address, std::shared_ptr<prometheus::Registry> registry,
+      const std::string& flag = "--metrics-bind-address");
   ~Exposer();
   Exposer(const Exposer&) = delete;
   Exposer& operator=(const Exposer&) = delete;
 
   int port() const { return port_; }
+  // "host:port" with the port really bound ("0.0.0.0:port" for every interface).
+  const std::string& address() const { return address_; }
 
  private:
   Exposer() = default;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Registry> registry_;
   int port_ = 0;
+  std::string address_;
 };
 
 // The text exposition of a registry, as /metrics would serve it (for tests,
