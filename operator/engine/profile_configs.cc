@@ -1,0 +1,109 @@
+#include "operator/engine/profile_configs.h"
+
+#include <algorithm>
+#include <map>
+
+#include "operator/api/defaults.h"
+#include "operator/engine/worker_command.h"
+
+namespace orrery::engine {
+
+std::vector<int64_t> CandidateBatches(const api::ModelSelectionJobSpec& spec, int64_t task_batch) {
+  std::vector<int64_t> out = {task_batch};
+  if (!spec.elasticity.enabled || task_batch < 1) return out;
+  int64_t lo = spec.elasticity.min_batch_size.value_or(1);
+  int64_t hi = spec.elasticity.max_batch_size.value_or(INT64_MAX);
+  auto add = [&](int64_t b) {
+    if (static_cast<int>(out.size()) < kMaxBatchChoices && b >= lo && b <= hi) out.push_back(b);
+  };
+  // Powers of two up to 2^20 either way: far beyond any bound the API accepts.
+  for (int k = 1; k <= 20 && static_cast<int>(out.size()) < kMaxBatchChoices; ++k) {
+    int64_t factor = int64_t{1} << k;
+    if (task_batch <= INT64_MAX / factor) add(task_batch * factor);
+    if (task_batch % factor == 0) add(task_batch / factor);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool BatchSplits(const std::string& template_name, int gpus, int64_t batch) {
+  if (batch < 1 || gpus < 1) return false;
+  if (gpus == 1 || template_name == "tensor") return true;
+  if (template_name == "pipeline") return batch % (2 * int64_t{gpus}) == 0;
+  return batch % gpus == 0;  // ddp, fsdp, spill: one equal share per rank
+}
+
+std::vector<int> ProfileGpuCounts(const api::ModelSelectionJobSpec& spec, int max_gpus) {
+  if (max_gpus < 1) return {};
+  int min_gpus = std::min(spec.resources.gpus_per_task.min, max_gpus);
+  std::vector<int> counts = spec.profiling.gpu_counts.empty()
+                                ? api::DefaultProfileGpuCounts(min_gpus, max_gpus)
+                                : spec.profiling.gpu_counts;
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  std::erase_if(counts, [&](int g) { return g < 1 || g > max_gpus; });
+  return counts;
+}
+
+TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::TaskSpec& task,
+                             const ProfileLookup& lookup, int max_gpus) {
+  TaskConfigs out;
+  max_gpus = std::min({max_gpus, spec.resources.gpus_per_task.max, spec.resources.gpu_quota});
+  std::vector<int> counts = ProfileGpuCounts(spec, max_gpus);
+  if (counts.empty()) return out;
+  const bool elastic = spec.elasticity.enabled;
+  std::vector<int64_t> batches = CandidateBatches(spec, task.training.batch_size);
+  for (api::Template tmpl : spec.resources.templates) {
+    const std::string name(api::EnumName(tmpl));
+    for (int64_t batch : batches) {
+      std::map<int, ProfilePoint> points;  // measured, feasible, by GPUs
+      for (int g : counts) {
+        if (elastic && !BatchSplits(WorkerTemplate(name, g), g, batch)) continue;
+        ProfilePoint p = lookup(tmpl, g, batch);
+        if (p.state == ProfilePoint::State::kMissing) {
+          out.missing.push_back({tmpl, g, batch});
+        } else if (p.state == ProfilePoint::State::kMeasured && p.samples_per_s > 0) {
+          points[g] = p;
+        }
+      }
+      for (auto it = points.begin(); it != points.end(); ++it) {
+        planner::Config c;
+        c.template_name = name;
+        c.gpus = it->first;
+        c.batch_size = static_cast<int>(batch);
+        c.throughput = it->second.samples_per_s;
+        c.memory_gib = it->second.memory_gib;
+        out.configs.push_back(c);
+        out.templates.push_back(tmpl);
+        auto next = std::next(it);
+        if (next == points.end()) continue;
+        // Linear interpolation of throughput between profiled GPU counts; no
+        // extrapolation beyond them. Memory is the smaller count's (conservative
+        // for sharding templates, equal for replicating ones).
+        for (int g = it->first + 1; g < next->first; ++g) {
+          if (g < spec.resources.gpus_per_task.min) continue;
+          if (elastic && !BatchSplits(WorkerTemplate(name, g), g, batch)) continue;
+          double f = static_cast<double>(g - it->first) / (next->first - it->first);
+          planner::Config fit = c;
+          fit.gpus = g;
+          fit.throughput = c.throughput + f * (next->second.samples_per_s - c.throughput);
+          out.configs.push_back(fit);
+          out.templates.push_back(tmpl);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+int64_t SampleBudget(const api::TaskSpec& task, int64_t dataset_samples) {
+  return TotalSteps(task, dataset_samples) * task.training.batch_size;
+}
+
+int64_t StepsForBudget(int64_t budget, int64_t done_steps, int64_t done_samples, int64_t batch) {
+  if (batch < 1) return done_steps;
+  int64_t left = std::max<int64_t>(0, budget - done_samples);
+  return done_steps + (left + batch - 1) / batch;
+}
+
+}  // namespace orrery::engine

@@ -1,0 +1,255 @@
+// Planner configurations from profiles: a job that is not elastic gets exactly
+// one batch (the task's own) with GPU counts interpolated between profiled ones;
+// an elastic job gets up to three batches within its bounds that split over the
+// GPUs, missing keys carry their batch, and a task's work is a fixed sample
+// budget that a larger batch finishes in fewer steps.
+#include "operator/engine/profile_configs.h"
+
+#include <map>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "operator/api/load.h"
+#include "operator/api/yaml.h"
+#include "operator/planner/planner.h"
+
+namespace orrery::engine {
+namespace {
+
+api::LoadedJob Load(const std::string& yaml) {
+  auto json = api::YamlToJson(yaml);
+  EXPECT_TRUE(json.ok()) << json.status();
+  auto job = api::LoadJob(*json);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+const char* kJob = R"(
+apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: t}
+spec:
+  tasks:
+  - name: mlp
+    model: {mlp: {layers: 4, hidden: 64, inputs: 16, outputs: 10}}
+    data: {synthetic: {seed: 7, samples: 1000000}}
+    training: {epochs: 5, batchSize: 256, optimizer: sgd, learningRate: 0.1}
+  resources:
+    templates: [ddp, fsdp]
+    gpusPerTask: {min: 1, max: 8}
+    gpuQuota: 8
+  profiling: {gpuCounts: [1, 4, 8]}
+  elasticity: {enabled: false, minBatchSize: 64, maxBatchSize: 1024}
+)";
+
+using Key = std::tuple<api::Template, int, int64_t>;
+
+// A store: measured points by (template, GPUs, batch), some infeasible.
+struct Store {
+  std::map<Key, ProfilePoint> points;
+  void Measure(api::Template t, int g, int64_t b, double samples_per_s) {
+    points[{t, g, b}] = {ProfilePoint::State::kMeasured, samples_per_s, 1.5};
+  }
+  ProfileLookup Lookup() const {
+    return [this](api::Template t, int g, int64_t b) {
+      auto it = points.find({t, g, b});
+      return it == points.end() ? ProfilePoint{} : it->second;
+    };
+  }
+};
+
+TEST(CandidateBatches, OnlyTheTasksOwnWhenNotElastic) {
+  api::LoadedJob job = Load(kJob);
+  EXPECT_EQ(CandidateBatches(job.job.spec, 256), (std::vector<int64_t>{256}));
+}
+
+TEST(CandidateBatches, NearestPowersOfTwoWithinBoundsAtMostThree) {
+  api::LoadedJob job = Load(kJob);
+  api::ModelSelectionJobSpec& spec = job.job.spec;
+  spec.elasticity.enabled = true;
+  EXPECT_EQ(CandidateBatches(spec, 256), (std::vector<int64_t>{128, 256, 512}));
+  // At the upper bound only fractions remain; at the lower only multiples.
+  EXPECT_EQ(CandidateBatches(spec, 1024), (std::vector<int64_t>{256, 512, 1024}));
+  EXPECT_EQ(CandidateBatches(spec, 64), (std::vector<int64_t>{64, 128, 256}));
+  // An odd batch has no whole half.
+  EXPECT_EQ(CandidateBatches(spec, 96), (std::vector<int64_t>{96, 192, 384}));
+  spec.elasticity.min_batch_size = 100;
+  spec.elasticity.max_batch_size = 300;
+  EXPECT_EQ(CandidateBatches(spec, 150), (std::vector<int64_t>{150, 300}));
+  // The task's own stays even outside bounds set by hand.
+  EXPECT_EQ(CandidateBatches(spec, 80), (std::vector<int64_t>{80, 160}));
+}
+
+TEST(BatchSplits, PerRankSharesAndPipelineMicroBatches) {
+  EXPECT_TRUE(BatchSplits("single", 1, 7));
+  EXPECT_TRUE(BatchSplits("ddp", 4, 8));
+  EXPECT_FALSE(BatchSplits("ddp", 4, 6));
+  EXPECT_FALSE(BatchSplits("fsdp", 3, 8));
+  EXPECT_FALSE(BatchSplits("spill", 2, 5));
+  EXPECT_TRUE(BatchSplits("tensor", 4, 6));
+  EXPECT_TRUE(BatchSplits("pipeline", 2, 8));
+  EXPECT_FALSE(BatchSplits("pipeline", 2, 6));  // 2 ranks, 4 micro-batches
+  EXPECT_FALSE(BatchSplits("ddp", 2, 0));
+}
+
+TEST(BuildTaskConfigs, NotElasticIsOneBatchWithInterpolation) {
+  api::LoadedJob job = Load(kJob);
+  const api::ModelSelectionJobSpec& spec = job.job.spec;
+  Store store;
+  store.Measure(api::Template::kDdp, 1, 256, 100);
+  store.Measure(api::Template::kDdp, 4, 256, 340);
+  store.Measure(api::Template::kFsdp, 1, 256, 90);
+  store.points[{api::Template::kFsdp, 4, 256}] = {ProfilePoint::State::kInfeasible, 0, 0};
+  // An elastic-only batch in the store changes nothing.
+  store.Measure(api::Template::kDdp, 4, 512, 999);
+
+  TaskConfigs tc = BuildTaskConfigs(spec, job.tasks[0].task, store.Lookup(), 8);
+  ASSERT_EQ(tc.configs.size(), 5u);  // ddp 1,2,3,4 and fsdp 1
+  for (const planner::Config& c : tc.configs) EXPECT_EQ(c.batch_size, 256);
+  EXPECT_EQ(tc.configs[1].gpus, 2);
+  EXPECT_DOUBLE_EQ(tc.configs[1].throughput, 180);
+  EXPECT_EQ(tc.configs[2].gpus, 3);
+  EXPECT_DOUBLE_EQ(tc.configs[2].throughput, 260);
+  EXPECT_DOUBLE_EQ(tc.configs[3].memory_gib, 1.5);
+  EXPECT_EQ(tc.templates[4], api::Template::kFsdp);
+  EXPECT_EQ(tc.configs[4].template_name, "fsdp");
+  // Missing: ddp×8 and fsdp×8 at the task's batch; the infeasible one is known.
+  ASSERT_EQ(tc.missing.size(), 2u);
+  EXPECT_EQ(tc.missing[0], (ProfileKeyRef{api::Template::kDdp, 8, 256}));
+  EXPECT_EQ(tc.missing[1], (ProfileKeyRef{api::Template::kFsdp, 8, 256}));
+
+  // Fewer GPUs: larger counts are neither planned nor missing.
+  TaskConfigs small = BuildTaskConfigs(spec, job.tasks[0].task, store.Lookup(), 2);
+  EXPECT_EQ(small.configs.size(), 2u);
+  EXPECT_TRUE(small.missing.empty());
+}
+
+TEST(BuildTaskConfigs, ElasticOffersBatchesWithinBoundsThatSplit) {
+  api::LoadedJob job = Load(kJob);
+  api::ModelSelectionJobSpec& spec = job.job.spec;
+  spec.elasticity.enabled = true;
+  spec.resources.templates = {api::Template::kDdp};
+  spec.profiling.gpu_counts = {1, 3, 4};
+  Store store;
+  for (int64_t b : {128, 256, 512}) {
+    store.Measure(api::Template::kDdp, 1, b, 100);
+    store.Measure(api::Template::kDdp, 4, b, 300 + b / 4.0);
+  }
+  TaskConfigs tc = BuildTaskConfigs(spec, job.tasks[0].task, store.Lookup(), 8);
+  // Per batch: 1, 2 (interpolated) and 4 GPUs; 3 GPUs split none of them, so it
+  // is neither profiled nor interpolated.
+  ASSERT_EQ(tc.configs.size(), 9u);
+  std::map<int64_t, int> per_batch;
+  for (const planner::Config& c : tc.configs) {
+    ++per_batch[c.batch_size];
+    EXPECT_GE(c.batch_size, *spec.elasticity.min_batch_size);
+    EXPECT_LE(c.batch_size, *spec.elasticity.max_batch_size);
+    EXPECT_EQ(c.batch_size % c.gpus, 0) << c.gpus << " GPUs, batch " << c.batch_size;
+    EXPECT_NE(c.gpus, 3);
+  }
+  EXPECT_EQ(per_batch, (std::map<int64_t, int>{{128, 3}, {256, 3}, {512, 3}}));
+  EXPECT_TRUE(tc.missing.empty());
+  // Throughput comes from the profile at the configuration's own batch.
+  EXPECT_DOUBLE_EQ(tc.configs[8].throughput, 300 + 512 / 4.0);
+  EXPECT_EQ(tc.configs[8].gpus, 4);
+
+  // Nothing cached: the missing keys carry their batch, 3 GPUs excluded.
+  TaskConfigs empty = BuildTaskConfigs(spec, job.tasks[0].task, Store{}.Lookup(), 8);
+  EXPECT_TRUE(empty.configs.empty());
+  std::vector<ProfileKeyRef> want;
+  for (int64_t b : {128, 256, 512}) {
+    want.push_back({api::Template::kDdp, 1, b});
+    want.push_back({api::Template::kDdp, 4, b});
+  }
+  EXPECT_EQ(empty.missing, want);
+}
+
+TEST(SampleBudget, ALargerBatchFinishesTheSameSamplesInFewerSteps) {
+  api::LoadedJob job = Load(kJob);
+  const api::TaskSpec& t = job.tasks[0].task;
+  // 5 epochs of 1e6 samples at 256: 5 × 3906 steps, 4999680 samples.
+  ASSERT_EQ(SampleBudget(t), 19530 * 256);
+  EXPECT_EQ(StepsForBudget(SampleBudget(t), 0, 0, 256), 19530);
+  EXPECT_EQ(StepsForBudget(SampleBudget(t), 0, 0, 512), 9765);
+  EXPECT_EQ(StepsForBudget(SampleBudget(t), 0, 0, 1024), 4883);  // 4882.5, rounded up
+  // A resume at 512 from step 1001 at 256: the worker's step count carries on,
+  // 4743424 samples left are 9264.5 steps, rounded up.
+  EXPECT_EQ(StepsForBudget(SampleBudget(t), 1001, 1001 * 256, 512), 1001 + 9265);
+  // A resume at the same batch is the task's own total.
+  EXPECT_EQ(StepsForBudget(SampleBudget(t), 1001, 1001 * 256, 256), 19530);
+  // Budget already spent: no further step.
+  EXPECT_EQ(StepsForBudget(100, 7, 200, 64), 7);
+}
+
+// A step-time model with a fixed synchronisation cost per step on more than one
+// GPU (gradient all-reduce) and a compute cost per sample: a larger batch
+// amortises the fixed cost, so throughput grows with the batch.
+ProfileLookup SyncBoundModel(double sync_s, double per_sample_s) {
+  return [=](api::Template, int g, int64_t b) {
+    double step = static_cast<double>(b) * per_sample_s / g + (g > 1 ? sync_s : 0.0);
+    return ProfilePoint{ProfilePoint::State::kMeasured, static_cast<double>(b) / step, 1};
+  };
+}
+
+struct Planned {
+  double makespan = 0;
+  std::vector<int> batches;  // by task, of the configuration the plan names
+};
+
+Planned PlanTwoTasks(const api::ModelSelectionJobSpec& spec, const api::TaskSpec& task,
+                     const ProfileLookup& lookup) {
+  planner::Problem problem;
+  problem.nodes.push_back({"n0", 4, 80});
+  for (const char* name : {"a", "b"}) {
+    planner::Task t;
+    t.name = name;
+    t.work = static_cast<double>(SampleBudget(task));
+    t.configs = BuildTaskConfigs(spec, task, lookup, 4).configs;
+    problem.tasks.push_back(t);
+  }
+  auto planner = planner::MakeOrreryPlanner();
+  planner::PlanOptions options;
+  options.max_nodes = 2000;
+  auto plan = planner->Solve(problem, options);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  Planned out;
+  if (!plan.ok()) return out;
+  out.makespan = plan->makespan;
+  for (size_t t = 0; t < plan->assignments.size(); ++t) {
+    const planner::Task& task_t = problem.tasks[t];
+    out.batches.push_back(
+        task_t.configs[static_cast<size_t>(plan->assignments[t].config)].batch_size);
+  }
+  return out;
+}
+
+TEST(BuildTaskConfigs, ThePlannerPicksALargerBatchWhenThroughputScalesWithIt) {
+  api::LoadedJob job = Load(kJob);
+  api::ModelSelectionJobSpec spec = job.job.spec;
+  spec.resources.templates = {api::Template::kDdp};
+  spec.profiling.gpu_counts = {1, 2, 4};
+  const api::TaskSpec& task = job.tasks[0].task;
+  ProfileLookup model = SyncBoundModel(0.5, 0.01);
+
+  Planned fixed = PlanTwoTasks(spec, task, model);
+  spec.elasticity.enabled = true;
+  Planned elastic = PlanTwoTasks(spec, task, model);
+  // Fixed: both at 256. Elastic: both at the largest batch, 512 (the most
+  // samples per second on every GPU count), sooner by the amortised sync.
+  EXPECT_EQ(fixed.batches, (std::vector<int>{256, 256}));
+  EXPECT_EQ(elastic.batches, (std::vector<int>{512, 512}));
+  EXPECT_LT(elastic.makespan, 0.9 * fixed.makespan);
+
+  // When a larger batch is slower (here: per-sample cost rising with the
+  // batch, as under memory pressure), the planner stays at or below the task's own.
+  ProfileLookup slower = [](api::Template, int g, int64_t b) {
+    double step = static_cast<double>(b) * (0.01 + 1e-4 * static_cast<double>(b)) / g;
+    return ProfilePoint{ProfilePoint::State::kMeasured, static_cast<double>(b) / step, 1};
+  };
+  Planned small = PlanTwoTasks(spec, task, slower);
+  EXPECT_EQ(small.batches, (std::vector<int>{128, 128}));
+}
+
+}  // namespace
+}  // namespace orrery::engine
