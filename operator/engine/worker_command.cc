@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <sstream>
 
 namespace orrery::engine {
@@ -76,18 +77,32 @@ std::vector<std::string> CommonFlags(const api::ExpandedTask& expanded, const La
   // as decoupled weight decay (Loshchilov & Hutter 2019), which is what
   // "adam with weight decay" means in most current training code.
   f.push_back(Flag("optimizer", tr.optimizer == api::Optimizer::kSgd ? "sgd" : "adamw"));
-  f.push_back(Flag("lr", Number(tr.learning_rate)));
+  const int64_t batch = c.batch_size > 0 ? c.batch_size : tr.batch_size;
+  f.push_back(
+      Flag("lr", Number(ScaledLearningRate(tr.learning_rate, c.lr_scaling, batch, tr.batch_size))));
   f.push_back(Flag("weight-decay", Number(tr.weight_decay)));
   if (tr.optimizer == api::Optimizer::kSgd) f.push_back(Flag("momentum", Number(tr.momentum)));
   f.push_back(Flag("warmup-steps", tr.warmup_steps));
   f.push_back(Flag("decay", std::string(api::EnumName(tr.schedule))));
-  f.push_back(Flag("batch", c.batch_size > 0 ? c.batch_size : tr.batch_size));
+  f.push_back(Flag("batch", batch));
   f.push_back(Flag("template", WorkerTemplate(c.template_name, c.gpus)));
   f.push_back(Flag("threads", c.threads));
   return f;
 }
 
 }  // namespace
+
+double ScaledLearningRate(double learning_rate, api::LrScaling rule, int64_t batch,
+                          int64_t tuned_batch) {
+  if (batch <= 0 || tuned_batch <= 0 || batch == tuned_batch) return learning_rate;
+  double ratio = static_cast<double>(batch) / static_cast<double>(tuned_batch);
+  switch (rule) {
+    case api::LrScaling::kLinear: return learning_rate * ratio;
+    case api::LrScaling::kSqrt: return learning_rate * std::sqrt(ratio);
+    case api::LrScaling::kNone: break;
+  }
+  return learning_rate;
+}
 
 std::string WorkerTemplate(const std::string& template_name, int gpus) {
   if (gpus <= 1 && template_name != "spill") return "single";
@@ -97,7 +112,9 @@ std::string WorkerTemplate(const std::string& template_name, int gpus) {
 std::vector<std::string> TrainFlags(const api::ExpandedTask& task, const LaunchConfig& config) {
   std::vector<std::string> f = CommonFlags(task, config);
   const api::TrainingSpec& tr = task.task.training;
-  if (tr.epochs) {
+  if (config.steps > 0) {
+    f.push_back(Flag("steps", config.steps));
+  } else if (tr.epochs) {
     f.push_back(Flag("epochs", *tr.epochs));
   } else {
     f.push_back(Flag("steps", tr.steps.value_or(0)));

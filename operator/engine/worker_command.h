@@ -19,6 +19,10 @@ struct LaunchConfig {
   std::string template_name;  // ddp | fsdp | pipeline | tensor | spill
   int gpus = 1;               // ranks
   int64_t batch_size = 0;     // global; 0 = the task's own
+  // Optimizer steps in all (the worker's count carries on across a resume, also
+  // one at another batch); 0 = the task's own budget (--steps or --epochs). An
+  // elastic task at another batch gets StepsForBudget (profile_configs.h).
+  int64_t steps = 0;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // steps; 0 = only on signal and at the end
   int keep = 2;
@@ -34,7 +38,16 @@ struct LaunchConfig {
 // every template except spill is the plain loop ("single").
 std::string WorkerTemplate(const std::string& template_name, int gpus);
 
-// Flags for `orrery-worker train` (without the subcommand).
+// The learning rate for a run at global `batch` of a task tuned at `tuned_batch`
+// under `rule` (none: unchanged). A fresh start at another batch gets it as
+// --lr; a resume takes the checkpoint's base rate and the worker rescales that
+// by the same rule, so both paths agree.
+double ScaledLearningRate(double learning_rate, api::LrScaling rule, int64_t batch,
+                          int64_t tuned_batch);
+
+// Flags for `orrery-worker train` (without the subcommand). With a batch other
+// than the task's own, --lr is ScaledLearningRate and --lr-scaling tells a
+// resume how to rescale; with config.steps set, --steps replaces --epochs.
 std::vector<std::string> TrainFlags(const api::ExpandedTask& task, const LaunchConfig& config);
 
 // Flags for `orrery-worker profile`: the same task, `trial_steps` timed steps

@@ -3,6 +3,7 @@
 #include "operator/engine/worker_command.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <gtest/gtest.h>
 
@@ -94,6 +95,55 @@ TEST(WorkerCommand, TrainFlagsCarryTheTaskAndItsConfiguration) {
                            "--epochs=2", "--batch=20", "--optimizer=adamw", "--template=fsdp"}) {
     EXPECT_TRUE(Has(m, want)) << want;
   }
+}
+
+double LearningRateFlag(const std::vector<std::string>& flags) {
+  for (const std::string& f : flags) {
+    if (f.rfind("--lr=", 0) == 0) return std::stod(f.substr(5));
+  }
+  return -1;
+}
+
+// An elastic launch at another global batch: the rate follows the rule from
+// the rate the task was tuned at, and --steps (the sample budget over the new
+// batch) replaces --epochs.
+TEST(WorkerCommand, TrainFlagsAtAnotherBatchScaleTheRateAndCarryTheSteps) {
+  api::LoadedJob job = Load(kJob);
+  const api::ExpandedTask& mlp = job.tasks[2];  // epochs 2, batch 10, lr 1e-3
+  LaunchConfig c;
+  c.template_name = "ddp";
+  c.gpus = 2;
+  c.batch_size = 40;
+  c.steps = 50;
+  c.lr_scaling = api::LrScaling::kLinear;
+  auto f = TrainFlags(mlp, c);
+  for (const char* want : {"--batch=40", "--lr=0.004", "--steps=50", "--lr-scaling=linear"}) {
+    EXPECT_TRUE(Has(f, want)) << want;
+  }
+  EXPECT_EQ(std::count_if(f.begin(), f.end(),
+                          [](const std::string& s) { return s.rfind("--epochs", 0) == 0; }),
+            0);
+  c.lr_scaling = api::LrScaling::kSqrt;
+  EXPECT_TRUE(Has(TrainFlags(mlp, c), "--lr=0.002"));
+  c.batch_size = 5;
+  EXPECT_NEAR(LearningRateFlag(TrainFlags(mlp, c)), 1e-3 * std::sqrt(0.5), 1e-15);
+  c.lr_scaling = api::LrScaling::kNone;
+  EXPECT_TRUE(Has(TrainFlags(mlp, c), "--lr=0.001"));
+  // The task's own batch (explicit or 0) keeps its rate under any rule, and
+  // steps 0 keeps the task's own budget.
+  c.lr_scaling = api::LrScaling::kLinear;
+  c.batch_size = 10;
+  c.steps = 0;
+  auto own = TrainFlags(mlp, c);
+  EXPECT_TRUE(Has(own, "--lr=0.001"));
+  EXPECT_TRUE(Has(own, "--epochs=2"));
+  c.batch_size = 0;
+  EXPECT_TRUE(Has(TrainFlags(mlp, c), "--batch=10"));
+
+  EXPECT_DOUBLE_EQ(ScaledLearningRate(0.1, api::LrScaling::kLinear, 512, 256), 0.2);
+  EXPECT_DOUBLE_EQ(ScaledLearningRate(0.1, api::LrScaling::kSqrt, 1024, 256), 0.2);
+  EXPECT_DOUBLE_EQ(ScaledLearningRate(0.1, api::LrScaling::kNone, 1024, 256), 0.1);
+  EXPECT_DOUBLE_EQ(ScaledLearningRate(0.1, api::LrScaling::kLinear, 0, 256), 0.1);
 }
 
 TEST(WorkerCommand, ProfileFlagsTimeTheTrialSteps) {
