@@ -23,6 +23,7 @@
 #include "operator/api/codec.h"
 #include "operator/api/defaults.h"
 #include "operator/engine/engine.h"
+#include "operator/engine/profile_configs.h"
 #include "operator/engine/worker_command.h"
 #include "operator/local/process.h"
 #include "operator/local/profile_cache.h"
@@ -76,12 +77,22 @@ std::string LastLine(const std::string& path) {
 std::string ConfigText(const std::string& template_name, int gpus) {
   return template_name + "×" + std::to_string(gpus);
 }
+// With the global batch when it is not the task's own (an elastic choice).
+std::string ConfigText(const std::string& template_name, int gpus, int64_t batch,
+                       int64_t own_batch) {
+  std::string text = ConfigText(template_name, gpus);
+  if (batch > 0 && batch != own_batch) text += " batch " + std::to_string(batch);
+  return text;
+}
 
 struct Gang {
   std::vector<Process> ranks;
   std::vector<int> devices;  // indices into the device set
   int config = -1;           // index into the task's configs
   double started = 0;        // run time
+  int64_t batch = 0;         // global batch it runs at
+  int64_t start_step = 0;    // where it began (its resume point)
+  int64_t start_samples = 0;
   int launch = 0;
   std::string stop_reason;  // "" while it may run; rescaled | interrupted | device-lost
   double stop_requested = 0;
@@ -94,7 +105,15 @@ struct TaskRun {
   api::ExpandedTask spec;
   std::string signature;
   int64_t steps_total = 0;
-  int64_t batch = 0;
+  int64_t batch = 0;  // the task's own
+  // Elastic jobs: the work in samples (engine::SampleBudget; an epoch budget on
+  // data of unknown size is known once a fresh run reports its steps), the
+  // samples consumed (the worker's cursor) and at each checkpoint still on disk
+  // (the worker's step count mixes batch sizes once the batch changed).
+  int64_t sample_budget = 0;
+  bool budget_known = false;
+  int64_t samples = 0;
+  std::map<int64_t, int64_t> checkpoint_samples;  // step -> samples
   std::vector<planner::Config> configs;
   std::optional<Gang> gang;
   int64_t step = 0;
@@ -143,7 +162,10 @@ class Runner {
   Status RestoreFrom(const RunReport& previous);
   Status ProfileAll();
   StatusOr<std::optional<ProfileEntry>> ProfileOne(const TaskRun& task,
-                                                   const std::string& template_name, int gpus);
+                                                   const std::string& template_name, int gpus,
+                                                   int64_t batch);
+  int64_t SamplesAtStep(const TaskRun& task, int64_t step) const;
+  bool Elastic() const { return job_.job.spec.elasticity.enabled; }
   void BuildConfigs();
   engine::WorldView World() const;
   void Decide(engine::Trigger trigger);
@@ -182,6 +204,7 @@ class Runner {
   std::streamoff control_offset_ = 0;
   int launch_counter_ = 0;
   double last_report_write_ = -1e9;
+  int profile_max_gpus_ = 0;  // the GPUs profiles were taken for
 };
 
 Status Runner::Prepare() {
@@ -202,6 +225,9 @@ Status Runner::Prepare() {
     t.signature = engine::ModelSignature(e.task);
     t.steps_total = engine::TotalSteps(e.task);
     t.batch = e.task.training.batch_size;
+    t.sample_budget = engine::SampleBudget(e.task);
+    // Steps are known; epochs are when the dataset size is (synthetic data).
+    t.budget_known = !e.task.training.epochs || e.task.data.synthetic.has_value();
     tasks_.push_back(std::move(t));
     ReportTask rt;
     rt.name = e.name;
@@ -260,6 +286,9 @@ Status Runner::RestoreFrom(const RunReport& previous) {
       rt.gpus = p.gpus;
       tasks_[i].step = p.steps_done;
       tasks_[i].loss = p.final_loss;
+      // The samples behind those steps at the batch last run (exact unless the
+      // batch changed during the earlier invocation).
+      tasks_[i].samples = p.steps_done * (p.batch_size > 0 ? p.batch_size : tasks_[i].batch);
       if (p.steps_total > 0) tasks_[i].steps_total = p.steps_total;
       rt.steps_total = tasks_[i].steps_total;
       if (p.state == "completed") {
@@ -300,11 +329,12 @@ std::map<std::string, std::string> RankEnv(const DeviceSet& devices, int device,
 }
 
 StatusOr<std::optional<ProfileEntry>> Runner::ProfileOne(const TaskRun& task,
-                                                         const std::string& template_name,
-                                                         int gpus) {
+                                                         const std::string& template_name, int gpus,
+                                                         int64_t batch) {
   engine::LaunchConfig lc;
   lc.template_name = template_name;
   lc.gpus = gpus;
+  lc.batch_size = batch;
   lc.base_dir = opt_.job_dir;
   std::vector<std::string> argv = {opt_.worker, "profile"};
   for (auto& f : engine::ProfileFlags(task.spec, lc, job_.job.spec.profiling.trial_steps)) {
@@ -348,7 +378,7 @@ StatusOr<std::optional<ProfileEntry>> Runner::ProfileOne(const TaskRun& task,
   for (auto& p : ranks) code = std::max(code, p.WaitOrKill(30));
   fs::remove_all(store, ec);
   if (code != 0 || doc.empty()) {
-    Event("profile " + task.signature + " " + ConfigText(template_name, gpus) +
+    Event("profile " + task.signature + " " + ConfigText(template_name, gpus, batch, task.batch) +
           ": not usable (exit " + std::to_string(code) + "): " + LastLine(log + ".r0.log"));
     return std::optional<ProfileEntry>();
   }
@@ -359,13 +389,7 @@ StatusOr<std::optional<ProfileEntry>> Runner::ProfileOne(const TaskRun& task,
 Status Runner::ProfileAll() {
   ORRERY_ASSIGN_OR_RETURN(ProfileCache cache, ProfileCache::Load(opt_.profile_cache));
   const api::ModelSelectionJobSpec& spec = job_.job.spec;
-  int max_gpus =
-      std::min(spec.resources.gpus_per_task.max, static_cast<int>(AliveDevices().size()));
-  max_gpus = std::min(max_gpus, spec.resources.gpu_quota);
-  int min_gpus = std::min(spec.resources.gpus_per_task.min, max_gpus);
-  std::vector<int> counts = spec.profiling.gpu_counts.empty()
-                                ? api::DefaultProfileGpuCounts(min_gpus, max_gpus)
-                                : spec.profiling.gpu_counts;
+  profile_max_gpus_ = static_cast<int>(AliveDevices().size());
   std::set<std::string> seen;
   report_.profiles.clear();
   for (size_t i = 0; i < tasks_.size(); ++i) {
@@ -376,53 +400,58 @@ Status Runner::ProfileAll() {
       if (o.signature == task.signature) members += (members.empty() ? "" : ",") + o.spec.name;
     }
     if (!seen.insert(task.signature).second) continue;
-    for (api::Template tmpl : spec.resources.templates) {
-      std::string name(api::EnumName(tmpl));
-      for (int g : counts) {
-        if (g < 1 || g > max_gpus) continue;
-        ProfileEntry key;
-        key.signature = task.signature;
-        key.template_name = engine::WorkerTemplate(name, g);
-        key.gpus = g;
-        key.batch_size = task.batch;
-        key.device = opt_.devices.kind;
-        const ProfileEntry* hit = spec.profiling.reuse_cache ? cache.Find(key) : nullptr;
-        ProfileEntry e;
-        bool cached = hit != nullptr;
-        if (cached) {
-          e = *hit;
-        } else {
-          report_.tasks[i].state = "profiling";
-          Event("profiling " + task.signature + " as " + ConfigText(name, g) + " (" +
-                std::to_string(spec.profiling.trial_steps) + " trial steps)");
-          ORRERY_ASSIGN_OR_RETURN(std::optional<ProfileEntry> measured, ProfileOne(task, name, g));
-          if (!measured) continue;
-          e = *measured;
-          e.signature = key.signature;
-          e.template_name = key.template_name;
-          e.gpus = g;
-          e.batch_size = key.batch_size;
-          e.device = key.device;
-          e.measured_at = Rfc3339Now();
-          cache.Put(e);
-          ORRERY_RETURN_IF_ERROR(cache.Save());
-          char buf[160];
-          std::snprintf(buf, sizeof(buf), "  %.1f samples/s, step %.3f s (p90 %.3f s)",
-                        e.samples_per_s, e.step_time_s, e.step_time_p90_s);
-          Event("profiled " + ConfigText(name, g) + ":" + buf);
-        }
-        ReportProfile rp;
-        rp.signature = task.signature;
-        rp.tasks = members;
-        rp.template_name = name;
-        rp.gpus = g;
-        rp.batch_size = static_cast<int>(e.batch_size);
-        rp.samples_per_s = e.samples_per_s;
-        rp.step_time_s = e.step_time_s;
-        rp.peak_memory_mib = e.peak_memory_bytes / (1024.0 * 1024.0);
-        rp.from_cache = cached;
-        report_.profiles.push_back(rp);
+    // Every (template, GPUs, batch) the task's configurations are built from: with
+    // a store that holds nothing, they all come back missing, in build order.
+    engine::TaskConfigs wanted = engine::BuildTaskConfigs(
+        spec, task.spec.task, [](api::Template, int, int64_t) { return engine::ProfilePoint{}; },
+        profile_max_gpus_);
+    for (const engine::ProfileKeyRef& want : wanted.missing) {
+      std::string name(api::EnumName(want.template_));
+      int g = want.gpus;
+      std::string text = ConfigText(name, g, want.batch_size, task.batch);
+      ProfileEntry key;
+      key.signature = task.signature;
+      key.template_name = engine::WorkerTemplate(name, g);
+      key.gpus = g;
+      key.batch_size = want.batch_size;
+      key.device = opt_.devices.kind;
+      const ProfileEntry* hit = spec.profiling.reuse_cache ? cache.Find(key) : nullptr;
+      ProfileEntry e;
+      bool cached = hit != nullptr;
+      if (cached) {
+        e = *hit;
+      } else {
+        report_.tasks[i].state = "profiling";
+        Event("profiling " + task.signature + " as " + text + " (" +
+              std::to_string(spec.profiling.trial_steps) + " trial steps)");
+        ORRERY_ASSIGN_OR_RETURN(std::optional<ProfileEntry> measured,
+                                ProfileOne(task, name, g, want.batch_size));
+        if (!measured) continue;
+        e = *measured;
+        e.signature = key.signature;
+        e.template_name = key.template_name;
+        e.gpus = g;
+        e.batch_size = key.batch_size;
+        e.device = key.device;
+        e.measured_at = Rfc3339Now();
+        cache.Put(e);
+        ORRERY_RETURN_IF_ERROR(cache.Save());
+        char buf[160];
+        std::snprintf(buf, sizeof(buf), "  %.1f samples/s, step %.3f s (p90 %.3f s)",
+                      e.samples_per_s, e.step_time_s, e.step_time_p90_s);
+        Event("profiled " + text + ":" + buf);
       }
+      ReportProfile rp;
+      rp.signature = task.signature;
+      rp.tasks = members;
+      rp.template_name = name;
+      rp.gpus = g;
+      rp.batch_size = static_cast<int>(e.batch_size);
+      rp.samples_per_s = e.samples_per_s;
+      rp.step_time_s = e.step_time_s;
+      rp.peak_memory_mib = e.peak_memory_bytes / (1024.0 * 1024.0);
+      rp.from_cache = cached;
+      report_.profiles.push_back(rp);
     }
   }
   int reused = 0;
@@ -436,37 +465,29 @@ Status Runner::ProfileAll() {
 void Runner::BuildConfigs() {
   const api::ModelSelectionJobSpec& spec = job_.job.spec;
   for (TaskRun& task : tasks_) {
-    task.configs.clear();
-    // Profiled points per template, then fitted points for the GPU counts between
-    // them (linear interpolation of throughput; no extrapolation).
-    std::map<std::string, std::map<int, const ReportProfile*>> by_template;
-    for (const ReportProfile& p : report_.profiles) {
-      if (p.signature == task.signature) by_template[p.template_name][p.gpus] = &p;
-    }
-    for (const auto& [tmpl, points] : by_template) {
-      for (auto it = points.begin(); it != points.end(); ++it) {
-        planner::Config c;
-        c.template_name = tmpl;
-        c.gpus = it->first;
-        c.batch_size = static_cast<int>(task.batch);
-        c.throughput = it->second->samples_per_s;
-        c.memory_gib = it->second->peak_memory_mib / 1024.0;
-        task.configs.push_back(c);
-        auto next = std::next(it);
-        if (next == points.end()) continue;
-        for (int g = it->first + 1; g < next->first; ++g) {
-          if (g < spec.resources.gpus_per_task.min || g > spec.resources.gpus_per_task.max)
-            continue;
-          double f = static_cast<double>(g - it->first) / (next->first - it->first);
-          planner::Config fit = c;
-          fit.gpus = g;
-          fit.throughput = it->second->samples_per_s +
-                           f * (next->second->samples_per_s - it->second->samples_per_s);
-          task.configs.push_back(fit);
+    // The profiles this run holds for the task's signature; a key whose trial
+    // failed is absent and gives no configuration.
+    auto lookup = [&](api::Template tmpl, int gpus, int64_t batch) {
+      const std::string name(api::EnumName(tmpl));
+      for (const ReportProfile& p : report_.profiles) {
+        if (p.signature == task.signature && p.template_name == name && p.gpus == gpus &&
+            p.batch_size == batch) {
+          return engine::ProfilePoint{engine::ProfilePoint::State::kMeasured, p.samples_per_s,
+                                      p.peak_memory_mib / 1024.0};
         }
       }
-    }
+      return engine::ProfilePoint{};
+    };
+    task.configs =
+        engine::BuildTaskConfigs(spec, task.spec.task, lookup, profile_max_gpus_).configs;
   }
+}
+
+int64_t Runner::SamplesAtStep(const TaskRun& task, int64_t step) const {
+  auto it = task.checkpoint_samples.find(step);
+  if (it != task.checkpoint_samples.end()) return it->second;
+  // Not seen in this invocation: exact while the batch never changed.
+  return step * task.batch;
 }
 
 engine::WorldView Runner::World() const {
@@ -480,7 +501,9 @@ engine::WorldView Runner::World() const {
     engine::TaskView v;
     v.name = t.spec.name;
     v.weight = t.spec.task.weight;
-    v.remaining_work = static_cast<double>(std::max<int64_t>(0, t.steps_total - t.step)) * t.batch;
+    v.remaining_work =
+        Elastic() ? static_cast<double>(std::max<int64_t>(0, t.sample_budget - t.samples))
+                  : static_cast<double>(std::max<int64_t>(0, t.steps_total - t.step)) * t.batch;
     v.profile = t.configs;
     v.done = t.done || t.failed;
     v.speed_factor = t.speed_factor;
@@ -561,13 +584,14 @@ void Runner::Decide(engine::Trigger trigger) {
     report_.planned.push_back(bar);
     report_.tasks[t].template_name = c.template_name;
     report_.tasks[t].gpus = c.gpus;
+    report_.tasks[t].batch_size = c.batch_size;
     // A running task whose configuration or devices change is rescaled: it
     // checkpoints, stops, and starts again in its new configuration.
     TaskRun& task = tasks_[t];
     if (task.gang && task.gang->stop_reason.empty() &&
         (task.gang->config != a.config || bar.devices != task.gang->devices)) {
       Event("rescale " + task.spec.name + ": " + TaskConfigText(task) + " -> " +
-            ConfigText(c.template_name, c.gpus));
+            ConfigText(c.template_name, c.gpus, c.batch_size, task.batch));
       StopGang(t, "rescaled", SIGTERM);
     }
   }
@@ -577,7 +601,7 @@ void Runner::Decide(engine::Trigger trigger) {
 std::string Runner::TaskConfigText(const TaskRun& t) const {
   if (!t.gang || t.gang->config < 0) return "";
   const planner::Config& c = t.configs[static_cast<size_t>(t.gang->config)];
-  return ConfigText(c.template_name, c.gpus);
+  return ConfigText(c.template_name, c.gpus, c.batch_size, t.batch);
 }
 
 void Runner::LaunchReady() {
@@ -640,12 +664,24 @@ Status Runner::Launch(size_t t, int config, const std::vector<int>& devices) {
   lc.base_dir = opt_.job_dir;
   lc.lr_scaling =
       spec.elasticity.enabled ? spec.elasticity.learning_rate_scaling : api::LrScaling::kNone;
+  // The worker resumes from the newest checkpoint and counts steps on from it,
+  // whatever batch it ran at; the steps left are the samples left over this
+  // batch. An epoch budget on data of unknown size stays --epochs until a fresh
+  // run has reported its steps (a fresh run at any batch keeps the samples).
+  const int64_t batch = c.batch_size > 0 ? c.batch_size : task.batch;
+  if (Elastic() && task.budget_known) {
+    lc.steps = engine::StepsForBudget(task.sample_budget, task.checkpoint_step,
+                                      SamplesAtStep(task, task.checkpoint_step), batch);
+  }
   std::vector<std::string> argv = {opt_.worker, "train"};
   for (auto& f : engine::TrainFlags(task.spec, lc)) argv.push_back(f);
   Gang g;
   g.devices = devices;
   g.config = config;
   g.started = Now();
+  g.batch = batch;
+  g.start_step = task.checkpoint_step;
+  g.start_samples = SamplesAtStep(task, task.checkpoint_step);
   g.launch = ++task.launches;
   std::string store = opt_.workdir + "/rdv/" + task.spec.name + "-" + std::to_string(g.launch);
   std::error_code ec;
@@ -661,9 +697,9 @@ Status Runner::Launch(size_t t, int config, const std::vector<int>& devices) {
   }
   std::string where;
   for (int d : devices) where += (where.empty() ? "" : ",") + std::to_string(d);
-  Event("start " + task.spec.name + " as " + ConfigText(c.template_name, c.gpus) + " on " +
-        opt_.devices.kind + ":" + where +
-        (task.step > 0 ? " from step " + std::to_string(task.step) : ""));
+  Event("start " + task.spec.name + " as " +
+        ConfigText(c.template_name, c.gpus, c.batch_size, task.batch) + " on " + opt_.devices.kind +
+        ":" + where + (task.step > 0 ? " from step " + std::to_string(task.step) : ""));
   task.gang = std::move(g);
   task.done_status.clear();
   report_.tasks[t].state = "running";
@@ -694,17 +730,44 @@ void Runner::ReadProgress(size_t t) {
         int64_t from = j["resumed_from_step"].get<int64_t>();
         task.step = from;
         task.checkpoint_step = from;
+        task.gang->start_step = from;
+        task.gang->start_samples = SamplesAtStep(task, from);
+        task.samples = task.gang->start_samples;
         // Progress after that checkpoint was lost; its loss points go too.
         auto& l = rt.losses;
         l.erase(std::remove_if(l.begin(), l.end(),
                                [&](const ReportLossPoint& p) { return p.step > from; }),
                 l.end());
-      } else if (task.step > 0) {
-        task.step = 0;  // no checkpoint survived: starting over
-        rt.losses.clear();
+      } else {
+        if (task.step > 0) {
+          task.step = 0;  // no checkpoint survived: starting over
+          rt.losses.clear();
+        }
+        bool short_run = Elastic() && task.gang->start_step > 0;
+        task.checkpoint_step = 0;
+        task.gang->start_step = 0;
+        task.gang->start_samples = 0;
+        task.samples = 0;
+        task.checkpoint_samples.clear();
+        // A fresh run's steps at its batch are the budget (epochs of data whose
+        // size only the worker knows).
+        if (!task.budget_known && task.steps_total > 0) {
+          task.sample_budget = task.steps_total * task.gang->batch;
+          task.budget_known = true;
+        }
+        if (short_run) {
+          // Launched with the steps left after a checkpoint that is gone: it
+          // would stop short of the sample budget. Stopped at once (nothing to
+          // checkpoint yet), it starts again with the whole budget.
+          Event(task.spec.name +
+                ": no checkpoint to resume from; restarting with its whole budget");
+          StopGang(t, "rescaled", SIGTERM);
+        }
       }
     } else if (ev == "progress") {
       task.step = j.value("step", task.step);
+      task.samples = j.value("samples", task.gang->start_samples +
+                                            (task.step - task.gang->start_step) * task.gang->batch);
       task.loss = j.value("loss", task.loss);
       task.samples_per_s = j.value("samples_per_s", task.samples_per_s);
       rt.losses.push_back({task.step, task.loss, Now()});
@@ -725,6 +788,10 @@ void Runner::ReadProgress(size_t t) {
       }
     } else if (ev == "checkpoint") {
       task.checkpoint_step = j.value("step", task.checkpoint_step);
+      // Each step of this run consumed its global batch (the worker's cursor).
+      task.checkpoint_samples[task.checkpoint_step] =
+          task.gang->start_samples +
+          (task.checkpoint_step - task.gang->start_step) * task.gang->batch;
     } else if (ev == "done") {
       task.done_status = j.value("status", "");
       task.step = j.value("step", task.step);
@@ -794,7 +861,10 @@ void Runner::Reap(size_t t) {
       Event(task.spec.name + ": stopped without a clean checkpoint (exit " + std::to_string(code) +
             "); it resumes from step " + std::to_string(task.checkpoint_step));
     }
-    if (code != 0) task.step = task.checkpoint_step;
+    if (code != 0) {
+      task.step = task.checkpoint_step;
+      task.samples = SamplesAtStep(task, task.checkpoint_step);
+    }
     report_.actual.push_back(bar);
     return;
   }
@@ -803,6 +873,7 @@ void Runner::Reap(size_t t) {
     ++rt.restarts;
     rt.state = "pending";
     task.step = task.checkpoint_step;
+    task.samples = SamplesAtStep(task, task.checkpoint_step);
     Event(task.spec.name + " lost a device; it restarts from step " +
           std::to_string(task.checkpoint_step) + " on what remains");
     report_.actual.push_back(bar);
@@ -812,6 +883,7 @@ void Runner::Reap(size_t t) {
   report_.actual.push_back(bar);
   ++task.failures;
   task.step = task.checkpoint_step;
+  task.samples = SamplesAtStep(task, task.checkpoint_step);
   std::string why = LastLine(log0);
   if (task.failures >= kMaxFailures) {
     task.failed = true;
@@ -900,7 +972,8 @@ std::vector<TaskProgress> Runner::ProgressView() const {
     p.loss = task.loss;
     p.samples_per_s = task.samples_per_s;
     if (task.gang && task.samples_per_s > 0) {
-      p.eta_s = static_cast<double>(task.steps_total - task.step) * task.batch / task.samples_per_s;
+      p.eta_s = static_cast<double>(task.steps_total - task.step) *
+                static_cast<double>(task.gang->batch) / task.samples_per_s;
     }
     v.push_back(p);
   }

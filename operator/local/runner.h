@@ -10,7 +10,8 @@
 //   WORKDIR/control            lines "fail DEV" / "restore DEV" act on a live run
 //
 // Flow: profile every model signature not in the profile cache under each
-// allowed template and GPU count; ask the engine for a plan; launch gangs in each
+// allowed template and GPU count (and, for an elastic job, each global batch the
+// task may run at: engine/profile_configs.h); ask the engine for a plan; launch gangs in each
 // device's planned order as devices free up; read progress; re-plan when a task
 // finishes, throughput drifts, the interval passes or devices are lost or come
 // back; rescale a running task (checkpoint, relaunch in its new configuration)
