@@ -22,7 +22,10 @@ std::vector<int64_t> CandidateBatches(const api::ModelSelectionJobSpec& spec, in
     if (task_batch <= INT64_MAX / factor) add(task_batch * factor);
     if (task_batch % factor == 0) add(task_batch / factor);
   }
-  std::sort(out.begin(), out.end());
+  // The task's own first, so that a planner that keeps the first of equally
+  // good configurations does not move a task off the batch it was tuned at
+  // for nothing; the others ascending.
+  std::sort(out.begin() + 1, out.end());
   return out;
 }
 

@@ -29,9 +29,10 @@ inline constexpr int kMaxBatchChoices = 3;
 // The global batch sizes a task may run at: just its own when the job is not
 // elastic; else its own and the powers-of-two multiples and fractions of it
 // within [minBatchSize, maxBatchSize], nearest first (x2, /2, x4, /4, ...), at
-// most kMaxBatchChoices, returned in ascending order. Nearest first because the
+// most kMaxBatchChoices. Nearest first because the
 // learning-rate rule (linear, sqrt) is an approximation that degrades away
-// from the batch the task was tuned for. Bounds not set count as open.
+// from the batch the task was tuned for. The task's own comes first, the others
+// ascending. Bounds not set count as open.
 std::vector<int64_t> CandidateBatches(const api::ModelSelectionJobSpec& spec, int64_t task_batch);
 
 // Whether the worker can split `batch` over `gpus` ranks of `template_name`

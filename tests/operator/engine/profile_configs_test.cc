@@ -64,13 +64,13 @@ TEST(CandidateBatches, OnlyTheTasksOwnWhenNotElastic) {
   EXPECT_EQ(CandidateBatches(job.job.spec, 256), (std::vector<int64_t>{256}));
 }
 
-TEST(CandidateBatches, NearestPowersOfTwoWithinBoundsAtMostThree) {
+TEST(CandidateBatches, NearestPowersOfTwoWithinBoundsAtMostThreeOwnFirst) {
   api::LoadedJob job = Load(kJob);
   api::ModelSelectionJobSpec& spec = job.job.spec;
   spec.elasticity.enabled = true;
-  EXPECT_EQ(CandidateBatches(spec, 256), (std::vector<int64_t>{128, 256, 512}));
+  EXPECT_EQ(CandidateBatches(spec, 256), (std::vector<int64_t>{256, 128, 512}));
   // At the upper bound only fractions remain; at the lower only multiples.
-  EXPECT_EQ(CandidateBatches(spec, 1024), (std::vector<int64_t>{256, 512, 1024}));
+  EXPECT_EQ(CandidateBatches(spec, 1024), (std::vector<int64_t>{1024, 256, 512}));
   EXPECT_EQ(CandidateBatches(spec, 64), (std::vector<int64_t>{64, 128, 256}));
   // An odd batch has no whole half.
   EXPECT_EQ(CandidateBatches(spec, 96), (std::vector<int64_t>{96, 192, 384}));
@@ -158,7 +158,7 @@ TEST(BuildTaskConfigs, ElasticOffersBatchesWithinBoundsThatSplit) {
   TaskConfigs empty = BuildTaskConfigs(spec, job.tasks[0].task, Store{}.Lookup(), 8);
   EXPECT_TRUE(empty.configs.empty());
   std::vector<ProfileKeyRef> want;
-  for (int64_t b : {128, 256, 512}) {
+  for (int64_t b : {256, 128, 512}) {
     want.push_back({api::Template::kDdp, 1, b});
     want.push_back({api::Template::kDdp, 4, b});
   }
