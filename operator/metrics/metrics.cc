@@ -1,13 +1,18 @@
-// Metric definitions and the exposer adapter. prometheus-cpp throws on a bad
-// address or a port in use; that is caught here and becomes a Status.
+// Metric definitions, the worker's recorder and the /metrics HTTP server.
 #include "operator/metrics/metrics.h"
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
+#include <cstring>
 
-#include <prometheus/exposer.h>
 #include <prometheus/text_serializer.h>
+#include <sys/socket.h>
 
 namespace orrery::metrics {
 const std::vector<MetricDef>& AllMetricDefs() {
@@ -242,6 +247,25 @@ void WorkerRecorder::RecordCheckpoint(CheckpointOp op, int64_t step, double seco
   metrics_.checkpoint_bytes.Add(task_labels_).Set(static_cast<double>(bytes));
 }
 
+namespace {
+
+constexpr int kClientTimeoutSeconds = 5;
+constexpr size_t kMaxRequestBytes = 16 * 1024;
+
+// Sends all of `data`; false when the client went away.
+bool SendAll(int fd, const std::string& data) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Exposer>> Exposer::Start(const std::string& address,
                                                   std::shared_ptr<prometheus::Registry> registry,
                                                   const std::string& flag) {
@@ -250,25 +274,120 @@ StatusOr<std::unique_ptr<Exposer>> Exposer::Start(const std::string& address,
       address.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
     return InvalidArgumentError(flag + ": '" + address + "' is not HOST:PORT or :PORT");
   }
-  const std::string host = colon == 0 ? "0.0.0.0" : address.substr(0, colon);
-  const std::string bind = host + address.substr(colon);
-  std::unique_ptr<Exposer> e(new Exposer());
-  try {
-    e->exposer_ = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/1);
-    e->exposer_->RegisterCollectable(registry);
-    const auto ports = e->exposer_->GetListeningPorts();
-    if (ports.empty()) return UnavailableError("metrics exposer on " + bind + " has no port");
-    e->port_ = ports.front();
-  } catch (const std::exception& ex) {
-    return UnavailableError("cannot serve metrics on " + bind + ": " + ex.what() +
-                            " (fix: pick a free port with " + flag + ")");
+  std::string host = colon == 0 ? "0.0.0.0" : address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  std::string lookup = host;  // "[::1]" is looked up as "::1"
+  if (lookup.size() > 2 && lookup.front() == '[' && lookup.back() == ']')
+    lookup = lookup.substr(1, lookup.size() - 2);
+  const std::string hint = " (fix: pick a free port with " + flag + ")";
+
+  addrinfo want{};
+  want.ai_family = AF_UNSPEC;
+  want.ai_socktype = SOCK_STREAM;
+  want.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(lookup.c_str(), port.c_str(), &want, &found); rc != 0) {
+    return InvalidArgumentError(flag + ": cannot resolve '" + host + "': " + gai_strerror(rc));
   }
+  std::unique_ptr<Exposer> e(new Exposer());
+  std::string bind_error = "no address";
+  for (addrinfo* a = found; a != nullptr && e->listen_fd_ < 0; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 64) == 0) {
+      e->listen_fd_ = fd;
+    } else {
+      bind_error = std::strerror(errno);
+      close(fd);
+    }
+  }
+  freeaddrinfo(found);
+  if (e->listen_fd_ < 0) {
+    return UnavailableError("cannot serve metrics on " + host + ":" + port + ": " + bind_error +
+                            hint);
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  if (getsockname(e->listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len) != 0 ||
+      pipe2(e->wake_fds_, O_CLOEXEC) != 0) {
+    return UnavailableError("metrics exposer on " + host + ":" + port + ": " +
+                            std::strerror(errno));
+  }
+  e->port_ = bound.ss_family == AF_INET6
+                 ? ntohs(reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port)
+                 : ntohs(reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
   e->address_ = host + ":" + std::to_string(e->port_);
   e->registry_ = std::move(registry);
+  e->thread_ = std::thread([raw = e.get()] { raw->Serve(); });
   return e;
 }
 
-Exposer::~Exposer() = default;
+Exposer::~Exposer() {
+  if (thread_.joinable()) {
+    const char stop = 1;
+    while (write(wake_fds_[1], &stop, 1) < 0 && errno == EINTR) {
+    }
+    thread_.join();
+  }
+  for (int fd : {listen_fd_, wake_fds_[0], wake_fds_[1]}) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+void Exposer::Serve() {
+  while (true) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fds_[0], POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents != 0) return;
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    int client = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (client < 0) continue;
+    timeval timeout{kClientTimeoutSeconds, 0};
+    setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    Answer(client);
+    close(client);
+  }
+}
+
+void Exposer::Answer(int fd) const {
+  std::string request;
+  char chunk[2048];
+  while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
+    ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    request.append(chunk, static_cast<size_t>(n));
+  }
+  // "GET /metrics?x=y HTTP/1.1": the method, then the path up to '?' or ' '.
+  const size_t space = request.find(' ');
+  const std::string method = request.substr(0, space);
+  std::string path;
+  if (space != std::string::npos) {
+    const size_t end = request.find_first_of(" ?\r\n", space + 1);
+    path = request.substr(space + 1, end == std::string::npos ? end : end - space - 1);
+  }
+  std::string status = "200 OK", body;
+  if (method != "GET" && method != "HEAD") {
+    status = "405 Method Not Allowed";
+  } else if (path != "/metrics") {
+    status = "404 Not Found";
+    body = "only /metrics is served here\n";
+  } else {
+    body = Serialize(*registry_);
+  }
+  std::string head = "HTTP/1.1 " + status +
+                     "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8"
+                     "\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+  if (method == "HEAD") body.clear();
+  SendAll(fd, head + body);
+}
 
 std::string Serialize(const prometheus::Registry& registry) {
   return prometheus::TextSerializer().Serialize(registry.Collect());

@@ -6,12 +6,18 @@
 // The metrics are plain families on a prometheus::Registry; code that records
 // takes `OperatorMetrics&` or `WorkerMetrics&` and calls Add/Set/Observe on the
 // labelled child it needs. README.md lists every metric.
+//
+// The exposer is a small HTTP server of its own rather than prometheus-cpp's
+// civetweb one: civetweb starts its threads with a 100 KiB stack, and glibc
+// refuses to create a thread whose stack cannot hold the process's static TLS,
+// which LibTorch's libraries (OpenBLAS, glog) push past 100 KiB in the worker.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <prometheus/counter.h>
@@ -21,10 +27,6 @@
 #include <prometheus/registry.h>
 
 #include "common/status.h"
-
-namespace prometheus {
-class Exposer;
-}
 
 namespace orrery::metrics {
 
@@ -124,7 +126,10 @@ class WorkerRecorder {
   prometheus::Gauge& samples_per_second_;
 };
 
-// Serves a registry on http://ADDRESS/metrics. Owns a listening socket.
+// Serves a registry on http://ADDRESS/metrics (GET or HEAD; anything else is
+// 404). Owns a listening socket and one thread that answers one connection at a
+// time, each closed after its answer: scrapes are few and short. A client that
+// stalls is dropped after a few seconds.
 class Exposer {
  public:
   // `address` is "host:port", e.g. "127.0.0.1:0" (port 0 picks a free port);
@@ -143,10 +148,15 @@ class Exposer {
 
  private:
   Exposer() = default;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  void Serve();
+  void Answer(int fd) const;
+
   std::shared_ptr<prometheus::Registry> registry_;
   int port_ = 0;
   std::string address_;
+  int listen_fd_ = -1;
+  int wake_fds_[2] = {-1, -1};  // a pipe: a byte on it stops Serve()
+  std::thread thread_;
 };
 
 // The text exposition of a registry, as /metrics would serve it (for tests,
