@@ -7,6 +7,9 @@
 // Task flags are listed in worker/train/task.h. Rendezvous comes from RANK,
 // WORLD_SIZE, MASTER_ADDR, MASTER_PORT (or ORRERY_STORE_PATH for a file store on
 // one machine); ORRERY_BACKEND=nccl selects NCCL on GPU builds.
+// ORRERY_METRICS_ADDRESS (or --metrics-address), with ORRERY_MSJ and ORRERY_TASK
+// for labels, makes `train` serve Prometheus metrics on /metrics (README, Metrics);
+// `profile` exports none.
 // Exit codes: 0 done (completed, or preempted after its checkpoint), 1 failed,
 // 2 usage error. SIGTERM and SIGINT ask for a checkpoint and a clean exit.
 #include <atomic>
@@ -19,6 +22,7 @@
 #include "worker/checkpoint/cli.h"
 #include "worker/dist/communicator.h"
 #include "worker/profile/profiler.h"
+#include "worker/train/metrics_export.h"
 #include "worker/train/trainer.h"
 
 namespace {
@@ -63,9 +67,21 @@ int RunTask(const std::string& mode, const std::vector<std::string>& args) {
     }
     return 0;
   }
+  orrery::train::MetricsDefaultsFromEnvironment(task->metrics,
+                                                [](const char* n) { return std::getenv(n); });
+  std::unique_ptr<orrery::train::MetricsExport> exporter;
+  if (!task->metrics.address.empty()) {
+    auto started = orrery::train::MetricsExport::Start(task->metrics, env->rank, std::cout);
+    if (!started.ok()) {
+      std::cerr << "orrery-worker train: " << started.status() << "\n";
+      return 1;
+    }
+    exporter = std::move(*started);
+  }
   std::signal(SIGTERM, OnTerminate);
   std::signal(SIGINT, OnTerminate);
-  auto r = orrery::train::Train(*task, rdv.get(), std::cout, &g_stop);
+  auto r = orrery::train::Train(*task, rdv.get(), std::cout, &g_stop,
+                                exporter ? &exporter->recorder() : nullptr);
   if (!r.ok()) {
     std::cerr << "orrery-worker train: " << r.status() << "\n";
     return 1;

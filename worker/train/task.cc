@@ -128,6 +128,9 @@ StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
       {"profile-warmup", int_into(&t.profile_warmup)},
       {"profile-steps", int_into(&t.profile_steps)},
       {"termination-message-path", string_into(&t.termination_message_path)},
+      {"metrics-address", string_into(&t.metrics.address)},
+      {"msj", string_into(&t.metrics.msj)},
+      {"task", string_into(&t.metrics.task)},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -166,6 +169,17 @@ StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
     return InvalidArgumentError("--decay must be constant, cosine or linear");
   }
   return t;
+}
+
+void MetricsDefaultsFromEnvironment(MetricsConfig& m,
+                                    const std::function<const char*(const char*)>& getenv) {
+  auto fill = [&](std::string& field, const char* name) {
+    const char* value = getenv(name);
+    if (field.empty() && value != nullptr) field = value;
+  };
+  fill(m.address, "ORRERY_METRICS_ADDRESS");
+  fill(m.msj, "ORRERY_MSJ");
+  fill(m.task, "ORRERY_TASK");
 }
 
 double LearningRate(double base, const ScheduleConfig& s, int64_t step, int64_t total) {

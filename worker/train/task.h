@@ -19,11 +19,14 @@
 //   checkpoint --checkpoint-dir DIR  --checkpoint-every N  --keep K  --no-resume
 //   profile    --profile-warmup N  --profile-steps N  --tune  --termination-message-path P
 //   process    --threads N (intra-op threads; default 1 per rank)
+//   metrics    --metrics-address HOST:PORT|:PORT  --msj NAMESPACE/NAME  --task NAME
+//              (each defaults to ORRERY_METRICS_ADDRESS, ORRERY_MSJ, ORRERY_TASK)
 //
 // Rendezvous comes from the environment (dist::RendezvousFromEnv).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,6 +57,14 @@ struct DataConfig {
   int64_t samples = 1 << 16;  // synthetic dataset size
 };
 
+// Where a rank serves /metrics and the labels of its series (see
+// operator/metrics/metrics.h and the README's metric list).
+struct MetricsConfig {
+  std::string address;  // "" = no exporter; "HOST:PORT" or ":PORT" (every interface)
+  std::string msj;      // label msj, "namespace/name" of the ModelSelectionJob
+  std::string task;     // label task, the task's name in its job
+};
+
 struct TaskConfig {
   model::ModelConfig model;
   parallel::StrategyConfig strategy;
@@ -73,11 +84,17 @@ struct TaskConfig {
   int profile_steps = 10;
   bool tune = false;
   std::string termination_message_path;
+  MetricsConfig metrics;
 };
 
 // Parses flags (argv without the program and subcommand). Unknown flags and bad
 // values are INVALID_ARGUMENT naming the flag.
 StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args);
+
+// Fills what the metrics flags left empty from ORRERY_METRICS_ADDRESS, ORRERY_MSJ
+// and ORRERY_TASK as `getenv` returns them (nullptr = unset): a flag wins.
+void MetricsDefaultsFromEnvironment(MetricsConfig& metrics,
+                                    const std::function<const char*(const char*)>& getenv);
 
 // The learning rate at `step` (0-based) of `total`: linear warm-up to the base
 // rate, then constant, cosine or linear decay to min_lr_ratio × base.

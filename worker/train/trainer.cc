@@ -4,10 +4,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "operator/metrics/metrics.h"
 #include "worker/checkpoint/store.h"
 #include "worker/checkpoint/torch_adapter.h"
 #include "worker/checkpoint/writer.h"
@@ -28,10 +30,27 @@ double Seconds(Clock::time_point since) {
 
 Json NullOr(const std::string& s) { return s.empty() ? Json(nullptr) : Json(s); }
 
+// Bytes of the files under a checkpoint directory (0 if it cannot be read: the
+// figure is for metrics only).
+uint64_t DirBytes(const std::string& dir) {
+  namespace fs = std::filesystem;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code size_ec;
+    if (it->is_regular_file(size_ec)) {
+      const uintmax_t n = it->file_size(size_ec);
+      if (!size_ec) total += n;
+    }
+  }
+  return total;
+}
+
 class Run {
  public:
-  Run(TaskConfig task, dist::Rendezvous* rdv, std::ostream& out, const std::atomic<bool>* stop)
-      : task_(std::move(task)), rdv_(rdv), out_(out), stop_(stop) {
+  Run(TaskConfig task, dist::Rendezvous* rdv, std::ostream& out, const std::atomic<bool>* stop,
+      metrics::WorkerRecorder* metrics)
+      : task_(std::move(task)), rdv_(rdv), out_(out), stop_(stop), metrics_(metrics) {
     rank_ = rdv == nullptr ? 0 : rdv->config().rank;
     world_ = rdv == nullptr ? 1 : rdv->config().world_size;
   }
@@ -55,6 +74,10 @@ class Run {
     ORRERY_ASSIGN_OR_RETURN(auto built, model::BuildModel(task_.model));
     // After every model build: a resume restores the RNG state last.
     if (store_ && task_.resume) ORRERY_RETURN_IF_ERROR(Resume());
+    // What this rank trains on per step: its data-parallel share of the batch.
+    const double rank_samples = static_cast<double>(task_.global_batch) /
+                                static_cast<double>(std::max(1, strategy_->Info().layout.dp));
+    if (metrics_ != nullptr) metrics_->RecordStart(step_);
     Emit({{"event", "start"},
           {"world_size", world_},
           {"template", task_.strategy.name},
@@ -89,6 +112,7 @@ class Run {
       ++run_steps;
       result_.loss = loss;
       result_.losses.push_back(loss);
+      if (metrics_ != nullptr) metrics_->RecordStep(step_, step_time, rank_samples, loss);
       std::string saved;
       if (store_ && task_.checkpoint_every > 0 && step_ % task_.checkpoint_every == 0 &&
           step_ < total) {
@@ -96,6 +120,8 @@ class Run {
       }
       if (step_ % std::max<int64_t>(1, task_.report_every) == 0 || step_ == total) {
         double elapsed = Seconds(interval_start);
+        if (metrics_ != nullptr && elapsed > 0)
+          metrics_->RecordThroughput(static_cast<double>(interval_steps) * rank_samples / elapsed);
         Emit({{"event", "progress"},
               {"step", step_},
               {"steps", total},
@@ -164,11 +190,16 @@ class Run {
     }
     ORRERY_RETURN_IF_ERROR(written.WithContext("checkpoint at step " + std::to_string(step_)));
     result_.checkpoint = dir;
+    const double seconds = Seconds(t0);
+    if (metrics_ != nullptr && metrics_->task_level()) {
+      metrics_->RecordCheckpoint(metrics::WorkerRecorder::CheckpointOp::kSave, step_, seconds,
+                                 DirBytes(dir));
+    }
     Emit({{"event", "checkpoint"},
           {"step", step_},
           {"path", dir},
           {"reason", reason},
-          {"seconds", Seconds(t0)}});
+          {"seconds", seconds}});
     return dir;
   }
 
@@ -219,6 +250,7 @@ class Run {
   }
 
   Status Resume() {
+    auto t0 = Clock::now();
     auto reader = store_->OpenLatest(checkpoint::VerifyLevel::kFiles, /*fallback=*/true);
     if (!reader.ok()) {
       if (reader.status().code() == StatusCode::kNotFound) return OkStatus();  // a fresh start
@@ -265,6 +297,10 @@ class Run {
     step_ = meta.info.step;
     result_.resumed_from_step = step_;
     result_.checkpoint = reader->dir();
+    if (metrics_ != nullptr && metrics_->task_level()) {
+      metrics_->RecordCheckpoint(metrics::WorkerRecorder::CheckpointOp::kLoad, step_, Seconds(t0),
+                                 DirBytes(reader->dir()));
+    }
     return OkStatus();
   }
 
@@ -286,6 +322,7 @@ class Run {
   dist::Rendezvous* rdv_;
   std::ostream& out_;
   const std::atomic<bool>* stop_;
+  metrics::WorkerRecorder* metrics_;
   int rank_ = 0, world_ = 1;
   std::unique_ptr<BatchSource> batches_;
   std::unique_ptr<parallel::Strategy> strategy_;
@@ -298,8 +335,8 @@ class Run {
 }  // namespace
 
 StatusOr<TrainResult> Train(TaskConfig task, dist::Rendezvous* rendezvous, std::ostream& out,
-                            const std::atomic<bool>* stop) {
-  Run run(std::move(task), rendezvous, out, stop);
+                            const std::atomic<bool>* stop, metrics::WorkerRecorder* metrics) {
+  Run run(std::move(task), rendezvous, out, stop, metrics);
   auto r = run.Go();
   if (!r.ok() && (rendezvous == nullptr || rendezvous->config().rank == 0)) {
     out << Json({{"event", "done"}, {"status", "failed"}, {"error", r.status().ToString()}}).dump()

@@ -14,6 +14,8 @@
 //   {"event":"done","status":"completed"|"preempted"|"failed","step":100,
 //    "loss":1.05,"samples_per_s":655.1,"wall_s":1.6,"checkpoint":"/ckpt/..."|null,
 //    "error":null|"UNAVAILABLE: ..."}
+// `orrery-worker train` prints {"event":"metrics","address":"127.0.0.1:41234"}
+// before "start" when it serves /metrics (metrics_export.h).
 // "step" counts completed optimizer steps; "samples" the samples consumed in
 // total (since step 0, across resumes). samples_per_s is over the last report
 // interval in progress lines and over this process's whole run in "done".
@@ -35,6 +37,10 @@
 #include "worker/dist/communicator.h"
 #include "worker/train/task.h"
 
+namespace orrery::metrics {
+class WorkerRecorder;
+}
+
 namespace orrery::train {
 
 struct TrainResult {
@@ -51,7 +57,11 @@ struct TrainResult {
 
 // `stop` (may be null) is polled between steps; when any rank sees it set, all
 // ranks checkpoint (if a directory is configured) and return "preempted".
+// `metrics` (may be null; see metrics_export.h) gets every step's time, this
+// rank's samples (its data-parallel share of the global batch) and loss, the
+// throughput at each report, checkpoint saves and the resume's load.
 StatusOr<TrainResult> Train(TaskConfig task, dist::Rendezvous* rendezvous, std::ostream& out,
-                            const std::atomic<bool>* stop);
+                            const std::atomic<bool>* stop,
+                            metrics::WorkerRecorder* metrics = nullptr);
 
 }  // namespace orrery::train

@@ -1,6 +1,7 @@
 // orrery-worker as a process: two ranks meeting through a file store, SIGTERM
 // checkpointing before exit (and the checkpoint subcommand reading it), a
-// killed rank making its peer fail fast, and usage errors.
+// killed rank making its peer fail fast, /metrics served while it trains, and
+// usage errors.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <sys/wait.h>
 
 #include "tests/worker/dist/run_ranks.h"
+#include "tests/worker/train/scrape.h"
 
 namespace {
 
@@ -176,11 +178,50 @@ TEST(WorkerBinaryTest, AKilledRankMakesItsPeerFailFast) {
       << rest.back().dump();
 }
 
+TEST(WorkerBinaryTest, ServesMetricsWhileTraining) {
+  TempDir dir;
+  Child w(With(kTiny, {"train", "--steps=1000000", "--checkpoint-dir=" + dir.path() + "/ckpt",
+                       "--task=lr-3e-4"}),
+          {"ORRERY_METRICS_ADDRESS=127.0.0.1:0", "ORRERY_MSJ=ns/sweep", "ORRERY_TASK=ignored"});
+  Json announced = Json::parse(w.ReadLine());
+  ASSERT_EQ(announced["event"], "metrics") << announced.dump();
+  const std::string address = announced["address"];
+  ASSERT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address;
+  const int port = std::stoi(address.substr(address.find(':') + 1));
+  ASSERT_EQ(Json::parse(w.ReadLine())["event"], "start");
+  for (int step = 1; step <= 3; ++step) ASSERT_EQ(Json::parse(w.ReadLine())["step"], step);
+
+  auto text = orrery::testing_worker::ScrapeMetrics(port);
+  ASSERT_TRUE(text.ok()) << text.status();
+  auto samples = orrery::testing_worker::ParseExposition(*text);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  const std::map<std::string, std::string> task = {{"msj", "ns/sweep"}, {"task", "lr-3e-4"}},
+                                           rank0 = {{"msj", "ns/sweep"},
+                                                    {"task", "lr-3e-4"},
+                                                    {"rank", "0"}};
+  // Training goes on while the scrape runs: at least what the progress showed.
+  EXPECT_GE(orrery::testing_worker::ValueOf(*samples, "orrery_worker_step", task).value_or(0), 3);
+  EXPECT_GE(
+      orrery::testing_worker::ValueOf(*samples, "orrery_worker_samples_total", rank0).value_or(0),
+      3 * 8);
+  EXPECT_TRUE(orrery::testing_worker::ValueOf(*samples, "orrery_worker_loss", task).has_value());
+  EXPECT_TRUE(orrery::testing_worker::Select(*samples, "orrery_worker_step", {{"task", "ignored"}})
+                  .empty());
+
+  w.Signal(SIGTERM);
+  auto rest = w.ReadAll();
+  EXPECT_EQ(w.Wait(), 0);
+  ASSERT_FALSE(rest.empty());
+  EXPECT_EQ(rest.back()["status"], "preempted");
+}
+
 TEST(WorkerBinaryTest, UsageErrors) {
   Child none({"fly"}, {});
   EXPECT_EQ(none.Wait(), 2);
   Child bad({"train", "--warp=9"}, {});
   EXPECT_EQ(bad.Wait(), 2);
+  Child no_port({"train", "--metrics-address=localhost"}, {});
+  EXPECT_EQ(no_port.Wait(), 1);
 }
 
 }  // namespace

@@ -47,6 +47,27 @@ TEST(TaskFlagsTest, RejectsBadInput) {
   EXPECT_FALSE(ParseTaskFlags({"--layers=-2"}).ok());
 }
 
+TEST(TaskFlagsTest, MetricsFlagsWinOverTheEnvironment) {
+  const std::map<std::string, std::string> env = {
+      {"ORRERY_METRICS_ADDRESS", ":9400"}, {"ORRERY_MSJ", "ns/sweep"}, {"ORRERY_TASK", "from-env"}};
+  auto getenv = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  auto t = ParseTaskFlags({"--task=from-flag", "--metrics-address", "127.0.0.1:0"});
+  ASSERT_TRUE(t.ok()) << t.status();
+  MetricsDefaultsFromEnvironment(t->metrics, getenv);
+  EXPECT_EQ(t->metrics.address, "127.0.0.1:0");
+  EXPECT_EQ(t->metrics.msj, "ns/sweep");
+  EXPECT_EQ(t->metrics.task, "from-flag");
+  auto plain = ParseTaskFlags({});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  MetricsDefaultsFromEnvironment(plain->metrics,
+                                 [](const char*) -> const char* { return nullptr; });
+  EXPECT_TRUE(plain->metrics.address.empty());  // no exporter
+  EXPECT_TRUE(plain->metrics.task.empty());
+}
+
 TEST(ScheduleTest, WarmupThenDecay) {
   ScheduleConfig s;
   s.warmup_steps = 4;
