@@ -73,16 +73,22 @@ std::vector<std::string> CommonFlags(const api::ExpandedTask& expanded, const La
   f.push_back(Flag("seed", seed));
 
   const api::TrainingSpec& tr = t.training;
+  const int64_t batch = c.batch_size > 0 ? c.batch_size : tr.batch_size;
   // The worker has SGD and AdamW; Adam is AdamW's update with the decay applied
   // as decoupled weight decay (Loshchilov & Hutter 2019), which is what
   // "adam with weight decay" means in most current training code.
   f.push_back(Flag("optimizer", tr.optimizer == api::Optimizer::kSgd ? "sgd" : "adamw"));
-  const int64_t batch = c.batch_size > 0 ? c.batch_size : tr.batch_size;
   f.push_back(
       Flag("lr", Number(ScaledLearningRate(tr.learning_rate, c.lr_scaling, batch, tr.batch_size))));
   f.push_back(Flag("weight-decay", Number(tr.weight_decay)));
   if (tr.optimizer == api::Optimizer::kSgd) f.push_back(Flag("momentum", Number(tr.momentum)));
-  f.push_back(Flag("warmup-steps", tr.warmup_steps));
+  // Warm-up is tuned in steps of the task's own batch; at another batch it
+  // keeps its length in samples (Goyal et al. 2017 count it in epochs).
+  int64_t warmup = tr.warmup_steps;
+  if (batch != tr.batch_size && tr.batch_size > 0 && batch > 0) {
+    warmup = (tr.warmup_steps * tr.batch_size + batch - 1) / batch;
+  }
+  f.push_back(Flag("warmup-steps", warmup));
   f.push_back(Flag("decay", std::string(api::EnumName(tr.schedule))));
   f.push_back(Flag("batch", batch));
   f.push_back(Flag("template", WorkerTemplate(c.template_name, c.gpus)));

@@ -46,8 +46,9 @@ double ScaledLearningRate(double learning_rate, api::LrScaling rule, int64_t bat
                           int64_t tuned_batch);
 
 // Flags for `orrery-worker train` (without the subcommand). With a batch other
-// than the task's own, --lr is ScaledLearningRate and --lr-scaling tells a
-// resume how to rescale; with config.steps set, --steps replaces --epochs.
+// than the task's own, --lr is ScaledLearningRate, --lr-scaling tells a resume
+// how to rescale and --warmup-steps keeps the warm-up's samples; with
+// config.steps set, --steps replaces --epochs.
 std::vector<std::string> TrainFlags(const api::ExpandedTask& task, const LaunchConfig& config);
 
 // Flags for `orrery-worker profile`: the same task, `trial_steps` timed steps

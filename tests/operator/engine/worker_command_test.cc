@@ -140,6 +140,15 @@ TEST(WorkerCommand, TrainFlagsAtAnotherBatchScaleTheRateAndCarryTheSteps) {
   c.batch_size = 0;
   EXPECT_TRUE(Has(TrainFlags(mlp, c), "--batch=10"));
 
+  // The gpt task warms up for 20 steps at batch 8: 160 samples, 5 steps at 32,
+  // 7 at 24 (rounded up).
+  c.batch_size = 32;
+  EXPECT_TRUE(Has(TrainFlags(job.tasks[0], c), "--warmup-steps=5"));
+  c.batch_size = 24;
+  EXPECT_TRUE(Has(TrainFlags(job.tasks[0], c), "--warmup-steps=7"));
+  c.batch_size = 0;
+  EXPECT_TRUE(Has(TrainFlags(job.tasks[0], c), "--warmup-steps=20"));
+
   EXPECT_DOUBLE_EQ(ScaledLearningRate(0.1, api::LrScaling::kLinear, 512, 256), 0.2);
   EXPECT_DOUBLE_EQ(ScaledLearningRate(0.1, api::LrScaling::kSqrt, 1024, 256), 0.2);
   EXPECT_DOUBLE_EQ(ScaledLearningRate(0.1, api::LrScaling::kNone, 1024, 256), 0.1);
