@@ -93,6 +93,7 @@ struct Gang {
   int64_t batch = 0;         // global batch it runs at
   int64_t start_step = 0;    // where it began (its resume point)
   int64_t start_samples = 0;
+  bool steps_from_budget = false;  // --steps computed from the resume point
   int launch = 0;
   std::string stop_reason;  // "" while it may run; rescaled | interrupted | device-lost
   double stop_requested = 0;
@@ -114,6 +115,7 @@ struct TaskRun {
   bool budget_known = false;
   int64_t samples = 0;
   std::map<int64_t, int64_t> checkpoint_samples;  // step -> samples
+  int64_t prior_batch = 0;  // the batch of steps before this invocation (0: own)
   std::vector<planner::Config> configs;
   std::optional<Gang> gang;
   int64_t step = 0;
@@ -288,7 +290,8 @@ Status Runner::RestoreFrom(const RunReport& previous) {
       tasks_[i].loss = p.final_loss;
       // The samples behind those steps at the batch last run (exact unless the
       // batch changed during the earlier invocation).
-      tasks_[i].samples = p.steps_done * (p.batch_size > 0 ? p.batch_size : tasks_[i].batch);
+      tasks_[i].prior_batch = p.batch_size;
+      tasks_[i].samples = SamplesAtStep(tasks_[i], p.steps_done);
       if (p.steps_total > 0) tasks_[i].steps_total = p.steps_total;
       rt.steps_total = tasks_[i].steps_total;
       if (p.state == "completed") {
@@ -486,8 +489,8 @@ void Runner::BuildConfigs() {
 int64_t Runner::SamplesAtStep(const TaskRun& task, int64_t step) const {
   auto it = task.checkpoint_samples.find(step);
   if (it != task.checkpoint_samples.end()) return it->second;
-  // Not seen in this invocation: exact while the batch never changed.
-  return step * task.batch;
+  // A checkpoint of an earlier invocation: exact unless it changed batch.
+  return step * (task.prior_batch > 0 ? task.prior_batch : task.batch);
 }
 
 engine::WorldView Runner::World() const {
@@ -682,6 +685,7 @@ Status Runner::Launch(size_t t, int config, const std::vector<int>& devices) {
   g.batch = batch;
   g.start_step = task.checkpoint_step;
   g.start_samples = SamplesAtStep(task, task.checkpoint_step);
+  g.steps_from_budget = lc.steps > 0;
   g.launch = ++task.launches;
   std::string store = opt_.workdir + "/rdv/" + task.spec.name + "-" + std::to_string(g.launch);
   std::error_code ec;
@@ -728,6 +732,7 @@ void Runner::ReadProgress(size_t t) {
       }
       if (j.contains("resumed_from_step") && j["resumed_from_step"].is_number_integer()) {
         int64_t from = j["resumed_from_step"].get<int64_t>();
+        bool wrong_point = task.gang->steps_from_budget && from != task.gang->start_step;
         task.step = from;
         task.checkpoint_step = from;
         task.gang->start_step = from;
@@ -738,12 +743,20 @@ void Runner::ReadProgress(size_t t) {
         l.erase(std::remove_if(l.begin(), l.end(),
                                [&](const ReportLossPoint& p) { return p.step > from; }),
                 l.end());
+        if (wrong_point) {
+          // Its --steps assumed another resume point (a checkpoint this
+          // invocation had not seen): stopped at once, it starts again with
+          // the steps that finish the budget from here.
+          Event(task.spec.name + ": resumed from step " + std::to_string(from) +
+                ", not the step its launch assumed; restarting with the steps left");
+          StopGang(t, "rescaled", SIGTERM);
+        }
       } else {
         if (task.step > 0) {
           task.step = 0;  // no checkpoint survived: starting over
           rt.losses.clear();
         }
-        bool short_run = Elastic() && task.gang->start_step > 0;
+        bool short_run = task.gang->steps_from_budget && task.gang->start_step > 0;
         task.checkpoint_step = 0;
         task.gang->start_step = 0;
         task.gang->start_samples = 0;
