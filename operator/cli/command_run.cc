@@ -1,15 +1,11 @@
 // `orrery run FILE [--devices cpu:2|cuda:0-7] [--workdir DIR] [--fail-device-at T:DEV]...`:
 // the whole system on this machine (operator/local/runner.h).
-#include <pthread.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <filesystem>
-#include <thread>
 
 #include "operator/cli/commands.h"
 #include "operator/cli/job_file.h"
+#include "operator/cli/stop_signals.h"
 #include "operator/local/profile_cache.h"
 #include "operator/local/runner.h"
 
@@ -19,60 +15,6 @@ namespace {
 namespace fs = std::filesystem;
 
 std::atomic<bool> g_stop{false};
-
-extern "C" void IgnoreSignal(int) {}
-
-// Ctrl-C and SIGTERM, seen by one thread that waits for them. A handler would not
-// do: CBC installs its own SIGINT handler whenever it solves (to stop a solve),
-// replacing ours. Blocked signals stay pending whatever handler is installed, so
-// the waiting thread always gets them; children unblock them before exec.
-class StopSignals {
- public:
-  StopSignals() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    sigaddset(&set_, SIGUSR2);  // only ever sent to the waiter, to end it
-    // A disposition other than "ignore" (a background job starts with SIGINT
-    // ignored, and an ignored signal is dropped even when blocked).
-    struct sigaction sa {};
-    sa.sa_handler = IgnoreSignal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-    pthread_sigmask(SIG_BLOCK, &set_, &old_mask_);
-    waiter_ = std::thread([this] {
-      int count = 0;
-      while (true) {
-        int sig = 0;
-        if (sigwait(&set_, &sig) != 0) continue;
-        if (sig == SIGUSR2 && done_.load()) return;
-        if (sig == SIGUSR2) continue;
-        g_stop.store(true);
-        // A third Ctrl-C gives up on the checkpoints.
-        if (++count >= 3) _exit(130);
-      }
-    });
-  }
-  ~StopSignals() {
-    done_.store(true);
-    pthread_kill(waiter_.native_handle(), SIGUSR2);
-    waiter_.join();
-    pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  sigset_t set_;
-  sigset_t old_mask_;
-  struct sigaction old_int_ {};
-  struct sigaction old_term_ {};
-  std::atomic<bool> done_{false};
-  std::thread waiter_;
-};
 
 constexpr const char* kUsage =
     "Usage: orrery run FILE [--devices cpu:N|cuda:0-7] [--workdir DIR]\n"
@@ -228,7 +170,7 @@ int RunRun(Invocation& in) {
   opt.job_dir = BaseDir(file, job);
   opt.stop_at_step = stop_at_step;
   opt.stop = &g_stop;
-  StopSignals signals;
+  StopSignals signals(&g_stop);
   return local::RunJob(job, opt, in.out, in.err);
 }
 

@@ -100,6 +100,9 @@ Json WorkerPod(const api::ModelSelectionJob& job, const PodParts& p) {
       {Env("RANK", std::to_string(p.rank)), Env("WORLD_SIZE", std::to_string(p.world_size)),
        Env("MASTER_ADDR", p.master_addr), Env("MASTER_PORT", std::to_string(kRendezvousPort)),
        Env("ORRERY_BACKEND", p.backend),
+       Env("ORRERY_METRICS_ADDRESS", ":" + std::to_string(kMetricsPort)),
+       Env("ORRERY_MSJ", job.metadata.namespace_ + "/" + job.metadata.name),
+       Env("ORRERY_TASK", p.labels.value(kTaskLabel, "")),
        Env("ORRERY_TERMINATION_MESSAGE_PATH", kTerminationMessagePath), Env("TMPDIR", "/tmp")});
   Json gpu = Json{{p.gpu_resource, 1}};
   Json container = {
@@ -109,7 +112,8 @@ Json WorkerPod(const api::ModelSelectionJob& job, const PodParts& p) {
       {"env", env},
       {"ports",
        Json::array(
-           {{{"name", "rendezvous"}, {"containerPort", kRendezvousPort}, {"protocol", "TCP"}}})},
+           {{{"name", "rendezvous"}, {"containerPort", kRendezvousPort}, {"protocol", "TCP"}},
+            {{"name", "metrics"}, {"containerPort", kMetricsPort}, {"protocol", "TCP"}}})},
       {"resources", {{"limits", gpu}, {"requests", gpu}}},
       {"securityContext", RestrictedContainerSecurityContext()},
       {"terminationMessagePath", kTerminationMessagePath},

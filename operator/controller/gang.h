@@ -30,6 +30,9 @@ namespace orrery::controller {
 using api::Json;
 
 inline constexpr int kRendezvousPort = 29500;
+// Every worker serves Prometheus metrics here (ORRERY_METRICS_ADDRESS=:9400);
+// the operator reads rank 0's for progress (progress.h), Prometheus scrapes all.
+inline constexpr int kMetricsPort = 9400;
 inline constexpr const char* kWorkerContainer = "worker";
 inline constexpr const char* kTerminationMessagePath = "/dev/termination-log";
 // The restricted profile's non-root identity, as the chart gives the operator.

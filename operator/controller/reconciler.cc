@@ -477,13 +477,23 @@ Status Reconciler::WriteStatus(JobContext& ctx,
   in.now = NowText();
   in.max_restarts = options_.max_restarts;
   in.profiling = profiling;
+  std::map<std::string, TaskProgress> progress;
+  if (options_.progress != nullptr) {
+    progress = options_.progress->ForJob(ctx.key);
+    in.progress = &progress;
+  }
   api::ModelSelectionJobStatus status = BuildJobStatus(in);
   if (ctx.state != nullptr && ctx.state->plan_status) status.plan = ctx.state->plan_status;
   if (ctx.loaded.job.status && *ctx.loaded.job.status == status) return OkStatus();
   auto stored = client_->UpdateStatus(ModelSelectionJobs(), ctx.loaded.job.metadata.namespace_,
                                       ToKube(StatusUpdateObject(ctx.loaded.job, status)));
   if (!stored.ok()) return stored.status();
-  Log(LogLevel::kInfo, "Updated status",
+  // Progress moves every few seconds; a phase or task count change is news.
+  const api::ModelSelectionJobStatus* before =
+      ctx.loaded.job.status ? &*ctx.loaded.job.status : nullptr;
+  bool news = before == nullptr || before->phase != status.phase ||
+              before->task_summary != status.task_summary;
+  Log(news ? LogLevel::kInfo : LogLevel::kDebug, "Updated status",
       {{"job", ctx.key},
        {"phase", std::string(api::EnumName(status.phase))},
        {"tasks", status.task_summary}});
@@ -752,8 +762,27 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
              {"reason", g->reason}});
         Event(ctx, kube::EventType::kWarning, "GangFailed", "TearDown",
               "gang " + gang_label + " " + GangPhaseName(g->phase) + ": " + g->reason);
-        ORRERY_RETURN_IF_ERROR(
-            DeleteGang(ns, GangServiceName(job.metadata.name, name, g->generation), g->pod_names));
+        {
+          // Ranks on lost nodes are deleted at once: no kubelet will confirm a
+          // graceful delete there. Ranks still alive elsewhere get SIGTERM and
+          // checkpoint on their way out; the task waits for them, so its next
+          // gang resumes from that checkpoint rather than an older one.
+          bool alive = false;
+          for (const Json& p : gang_pods) {
+            if (Label(p, kGangLabel) != gang_label || PodFinished(p)) continue;
+            if (lost.count(PodNode(p)) > 0) {
+              kube::DeleteOptions force;
+              force.grace_period_seconds = 0;
+              Status s = client_->Delete(kube::Pods(), ns, Str(p, "metadata", "name"), force);
+              if (!s.ok() && !kube::IsNotFound(s)) return s;
+            } else {
+              alive = true;
+            }
+          }
+          ORRERY_RETURN_IF_ERROR(DeleteGang(
+              ns, GangServiceName(job.metadata.name, name, g->generation), g->pod_names));
+          if (alive) blocked.insert(name);
+        }
         break;
     }
   }

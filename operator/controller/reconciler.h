@@ -32,6 +32,7 @@
 #include "operator/api/types.h"
 #include "operator/controller/gang.h"
 #include "operator/controller/profile_configmap.h"
+#include "operator/controller/progress.h"
 #include "operator/controller/status.h"
 #include "operator/engine/engine.h"
 #include "operator/kube/client.h"
@@ -151,6 +152,9 @@ struct ReconcilerOptions {
   // Events on the job for `kubectl describe` (launches, teardowns, plans,
   // profiles); null records none. Must outlive the reconciler.
   kube::EventRecorder* events = nullptr;
+  // Running gangs' progress as their workers report it (progress.h); null: the
+  // status carries progress over unchanged. Must outlive the reconciler.
+  const ProgressBoard* progress = nullptr;
 };
 
 struct Caches {

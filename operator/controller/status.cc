@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "operator/api/codec.h"
+#include "operator/controller/gang.h"
 #include "operator/controller/names.h"
 #include "operator/engine/worker_command.h"
 
@@ -232,7 +233,35 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
           t.message = std::to_string(g->ranks_seen - g->pending) + "/" +
                       std::to_string(g->world_size) + " ranks running";
           break;
-        case GangPhase::kRunning: t.state = api::TaskState::kRunning; break;
+        case GangPhase::kRunning: {
+          t.state = api::TaskState::kRunning;
+          if (in.progress == nullptr) break;
+          auto reported = in.progress->find(LabelValue(task.name));
+          if (reported == in.progress->end() || reported->second.generation != g->generation) {
+            break;
+          }
+          const TaskProgress& p = reported->second;
+          t.steps_done = std::min(p.step, t.steps_total);
+          t.progress = t.steps_total > 0
+                           ? static_cast<double>(t.steps_done) / static_cast<double>(t.steps_total)
+                           : 0;
+          t.samples_per_second = p.samples_per_second;
+          int64_t batch = g->config && g->config->batch_size > 0 ? g->config->batch_size
+                                                                 : task.task.training.batch_size;
+          t.eta_seconds = p.samples_per_second > 0
+                              ? static_cast<double>(t.steps_total - t.steps_done) *
+                                    static_cast<double>(batch) / p.samples_per_second
+                              : 0;
+          if (p.checkpoint_step >= 0 &&
+              (!t.last_checkpoint || t.last_checkpoint->step != p.checkpoint_step)) {
+            api::CheckpointRef ref;
+            ref.step = p.checkpoint_step;
+            ref.path = CheckpointDir(job, task.name);
+            ref.time = in.now;
+            t.last_checkpoint = ref;
+          }
+          break;
+        }
         case GangPhase::kSucceeded:
           t.state = api::TaskState::kSucceeded;
           t.progress = 1;

@@ -14,6 +14,7 @@
 #include "operator/api/expand.h"
 #include "operator/api/types.h"
 #include "operator/api/yaml.h"
+#include "operator/controller/progress.h"
 
 namespace orrery::controller {
 
@@ -68,6 +69,9 @@ struct StatusInput {
   // What the reconciler itself knows and pods do not: tasks waiting for profiles
   // (Profiling) or for a plan slot (Queued).
   std::set<std::string> profiling;
+  // What running gangs' rank 0 reported (progress.h), by task label value; a
+  // report of an older gang generation is ignored. Null: carry progress over.
+  const std::map<std::string, TaskProgress>* progress = nullptr;
 };
 
 // The job status: phase, observedGeneration, conditions (Progressing, Degraded,

@@ -176,13 +176,17 @@ Status LeaderElector::Run() {
     }
   }
   leading_ = false;
-  if (leading.joinable()) leading.request_stop();
+  // The controllers finish what they are doing before the lease is given up, so
+  // a successor never works beside them.
+  if (leading.joinable()) {
+    leading.request_stop();
+    leading.join();
+  }
   if (!lost && config_.release_on_cancel) Release();
   Log(lost ? LogLevel::kWarning : LogLevel::kInfo, lost ? "Lost lease" : "Stopped leading",
       {{"lease", config_.lease_namespace + "/" + config_.lease_name},
        {"identity", config_.identity}});
   if (config_.on_stopped_leading) config_.on_stopped_leading();
-  if (leading.joinable()) leading.join();
   return lost ? AbortedError("lost lease " + config_.lease_namespace + "/" + config_.lease_name)
               : OkStatus();
 }

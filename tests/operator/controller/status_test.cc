@@ -4,6 +4,7 @@
 
 #include "operator/api/codec.h"
 #include "operator/controller/gang.h"
+#include "operator/controller/names.h"
 #include "operator/controller/profile_pod.h"
 #include "tests/operator/controller/test_objects.h"
 
@@ -217,6 +218,47 @@ TEST_F(StatusTest, ConditionsKeepTheirTransitionTimeAndProgressIsCarried) {
   api::ModelSelectionJobStatus third = JobStatus(lost, "2026-01-01T02:00:00Z");
   EXPECT_EQ(third.conditions[1].last_transition_time, "2026-01-01T02:00:00Z");  // Degraded flipped
   EXPECT_EQ(third.conditions[0].last_transition_time, "2026-01-01T00:00:00Z");
+}
+
+TEST_F(StatusTest, WorkerReportsOfTheCurrentGangBecomeProgress) {
+  auto g1 = Gang(0, 1, {"n1"});
+  auto obs = ObserveTasks({Bound(g1[0], "Running")});
+  const api::ExpandedTask& task = loaded_.tasks[0];
+  std::map<std::string, TaskProgress> reports;
+  TaskProgress p;
+  p.generation = 1;
+  p.step = 30;
+  p.checkpoint_step = 20;
+  p.samples_per_second = 64;
+  reports[LabelValue(task.name)] = p;
+  StatusInput in;
+  in.job = &loaded_.job;
+  in.tasks = &loaded_.tasks;
+  in.observed = &obs;
+  in.now = "2026-01-01T00:00:05Z";
+  in.progress = &reports;
+  api::ModelSelectionJobStatus s = BuildJobStatus(in);
+  const api::TaskStatus& t = s.tasks[0];
+  EXPECT_EQ(t.steps_done, 30);
+  EXPECT_DOUBLE_EQ(t.samples_per_second, 64);
+  EXPECT_NEAR(t.progress, 30.0 / static_cast<double>(t.steps_total), 1e-12);
+  // Remaining samples at the gang's batch (16) over the measured throughput.
+  EXPECT_NEAR(t.eta_seconds, static_cast<double>(t.steps_total - 30) * 16 / 64, 1e-9);
+  ASSERT_TRUE(t.last_checkpoint.has_value());
+  EXPECT_EQ(t.last_checkpoint->step, 20);
+  EXPECT_EQ(t.last_checkpoint->time, "2026-01-01T00:00:05Z");
+  EXPECT_EQ(t.last_checkpoint->path, CheckpointDir(loaded_.job, task.name));
+
+  // The same checkpoint seen later keeps the time it was first seen.
+  loaded_.job.status = s;
+  in.now = "2026-01-01T00:01:00Z";
+  EXPECT_EQ(BuildJobStatus(in).tasks[0].last_checkpoint->time, "2026-01-01T00:00:05Z");
+
+  // A report from an older generation (the gang before a rescale) is ignored:
+  // what the status holds stays until the new gang reports.
+  reports[LabelValue(task.name)].generation = 0;
+  reports[LabelValue(task.name)].step = 99;
+  EXPECT_EQ(BuildJobStatus(in).tasks[0].steps_done, 30);
 }
 
 TEST_F(StatusTest, StatusUpdateObjectCarriesTheResourceVersion) {

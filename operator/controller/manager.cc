@@ -1,0 +1,339 @@
+#include "operator/controller/manager.h"
+
+#include <chrono>
+#include <map>
+
+#include "common/log.h"
+#include "operator/api/codec.h"
+#include "operator/api/schema.h"
+#include "operator/controller/names.h"
+#include "operator/kube/api_error.h"
+
+namespace orrery::controller {
+
+// ---- InstrumentedClient ------------------------------------------------------
+
+void InstrumentedClient::Count(const char* verb, const Status& status) {
+  if (metrics_ == nullptr) return;
+  std::string code = std::string(verb) == "POST" ? "201" : "200";
+  if (!status.ok()) {
+    int http = kube::HttpCodeOf(status);
+    code = http > 0 ? std::to_string(http) : "<error>";
+  }
+  metrics_->api_requests.Add({{"verb", verb}, {"code", code}}).Increment();
+}
+
+StatusOr<kube::Object> InstrumentedClient::Get(const kube::Resource& r, const std::string& ns,
+                                               const std::string& name) {
+  auto out = inner_->Get(r, ns, name);
+  Count("GET", out.status());
+  return out;
+}
+StatusOr<kube::Object> InstrumentedClient::List(const kube::Resource& r, const std::string& ns,
+                                                const kube::ListOptions& options) {
+  auto out = inner_->List(r, ns, options);
+  Count("LIST", out.status());
+  return out;
+}
+StatusOr<kube::Object> InstrumentedClient::Create(const kube::Resource& r, const std::string& ns,
+                                                  const kube::Object& obj) {
+  auto out = inner_->Create(r, ns, obj);
+  Count("POST", out.status());
+  return out;
+}
+StatusOr<kube::Object> InstrumentedClient::Update(const kube::Resource& r, const std::string& ns,
+                                                  const kube::Object& obj) {
+  auto out = inner_->Update(r, ns, obj);
+  Count("PUT", out.status());
+  return out;
+}
+StatusOr<kube::Object> InstrumentedClient::UpdateStatus(const kube::Resource& r,
+                                                        const std::string& ns,
+                                                        const kube::Object& obj) {
+  auto out = inner_->UpdateStatus(r, ns, obj);
+  Count("PUT", out.status());
+  return out;
+}
+Status InstrumentedClient::Delete(const kube::Resource& r, const std::string& ns,
+                                  const std::string& name, const kube::DeleteOptions& options) {
+  Status out = inner_->Delete(r, ns, name, options);
+  Count("DELETE", out);
+  return out;
+}
+StatusOr<kube::Object> InstrumentedClient::Patch(const kube::Resource& r, const std::string& ns,
+                                                 const std::string& name, kube::PatchType type,
+                                                 const kube::Object& patch,
+                                                 const kube::PatchOptions& options) {
+  auto out = inner_->Patch(r, ns, name, type, patch, options);
+  Count("PATCH", out.status());
+  return out;
+}
+StatusOr<std::unique_ptr<kube::WatchStream>> InstrumentedClient::Watch(
+    const kube::Resource& r, const std::string& ns, const kube::ListOptions& options) {
+  auto out = inner_->Watch(r, ns, options);
+  Count("WATCH", out.status());
+  return out;
+}
+
+// ---- Manager -----------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kJobKind = "ModelSelectionJob";
+
+// Reconcile durations: milliseconds when nothing changes, seconds when a solve runs.
+const prometheus::Histogram::BucketBoundaries& ReconcileBuckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  return kBuckets;
+}
+
+// What about a node changes what a job may plan.
+std::string NodePlanningState(const kube::Object& node, const std::string& gpu_resource) {
+  std::string s = NodeReady(node) ? "ready" : "notready";
+  s += node["spec"].value("unschedulable", false) ? "/cordoned" : "";
+  const kube::Object& alloc = node["status"]["allocatable"];
+  if (alloc.is_object() && alloc.contains(gpu_resource)) s += "/" + alloc[gpu_resource].dump();
+  return s;
+}
+
+}  // namespace
+
+Manager::Manager(kube::Client* client, ManagerOptions options, metrics::OperatorMetrics* metrics,
+                 const Clock* clock)
+    : client_(client),
+      options_(std::move(options)),
+      metrics_(metrics),
+      clock_(clock),
+      namespaces_(options_.namespaces.begin(), options_.namespaces.end()) {}
+
+Manager::~Manager() { Stop(); }
+
+bool Manager::Watched(const std::string& ns) const {
+  return namespaces_.empty() || namespaces_.count(ns) > 0;
+}
+
+void Manager::EnqueueAllJobs() {
+  if (!controller_ || !jobs_) return;
+  for (const std::string& key : jobs_->store().Keys()) {
+    std::string ns = key.substr(0, key.find('/'));
+    if (Watched(ns)) controller_->queue().Add(key);
+  }
+}
+
+Status Manager::Run(const std::atomic<bool>& stop) {
+  // One namespace: the job informer watches only it (a namespaced Role suffices
+  // for jobs); several or none: it watches all and the handlers filter.
+  kube::InformerOptions job_options;
+  if (namespaces_.size() == 1) job_options.ns = *namespaces_.begin();
+  job_options.resync_period = options_.resync_period;
+  kube::InformerOptions profile_options;
+  profile_options.ns = options_.reconciler.profile_namespace;
+  profile_options.field_selector = std::string("metadata.name=") + kProfileConfigMapName;
+  Clock* mutable_clock = const_cast<Clock*>(clock_);
+  jobs_ =
+      std::make_unique<kube::Informer>(client_, ModelSelectionJobs(), job_options, mutable_clock);
+  pods_ = std::make_unique<kube::Informer>(client_, kube::Pods(), kube::InformerOptions{},
+                                           mutable_clock);
+  nodes_ = std::make_unique<kube::Informer>(client_, kube::Nodes(), kube::InformerOptions{},
+                                            mutable_clock);
+  configmaps_ =
+      std::make_unique<kube::Informer>(client_, kube::ConfigMaps(), profile_options, mutable_clock);
+
+  kube::EventRecorderOptions event_options;
+  event_options.reporting_instance = options_.identity;
+  events_ = std::make_unique<kube::EventRecorder>(client_, event_options, mutable_clock);
+  ReconcilerOptions ro = options_.reconciler;
+  ro.events = events_.get();
+  ro.progress = &progress_;
+  reconciler_ = std::make_unique<Reconciler>(
+      client_, Caches{&jobs_->store(), &pods_->store(), &nodes_->store(), &configmaps_->store()},
+      ro, clock_);
+
+  Reconciler* reconciler = reconciler_.get();
+  metrics::OperatorMetrics* m = metrics_;
+  kube::Reconciler reconcile = [this, reconciler, m](const std::string& key) {
+    std::string ns = key.substr(0, key.find('/'));
+    if (!Watched(ns)) return StatusOr<kube::Result>(kube::Result{});
+    auto start = std::chrono::steady_clock::now();
+    StatusOr<kube::Result> r = reconciler->Reconcile(key);
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (m != nullptr) {
+      std::string result =
+          r.ok() ? (r->requeue || r->requeue_after.count() > 0 ? "requeue" : "success")
+                 : (kube::IsConflict(r.status()) ? "conflict" : "error");
+      m->reconciles.Add({{"controller", "modelselectionjob"}, {"result", result}}).Increment();
+      m->reconcile_seconds.Add({{"controller", "modelselectionjob"}}, ReconcileBuckets())
+          .Observe(seconds);
+    }
+    if (!r.ok() && !kube::IsConflict(r.status())) {
+      Log(LogLevel::kWarning, "Reconcile failed", {{"msj", key}, {"error", r.status().ToString()}});
+    }
+    return r;
+  };
+  controller_ = std::make_unique<kube::Controller>("modelselectionjob", reconcile, options_.workers,
+                                                   mutable_clock);
+
+  kube::EventHandlers job_handlers = controller_->EnqueueHandlers();
+  jobs_->AddEventHandler(job_handlers);
+  pods_->AddEventHandler(controller_->EnqueueOwnerHandlers(kJobKind));
+  std::string gpu = options_.gpu_resource;
+  nodes_->AddEventHandler({[this](const kube::ObjectPtr&) { EnqueueAllJobs(); },
+                           [this, gpu](const kube::ObjectPtr& old_obj, const kube::ObjectPtr& obj) {
+                             if (NodePlanningState(*old_obj, gpu) != NodePlanningState(*obj, gpu))
+                               EnqueueAllJobs();
+                           },
+                           [this](const kube::ObjectPtr&, bool) { EnqueueAllJobs(); }});
+  configmaps_->AddEventHandler(
+      {[this](const kube::ObjectPtr&) { EnqueueAllJobs(); },
+       [this](const kube::ObjectPtr&, const kube::ObjectPtr&) { EnqueueAllJobs(); },
+       [this](const kube::ObjectPtr&, bool) { EnqueueAllJobs(); }});
+
+  for (kube::Informer* i : {jobs_.get(), pods_.get(), nodes_.get(), configmaps_.get()}) {
+    i->Start();
+  }
+  auto deadline = std::chrono::steady_clock::now() + options_.sync_timeout;
+  for (kube::Informer* i : {jobs_.get(), pods_.get(), nodes_.get(), configmaps_.get()}) {
+    while (!i->HasSynced()) {
+      if (stop.load()) return OkStatus();
+      if (std::chrono::steady_clock::now() > deadline) {
+        return DeadlineExceededError("the " + i->resource().Name() +
+                                     " cache did not sync; check the API server and the "
+                                     "operator's RBAC (list and watch " +
+                                     i->resource().Name() + ")");
+      }
+      i->WaitForSync(std::chrono::milliseconds(200));
+    }
+  }
+  controller_->Start();
+  scraper_ = std::make_unique<ProgressScraper>(
+      &pods_->store(), &progress_,
+      [this](const std::string& job) { controller_->queue().Add(job); }, options_.progress);
+  scraper_->Start();
+  EnqueueAllJobs();
+  running_.store(true);
+  if (metrics_ != nullptr) metrics_thread_ = std::thread([this] { MetricsLoop(); });
+  return OkStatus();
+}
+
+void Manager::Stop() {
+  if (stopped_.exchange(true)) return;
+  running_.store(false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+  if (metrics_thread_.joinable()) metrics_thread_.join();
+  if (scraper_) scraper_->Stop();
+  if (controller_) controller_->Stop();
+  for (kube::Informer* i : {jobs_.get(), pods_.get(), nodes_.get(), configmaps_.get()}) {
+    if (i != nullptr) i->Stop();
+  }
+}
+
+std::string Manager::NotReadyReason() const {
+  if (running_.load()) return "";
+  if (!jobs_) return "starting";
+  for (const kube::Informer* i : {jobs_.get(), pods_.get(), nodes_.get(), configmaps_.get()}) {
+    if (!i->HasSynced()) return "waiting for the " + i->resource().Name() + " cache to sync";
+  }
+  return stopped_.load() ? "stopping" : "starting workers";
+}
+
+void Manager::MetricsLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopped_.load()) {
+    lock.unlock();
+    SampleMetrics();
+    lock.lock();
+    cv_.wait_for(lock, options_.metrics_period, [this] { return stopped_.load(); });
+  }
+}
+
+void Manager::SampleMetrics() {
+  metrics::OperatorMetrics& m = *metrics_;
+  kube::WorkQueue& queue = controller_->queue();
+  m.queue_depth.Add({{"queue", "modelselectionjob"}})
+      .Set(static_cast<double>(queue.Len() + queue.NumWaiting()));
+
+  // Cluster GPUs: allocatable on Ready nodes, held by live pods there.
+  std::map<std::string, int> allocatable;
+  for (const kube::ObjectPtr& n : nodes_->store().List()) {
+    if (!NodeReady(*n)) continue;
+    const kube::Object& a = (*n)["status"]["allocatable"];
+    if (!a.is_object() || !a.contains(options_.gpu_resource)) continue;
+    const kube::Object& v = a[options_.gpu_resource];
+    int gpus = 0;
+    try {
+      gpus = v.is_string() ? std::stoi(v.get<std::string>()) : v.get<int>();
+    } catch (const std::exception&) {
+      gpus = 0;
+    }
+    allocatable[(*n)["metadata"].value("name", "")] = gpus;
+  }
+  int total = 0;
+  for (const auto& entry : allocatable) total += entry.second;
+  int held = 0;
+  std::map<std::string, int> held_by_job;
+  for (const kube::ObjectPtr& p : pods_->store().List()) {
+    if (PodFinished(*p)) continue;
+    int g = PodGpuRequest(*p, options_.gpu_resource);
+    if (g == 0) continue;
+    if (allocatable.count(PodNode(*p)) > 0) held += g;
+    std::string owner = kube::ControllerOwnerKey(*p, kJobKind);
+    if (!owner.empty()) held_by_job[owner] += g;
+  }
+  m.cluster_gpus.Add({{"state", "allocatable"}}).Set(total);
+  m.cluster_gpus.Add({{"state", "held"}}).Set(held);
+  m.cluster_gpus.Add({{"state", "idle"}}).Set(total > held ? total - held : 0);
+
+  // Jobs by phase; per job: tasks by state, GPUs planned and held, the plan.
+  std::map<std::string, int> phases;
+  for (std::string_view p : api::EnumNames<api::Phase>::kNames) phases[std::string(p)] = 0;
+  std::set<std::string> seen;
+  for (const kube::ObjectPtr& j : jobs_->store().List()) {
+    std::string key = kube::KeyOf(*j);
+    if (!Watched(key.substr(0, key.find('/')))) continue;
+    seen.insert(key);
+    api::ModelSelectionJobStatus status;
+    std::vector<api::FieldError> errors;
+    if (j->contains("status")) {
+      api::DecodeStatus(Json::parse((*j)["status"].dump()), "status", &status, &errors);
+    }
+    ++phases[std::string(api::EnumName(status.phase))];
+    std::map<std::string, int> states;
+    for (std::string_view s : api::EnumNames<api::TaskState>::kNames) states[std::string(s)] = 0;
+    int planned = 0;
+    for (const api::TaskStatus& t : status.tasks) {
+      ++states[std::string(api::EnumName(t.state))];
+      bool active = t.state == api::TaskState::kRunning || t.state == api::TaskState::kRescaling ||
+                    t.state == api::TaskState::kQueued;
+      if (active && t.config) planned += t.config->gpus;
+    }
+    for (const auto& [state, n] : states) m.tasks.Add({{"msj", key}, {"state", state}}).Set(n);
+    m.gpus_planned.Add({{"msj", key}}).Set(planned);
+    m.gpus_held.Add({{"msj", key}}).Set(held_by_job[key]);
+    if (status.plan) {
+      m.plan_gap.Add({{"msj", key}}).Set(status.plan->gap);
+      m.plan_makespan_seconds.Add({{"msj", key}}).Set(status.plan->makespan_seconds);
+      m.plan_lower_bound_seconds.Add({{"msj", key}}).Set(status.plan->lower_bound_seconds);
+    }
+  }
+  for (const auto& [phase, n] : phases) m.jobs.Add({{"phase", phase}}).Set(n);
+  // A deleted job's series go away rather than report its last values forever.
+  for (const std::string& gone : sampled_jobs_) {
+    if (seen.count(gone) > 0) continue;
+    for (std::string_view s : api::EnumNames<api::TaskState>::kNames) {
+      m.tasks.Remove(&m.tasks.Add({{"msj", gone}, {"state", std::string(s)}}));
+    }
+    m.gpus_planned.Remove(&m.gpus_planned.Add({{"msj", gone}}));
+    m.gpus_held.Remove(&m.gpus_held.Add({{"msj", gone}}));
+    m.plan_gap.Remove(&m.plan_gap.Add({{"msj", gone}}));
+    m.plan_makespan_seconds.Remove(&m.plan_makespan_seconds.Add({{"msj", gone}}));
+    m.plan_lower_bound_seconds.Remove(&m.plan_lower_bound_seconds.Add({{"msj", gone}}));
+  }
+  sampled_jobs_ = seen;
+}
+
+}  // namespace orrery::controller

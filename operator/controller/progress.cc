@@ -1,0 +1,218 @@
+#include "operator/controller/progress.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "operator/controller/gang.h"
+#include "operator/controller/names.h"
+#include "operator/kube/client.h"
+#include "operator/kube/controller.h"
+
+namespace orrery::controller {
+
+namespace {
+
+// The value of the first sample of `family` in a text exposition, if any.
+std::optional<double> FirstSample(const std::string& text, const std::string& family) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line.compare(0, family.size(), family) != 0) continue;
+    size_t after = family.size();
+    if (after < line.size() && line[after] != '{' && line[after] != ' ') continue;  // a longer name
+    size_t value_at = line[after] == '{' ? line.find("} ", after) : after;
+    if (value_at == std::string::npos) continue;
+    value_at = line.find(' ', value_at);
+    try {
+      return std::stod(line.substr(value_at + 1));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+int64_t Int(const std::optional<double>& v, int64_t fallback) {
+  return v ? static_cast<int64_t>(*v + 0.5) : fallback;
+}
+
+}  // namespace
+
+std::optional<TaskProgress> ParseWorkerMetrics(const std::string& text) {
+  std::optional<double> step = FirstSample(text, "orrery_worker_step");
+  if (!step) return std::nullopt;
+  TaskProgress p;
+  p.step = Int(step, 0);
+  std::optional<double> ckpt = FirstSample(text, "orrery_worker_checkpoint_step");
+  p.checkpoint_step = ckpt && *ckpt >= 0 ? Int(ckpt, -1) : -1;
+  p.samples_per_second = FirstSample(text, "orrery_worker_samples_per_second").value_or(0);
+  if (std::optional<double> loss = FirstSample(text, "orrery_worker_loss")) {
+    p.loss = *loss;
+    p.has_loss = true;
+  }
+  return p;
+}
+
+StatusOr<std::string> HttpGet(const std::string& host, int port, const std::string& path,
+                              int timeout_ms) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    return InvalidArgumentError("not an IPv4 address: " + host);
+  }
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return UnavailableError(std::string("socket: ") + std::strerror(errno));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto left = [&] {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now())
+                  .count();
+    return static_cast<int>(ms > 0 ? ms : 0);
+  };
+  std::string where = host + ":" + std::to_string(port) + path;
+  auto fail = [&](const std::string& what) {
+    ::close(fd);
+    return UnavailableError("GET " + where + ": " + what);
+  };
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 &&
+      errno != EINPROGRESS) {
+    return fail(std::strerror(errno));
+  }
+  pollfd p{fd, POLLOUT, 0};
+  if (::poll(&p, 1, left()) <= 0) return fail("connect timed out");
+  int err = 0;
+  socklen_t len = sizeof(err);
+  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) return fail(std::strerror(err));
+  std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
+  size_t sent = 0;
+  while (sent < request.size()) {
+    ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EAGAIN) {
+      pollfd w{fd, POLLOUT, 0};
+      if (::poll(&w, 1, left()) <= 0) return fail("send timed out");
+      continue;
+    }
+    if (n <= 0) return fail("send failed");
+    sent += static_cast<size_t>(n);
+  }
+  std::string response;
+  char buffer[8192];
+  while (true) {
+    pollfd r{fd, POLLIN, 0};
+    if (::poll(&r, 1, left()) <= 0) return fail("read timed out");
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EAGAIN) continue;
+    if (n < 0) return fail(std::strerror(errno));
+    if (n == 0) break;
+    response.append(buffer, static_cast<size_t>(n));
+    if (response.size() > (16u << 20)) return fail("answer over 16 MiB");
+  }
+  ::close(fd);
+  size_t head_end = response.find("\r\n\r\n");
+  if (response.compare(0, 5, "HTTP/") != 0 || head_end == std::string::npos) {
+    return UnavailableError("GET " + where + ": not an HTTP answer");
+  }
+  size_t sp = response.find(' ');
+  std::string code = response.substr(sp + 1, 3);
+  if (code != "200") return UnavailableError("GET " + where + ": HTTP " + code);
+  return response.substr(head_end + 4);
+}
+
+bool ProgressBoard::Set(const std::string& job, const std::string& task, const TaskProgress& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& tasks = by_job_[job];
+  auto it = tasks.find(task);
+  if (it != tasks.end() && it->second == p) return false;
+  tasks[task] = p;
+  return true;
+}
+
+std::map<std::string, TaskProgress> ProgressBoard::ForJob(const std::string& job) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_job_.find(job);
+  return it == by_job_.end() ? std::map<std::string, TaskProgress>{} : it->second;
+}
+
+void ProgressBoard::ForgetJob(const std::string& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  by_job_.erase(job);
+}
+
+ProgressScraper::ProgressScraper(const kube::Store* pods, ProgressBoard* board,
+                                 std::function<void(const std::string&)> on_change,
+                                 ProgressScraperOptions options)
+    : pods_(pods), board_(board), on_change_(std::move(on_change)), options_(options) {}
+
+ProgressScraper::~ProgressScraper() { Stop(); }
+
+void ProgressScraper::Start() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ProgressScraper::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ProgressScraper::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    ScrapeOnce();
+    lock.lock();
+    cv_.wait_for(lock, options_.period, [this] { return stop_; });
+  }
+}
+
+void ProgressScraper::ScrapeOnce() {
+  for (const kube::ObjectPtr& pod : pods_->List()) {
+    const kube::Object& meta = (*pod)["metadata"];
+    const kube::Object labels = meta.value("labels", kube::Object::object());
+    if (labels.value(kManagedByLabel, "") != kManagedByValue) continue;
+    if (!labels.contains(kGangLabel) || labels.value(kRankLabel, "") != "0") continue;
+    if ((*pod)["status"].value("phase", "") != "Running") continue;
+    std::string ip = (*pod)["status"].value("podIP", "");
+    if (ip.empty()) continue;
+    std::string job = kube::ControllerOwnerKey(*pod, "ModelSelectionJob");
+    if (job.empty()) continue;
+    int port = options_.port;
+    if (port == 0) {
+      for (const kube::Object& c : (*pod)["spec"].value("containers", kube::Object::array())) {
+        for (const kube::Object& p : c.value("ports", kube::Object::array())) {
+          if (p.value("name", "") == "metrics") port = p.value("containerPort", 0);
+        }
+      }
+    }
+    if (port == 0) continue;
+    auto body = HttpGet(ip, port, "/metrics", options_.timeout_ms);
+    if (!body.ok()) continue;  // not serving yet, or gone: the next pass tries again
+    std::optional<TaskProgress> progress = ParseWorkerMetrics(*body);
+    if (!progress) continue;
+    const kube::Object annotations = meta.value("annotations", kube::Object::object());
+    try {
+      progress->generation = std::stoi(annotations.value(kGenerationAnnotation, "0"));
+    } catch (const std::exception&) {
+      progress->generation = 0;
+    }
+    if (board_->Set(job, labels.value(kTaskLabel, ""), *progress) && on_change_) on_change_(job);
+  }
+}
+
+}  // namespace orrery::controller

@@ -1,0 +1,174 @@
+// Progress read from workers: the Prometheus text a worker serves becomes a
+// TaskProgress; the scraper finds rank 0 of Running gangs in a pod store and
+// reads a real metrics endpoint (prometheus-cpp's server, as the worker uses);
+// the probe server answers the kubelet's probes.
+#include "operator/controller/progress.h"
+
+#include <atomic>
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "operator/controller/names.h"
+#include "operator/controller/probe_server.h"
+#include "operator/kube/store.h"
+#include "operator/metrics/metrics.h"
+
+namespace orrery::controller {
+namespace {
+
+const char* kWorkerText = R"(# HELP orrery_worker_step Last completed optimizer step.
+# TYPE orrery_worker_step gauge
+orrery_worker_step{msj="ns/sweep",task="mlp-0"} 42
+# TYPE orrery_worker_step_duration_seconds histogram
+orrery_worker_step_duration_seconds_count{msj="ns/sweep",rank="0",task="mlp-0"} 42
+# TYPE orrery_worker_checkpoint_step gauge
+orrery_worker_checkpoint_step{msj="ns/sweep",task="mlp-0"} 40
+# TYPE orrery_worker_samples_per_second gauge
+orrery_worker_samples_per_second{msj="ns/sweep",rank="0",task="mlp-0"} 512.5
+# TYPE orrery_worker_loss gauge
+orrery_worker_loss{msj="ns/sweep",task="mlp-0"} 2.25
+)";
+
+TEST(ParseWorkerMetricsTest, ReadsStepCheckpointThroughputAndLoss) {
+  auto p = ParseWorkerMetrics(kWorkerText);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->step, 42);  // not the histogram's _count, which shares the prefix
+  EXPECT_EQ(p->checkpoint_step, 40);
+  EXPECT_DOUBLE_EQ(p->samples_per_second, 512.5);
+  EXPECT_TRUE(p->has_loss);
+  EXPECT_DOUBLE_EQ(p->loss, 2.25);
+}
+
+TEST(ParseWorkerMetricsTest, NoStepIsNoProgressAndNoCheckpointIsMinusOne) {
+  EXPECT_FALSE(ParseWorkerMetrics("").has_value());
+  EXPECT_FALSE(ParseWorkerMetrics("orrery_worker_step_duration_seconds_count 3\n").has_value());
+  auto p = ParseWorkerMetrics("orrery_worker_step 7\n");
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->step, 7);
+  EXPECT_EQ(p->checkpoint_step, -1);
+  EXPECT_FALSE(p->has_loss);
+}
+
+TEST(ProgressBoardTest, SetReportsChangesOnly) {
+  ProgressBoard board;
+  TaskProgress p;
+  p.step = 3;
+  EXPECT_TRUE(board.Set("ns/a", "t", p));
+  EXPECT_FALSE(board.Set("ns/a", "t", p));
+  p.step = 4;
+  EXPECT_TRUE(board.Set("ns/a", "t", p));
+  EXPECT_EQ(board.ForJob("ns/a").at("t").step, 4);
+  EXPECT_TRUE(board.ForJob("ns/b").empty());
+  board.ForgetJob("ns/a");
+  EXPECT_TRUE(board.ForJob("ns/a").empty());
+}
+
+kube::Object GangPod(const std::string& name, int rank, const std::string& phase, int port) {
+  return kube::Object{
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata",
+       {{"name", name},
+        {"namespace", "ns"},
+        {"resourceVersion", "1"},
+        {"labels",
+         {{kManagedByLabel, kManagedByValue},
+          {kTaskLabel, "mlp-0"},
+          {kGangLabel, "mlp-0-g2"},
+          {kRankLabel, std::to_string(rank)}}},
+        {"annotations", {{kGenerationAnnotation, "2"}}},
+        {"ownerReferences", kube::Object::array({{{"apiVersion", "orrery.dev/v1alpha1"},
+                                                  {"kind", "ModelSelectionJob"},
+                                                  {"name", "sweep"},
+                                                  {"uid", "u1"},
+                                                  {"controller", true}}})}}},
+      {"spec",
+       {{"containers",
+         kube::Object::array({{{"name", "worker"},
+                               {"ports", kube::Object::array({{{"name", "metrics"},
+                                                               {"containerPort", port}}})}}})}}},
+      {"status", {{"phase", phase}, {"podIP", "127.0.0.1"}}}};
+}
+
+TEST(ProgressScraperTest, ReadsRankZeroOfRunningGangsFromTheirMetricsEndpoint) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  metrics::WorkerMetrics worker(*registry);
+  auto exposer = metrics::Exposer::Start("127.0.0.1:0", registry);
+  ASSERT_TRUE(exposer.ok()) << exposer.status();
+  prometheus::Labels labels = {{"msj", "ns/sweep"}, {"task", "mlp-0"}};
+  worker.step.Add(labels).Set(17);
+  worker.checkpoint_step.Add(labels).Set(10);
+
+  kube::Store store;
+  store.Replace(
+      {std::make_shared<const kube::Object>(GangPod("rank0", 0, "Running", (*exposer)->port())),
+       std::make_shared<const kube::Object>(GangPod("rank1", 1, "Running", 1)),
+       std::make_shared<const kube::Object>(GangPod("other", 0, "Pending", 1))});
+  ProgressBoard board;
+  std::set<std::string> woken;
+  ProgressScraper scraper(&store, &board, [&](const std::string& job) { woken.insert(job); });
+  scraper.ScrapeOnce();
+  auto progress = board.ForJob("ns/sweep");
+  ASSERT_EQ(progress.count("mlp-0"), 1u);
+  EXPECT_EQ(progress["mlp-0"].step, 17);
+  EXPECT_EQ(progress["mlp-0"].checkpoint_step, 10);
+  EXPECT_EQ(progress["mlp-0"].generation, 2);
+  EXPECT_EQ(woken, std::set<std::string>({"ns/sweep"}));
+
+  // Nothing moved: nobody is woken.
+  woken.clear();
+  scraper.ScrapeOnce();
+  EXPECT_TRUE(woken.empty());
+  worker.step.Add(labels).Set(18);
+  scraper.ScrapeOnce();
+  EXPECT_EQ(woken.size(), 1u);
+  EXPECT_EQ(board.ForJob("ns/sweep")["mlp-0"].step, 18);
+}
+
+TEST(ProbeServerTest, HealthzAlwaysReadyzWhenReady) {
+  std::atomic<bool> ready{false};
+  auto server = ProbeServer::Start("127.0.0.1:0", [&]() -> std::string {
+    return ready.load() ? "" : "waiting for the pods cache to sync";
+  });
+  ASSERT_TRUE(server.ok()) << server.status();
+  int port = (*server)->port();
+  auto healthz = HttpGet("127.0.0.1", port, "/healthz", 2000);
+  ASSERT_TRUE(healthz.ok()) << healthz.status();
+  EXPECT_EQ(*healthz, "ok\n");
+  auto readyz = HttpGet("127.0.0.1", port, "/readyz", 2000);
+  ASSERT_FALSE(readyz.ok());
+  EXPECT_NE(readyz.status().ToString().find("HTTP 503"), std::string::npos) << readyz.status();
+  ready.store(true);
+  readyz = HttpGet("127.0.0.1", port, "/readyz", 2000);
+  ASSERT_TRUE(readyz.ok()) << readyz.status();
+  EXPECT_FALSE(HttpGet("127.0.0.1", port, "/nothing", 2000).ok());
+}
+
+TEST(ProbeServerTest, BindAddressesAreParsedOrRefusedWithTheFix) {
+  auto any = ParseBindAddress(":8081", "--health-probe-bind-address");
+  ASSERT_TRUE(any.ok());
+  EXPECT_EQ(any->first, "");
+  EXPECT_EQ(any->second, 8081);
+  auto local = ParseBindAddress("127.0.0.1:0", "--health-probe-bind-address");
+  ASSERT_TRUE(local.ok());
+  EXPECT_EQ(local->first, "127.0.0.1");
+  auto bad = ParseBindAddress("localhost:http", "--health-probe-bind-address");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().ToString().find("--health-probe-bind-address=:8081"), std::string::npos)
+      << bad.status();
+  EXPECT_FALSE(ParseBindAddress(":70000", "--x").ok());
+}
+
+TEST(HttpGetTest, ConnectionRefusedIsAnErrorNotAHang) {
+  auto server = ProbeServer::Start("127.0.0.1:0", [] { return std::string(); });
+  ASSERT_TRUE(server.ok());
+  int port = (*server)->port();
+  server->reset();  // closed: nothing listens on the port now
+  auto r = HttpGet("127.0.0.1", port, "/metrics", 1000);
+  EXPECT_FALSE(r.ok());
+}
+
+}  // namespace
+}  // namespace orrery::controller
