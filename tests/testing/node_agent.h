@@ -1,0 +1,135 @@
+// A test node agent: a tiny kubelet for end-to-end tests on a machine without a
+// container runtime. It registers Node objects (Ready, no taints, with GPUs of a
+// configurable resource name), heartbeats them, and runs the first container of
+// every pod bound to one of them as a local process group, reporting the pod's
+// phase, IP and termination message through pods/status as a kubelet does.
+//
+// Each pod gets its own loopback address (127.0.1.1, 127.0.1.2, ...) as its pod IP,
+// volumes become folders under the agent's root (emptyDir per pod, a
+// persistentVolumeClaim shared by every pod naming it, like an RWX volume), and the
+// mount paths in args and env values are rewritten to those folders. A gang's
+// rendezvous works without DNS: MASTER_ADDR "<pod>.<subdomain>.<ns>.svc" becomes
+// that pod's IP and MASTER_PORT a free port per gang, since c10d's store binds all
+// interfaces.
+//
+// What it does not do: restart containers (every restartPolicy is treated as
+// Never, all Orrery uses), run init or sidecar containers, probes, resource limits,
+// user ids, configMap/secret env or volume contents.
+//
+// One thread runs a level-triggered loop: an informer on pods wakes it, and it
+// re-reads the cache, starts, reaps and reports, heartbeating the nodes on its way.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "operator/kube/client.h"
+#include "operator/kube/config.h"
+#include "operator/kube/informer.h"
+
+namespace orrery::testing {
+
+struct NodeAgentOptions {
+  std::vector<std::string> nodes;  // node names to register and serve
+  // State folder: pods/<uid>/ (volumes, termination message), pods/<ns>_<name>.log
+  // and pvc/<ns>/<claim>/. Created when missing.
+  std::string root;
+  std::string cpu = "8";
+  std::string memory = "32Gi";
+  std::string gpu_resource = "nvidia.com/gpu";
+  int gpus_per_node = 2;                      // 0: no GPU resource on the nodes
+  std::map<std::string, std::string> labels;  // extra node labels
+  // The program of a container without `command`: by image, else the default.
+  std::map<std::string, std::string> image_binaries;
+  std::string default_binary;
+  Duration heartbeat_period = std::chrono::seconds(2);
+  Duration poll_period = std::chrono::milliseconds(50);  // process exits, deadlines
+};
+
+class NodeAgent {
+ public:
+  // Registers the nodes and starts serving them. `config` reaches the API server.
+  static StatusOr<std::unique_ptr<NodeAgent>> Start(const kube::ClientConfig& config,
+                                                    NodeAgentOptions options);
+  ~NodeAgent();  // Stop()
+  NodeAgent(const NodeAgent&) = delete;
+  NodeAgent& operator=(const NodeAgent&) = delete;
+
+  // Kills every process, stops the threads and deletes the Node objects. Pod
+  // statuses are not updated. Idempotent; returns the first API error.
+  Status Stop();
+  // The node dies: its processes are SIGKILLed, its heartbeat stops and its Ready
+  // condition becomes Unknown (NodeStatusUnknown) and it gets the unreachable
+  // NoSchedule and NoExecute taints, as the node lifecycle controller would give
+  // it (nothing evicts pods in the test plane); its pods' statuses are never
+  // written again and new pods bound to it are never started.
+  Status StopNode(const std::string& node);
+  // StopNode, then the Node object is deleted.
+  Status DeleteNode(const std::string& node);
+
+  // Creates claim `claim` in `ns` and a PersistentVolume (a hostPath of PvcDir)
+  // bound to it, both as the volume controller would leave them (there is none in
+  // the test plane), so the scheduler's volume binding admits pods naming the
+  // claim. Existing ones are kept. Stop() deletes the volume.
+  Status CreateBoundClaim(const std::string& ns, const std::string& claim);
+
+  const std::vector<std::string>& nodes() const { return options_.nodes; }
+  // The pod's stdout and stderr (a pod recreated under the same name appends).
+  std::string LogPath(const std::string& ns, const std::string& name) const;
+  // The last `max_bytes` of that log ("" when there is none).
+  std::string LogTail(const std::string& ns, const std::string& name,
+                      size_t max_bytes = 4096) const;
+  // The folder behind persistentVolumeClaim `claim` of namespace `ns`.
+  std::string PvcDir(const std::string& ns, const std::string& claim) const;
+  // The loopback IP of the pod the agent knows by that name ("" when none).
+  std::string PodIp(const std::string& ns, const std::string& name) const;
+  // One line per pod the agent tracks (name, uid, node, IP, pid, state, exit) and
+  // the log tails of failed ones: for test failure messages.
+  std::string Describe() const;
+
+  struct PodRun;  // per pod (by uid): defined in node_agent.cc
+
+ private:
+  NodeAgent(std::unique_ptr<kube::Client> client, NodeAgentOptions options);
+  Status RegisterNode(const std::string& node);
+  Status PatchNodeStatus(const std::string& node, const std::string& ready,
+                         const std::string& reason, const std::string& message);
+  void Run();
+  void SyncOnceLocked();
+  void SyncPodLocked(const kube::Object& pod, PodRun& run);
+  Status StartPodLocked(const kube::Object& pod, PodRun& run);
+  void ReapLocked(PodRun& run);
+  Status ReportLocked(PodRun& run, const kube::Object& status);
+  void FinishLocked(PodRun& run, const kube::Object* pod);
+  std::string AllocateIpLocked();
+  int GangPortLocked(const std::string& key);
+  bool ServesLocked(const std::string& node) const;
+
+  std::unique_ptr<kube::Client> client_;
+  NodeAgentOptions options_;
+  std::unique_ptr<kube::Informer> informer_;
+  std::string registered_at_;
+
+  mutable std::mutex mu_;  // guards everything below; held by each loop pass
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool stopped_ = false;
+  bool dirty_ = false;
+  std::set<std::string> dead_nodes_;
+  std::set<std::string> volumes_;  // PersistentVolumes created by CreateBoundClaim
+  std::map<std::string, std::unique_ptr<PodRun>> runs_;  // by pod uid
+  int next_ip_ = 0;
+  std::map<std::string, int> gang_ports_;  // "ns/subdomain" -> port
+  TimePoint next_heartbeat_{};
+  std::thread thread_;
+};
+
+}  // namespace orrery::testing
