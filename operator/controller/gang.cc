@@ -3,6 +3,7 @@
 #include <set>
 
 #include "operator/controller/names.h"
+#include "operator/engine/profile_configs.h"
 
 namespace orrery::controller {
 namespace {
@@ -195,6 +196,11 @@ StatusOr<Gang> BuildGang(const GangRequest& r) {
   launch.threads = r.options.threads;
   launch.lr_scaling = job.spec.elasticity.enabled ? job.spec.elasticity.learning_rate_scaling
                                                   : api::LrScaling::kNone;
+  const int64_t own_batch = r.task->task.training.batch_size;
+  if (job.spec.elasticity.enabled && c.batch_size > 0 && c.batch_size != own_batch) {
+    launch.steps = engine::StepsForBudget(engine::SampleBudget(r.task->task), r.resume_step,
+                                          r.resume_samples, c.batch_size);
+  }
   std::vector<std::string> args = {"train"};
   for (std::string& f : engine::TrainFlags(*r.task, launch)) args.push_back(std::move(f));
 

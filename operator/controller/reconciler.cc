@@ -184,54 +184,26 @@ std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vecto
 TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
                                 const api::ExpandedTask& task, const ProfileTable& table,
                                 const std::string& device, int max_gpus) {
-  TaskConfigs out;
-  max_gpus = std::min({max_gpus, spec.resources.gpus_per_task.max, spec.resources.gpu_quota});
-  if (max_gpus < 1) return out;
-  int min_gpus = std::min(spec.resources.gpus_per_task.min, max_gpus);
-  std::vector<int> counts = spec.profiling.gpu_counts.empty()
-                                ? api::DefaultProfileGpuCounts(min_gpus, max_gpus)
-                                : spec.profiling.gpu_counts;
-  std::sort(counts.begin(), counts.end());
-  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
   ProfileRequest request;
   request.task = &task;
   request.device = device;
-  for (api::Template tmpl : spec.resources.templates) {
+  auto lookup = [&](api::Template tmpl, int gpus, int64_t batch) {
     request.template_ = tmpl;
-    std::map<int, const local::ProfileEntry*> points;  // feasible measurements by GPUs
-    for (int g : counts) {
-      if (g < 1 || g > max_gpus) continue;
-      request.gpus = g;
-      auto it = table.find(ProfileDataKey(ProfileKey(request)));
-      if (it == table.end()) {
-        out.missing.emplace_back(tmpl, g);
-      } else if (!it->second.infeasible && it->second.entry.samples_per_s > 0) {
-        points[g] = &it->second.entry;
-      }
+    request.gpus = gpus;
+    request.batch_size = batch;
+    auto it = table.find(ProfileDataKey(ProfileKey(request)));
+    engine::ProfilePoint p;
+    if (it == table.end()) return p;  // missing
+    if (it->second.infeasible) {
+      p.state = engine::ProfilePoint::State::kInfeasible;
+      return p;
     }
-    for (auto it = points.begin(); it != points.end(); ++it) {
-      planner::Config c;
-      c.template_name = std::string(api::EnumName(tmpl));
-      c.gpus = it->first;
-      c.batch_size = static_cast<int>(it->second->batch_size);
-      c.throughput = it->second->samples_per_s;
-      c.memory_gib = it->second->peak_memory_bytes / (1024.0 * 1024.0 * 1024.0);
-      out.configs.push_back(c);
-      out.templates.push_back(tmpl);
-      auto next = std::next(it);
-      if (next == points.end()) continue;
-      for (int g = it->first + 1; g < next->first; ++g) {
-        if (g < spec.resources.gpus_per_task.min) continue;
-        double f = static_cast<double>(g - it->first) / (next->first - it->first);
-        planner::Config fit = c;
-        fit.gpus = g;
-        fit.throughput = c.throughput + f * (next->second->samples_per_s - c.throughput);
-        out.configs.push_back(fit);
-        out.templates.push_back(tmpl);
-      }
-    }
-  }
-  return out;
+    p.state = engine::ProfilePoint::State::kMeasured;
+    p.samples_per_s = it->second.entry.samples_per_s;
+    p.memory_gib = it->second.entry.peak_memory_bytes / (1024.0 * 1024.0 * 1024.0);
+    return p;
+  };
+  return engine::BuildTaskConfigs(spec, task.task, lookup, max_gpus);
 }
 
 engine::WorldView BuildWorldView(const WorldInput& in) {
@@ -263,7 +235,11 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
       const api::TaskConfig& c = live->second.config;
       int config = -1;
       for (size_t k = 0; k < tc.configs.size(); ++k) {
-        if (tc.templates[k] == c.template_ && tc.configs[k].gpus == c.gpus) {
+        // A live gang's batch is part of its configuration (0: the task's own;
+        // a configuration without a batch matches any).
+        int64_t live_batch = c.batch_size > 0 ? c.batch_size : task.task.training.batch_size;
+        if (tc.templates[k] == c.template_ && tc.configs[k].gpus == c.gpus &&
+            (tc.configs[k].batch_size == 0 || tc.configs[k].batch_size == live_batch)) {
           config = static_cast<int>(k);
           break;
         }
@@ -644,18 +620,19 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
     configs.push_back(ConfigsFromProfiles(job.spec, task, table, options_.device, total_gpus));
     if (configs.back().missing.empty()) continue;
     profiling.insert(task.name);
-    for (const auto& [tmpl, gpus] : configs.back().missing) {
+    for (const engine::ProfileKeyRef& m : configs.back().missing) {
       ProfileRequest r;
       r.job = &job;
       r.task = &task;
-      r.template_ = tmpl;
-      r.gpus = gpus;
+      r.template_ = m.template_;
+      r.gpus = m.gpus;
+      r.batch_size = m.batch_size;
       r.device = options_.device;
       r.deadline_seconds = options_.profile_deadline_s;
       r.backend = options_.gang.backend;
       std::string hash = ProfileKeyHash(ProfileKey(r).Key());
       if (running_profiles.count(hash) > 0 || !requested.insert(hash).second) continue;
-      r.placement = FirstFitPlacement(trial_free, gpus);
+      r.placement = FirstFitPlacement(trial_free, m.gpus);
       if (r.placement.empty()) continue;  // no room now
       for (const std::string& node : r.placement) {
         --trial_free[node];
@@ -909,6 +886,18 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
       r.placement = l.placement;
       r.generation = generation;
       r.options = options_.gang;
+      if (job.status) {
+        // Where the relaunch resumes: the last committed checkpoint, at the batch
+        // the task ran when it was written (exact unless it changed batch twice
+        // between checkpoints).
+        for (const api::TaskStatus& ts : job.status->tasks) {
+          if (ts.name != task.name || !ts.last_checkpoint) continue;
+          r.resume_step = ts.last_checkpoint->step;
+          int64_t ran_at = ts.config && ts.config->batch_size > 0 ? ts.config->batch_size
+                                                                  : task.task.training.batch_size;
+          r.resume_samples = r.resume_step * ran_at;
+        }
+      }
       ORRERY_ASSIGN_OR_RETURN(Gang gang, BuildGang(r));
       ORRERY_RETURN_IF_ERROR(CreateObjects(ns, gang.service, gang.pods));
       LiveGang created;

@@ -35,6 +35,7 @@
 #include "operator/controller/progress.h"
 #include "operator/controller/status.h"
 #include "operator/engine/engine.h"
+#include "operator/engine/profile_configs.h"
 #include "operator/kube/client.h"
 #include "operator/kube/controller.h"
 #include "operator/kube/event_recorder.h"
@@ -82,16 +83,12 @@ std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vecto
 // they do not fit. Trials are pinned so their GPUs are counted like a gang's.
 std::vector<std::string> FirstFitPlacement(const std::map<std::string, int>& free, int ranks);
 
-// What the planner may choose for a task, from the profile cache: for every
-// template and profiled GPU count present, one configuration; GPU counts between
-// two profiled ones get a linearly interpolated throughput (as the local runner
-// does). `missing` lists (template, gpus) the cache lacks. Infeasible entries
+// What the planner may choose for a task, from the profile cache: what
+// engine::BuildTaskConfigs builds (as the local runner does) over a lookup in
+// `table` for this device. An elastic job gets several global batches per task;
+// `missing` lists (template, gpus, batch) the cache lacks. Infeasible entries
 // give no configuration and are not missing.
-struct TaskConfigs {
-  std::vector<planner::Config> configs;
-  std::vector<api::Template> templates;  // by config
-  std::vector<std::pair<api::Template, int>> missing;
-};
+using TaskConfigs = engine::TaskConfigs;
 TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
                                 const api::ExpandedTask& task, const ProfileTable& table,
                                 const std::string& device, int max_gpus);

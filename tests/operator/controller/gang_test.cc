@@ -1,10 +1,12 @@
 #include "operator/controller/gang.h"
 
+#include <algorithm>
 #include <set>
 
 #include <gtest/gtest.h>
 
 #include "operator/controller/names.h"
+#include "operator/engine/profile_configs.h"
 #include "tests/operator/controller/pod_security.h"
 #include "tests/operator/controller/test_objects.h"
 
@@ -246,6 +248,43 @@ TEST_F(GangTest, ConfigurationIsAnnotatedForARestartedOperator) {
   EXPECT_EQ(config["nodes"], 2);
   EXPECT_EQ(config["batchSize"], 32);
   EXPECT_EQ(gang->pods[0]["metadata"]["labels"][kGangLabel], "mlp-lr-1e-3-g3");
+}
+
+TEST_F(GangTest, ElasticGangAtAnotherBatchRunsTheStepsThatFinishItsSampleBudget) {
+  loaded_.job.spec.elasticity.enabled = true;
+  const api::ExpandedTask& task = loaded_.tasks[0];
+  const int64_t own = task.task.training.batch_size;
+  const int64_t budget = engine::SampleBudget(task.task);
+  auto args_of = [](const Gang& g) {
+    std::vector<std::string> a;
+    for (const Json& v : g.pods[0]["spec"]["containers"][0]["args"]) a.push_back(v);
+    return a;
+  };
+  auto has = [](const std::vector<std::string>& a, const std::string& flag) {
+    return std::find(a.begin(), a.end(), flag) != a.end();
+  };
+  GangRequest r = Request(2, {"n1", "n2"});
+  r.config.batch_size = 2 * own;
+  auto fresh = BuildGang(r);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_TRUE(has(args_of(*fresh), "--steps=" + std::to_string((budget + 2 * own - 1) / (2 * own))))
+      << Json(args_of(*fresh)).dump();
+  // Resuming at step 10 after 10 steps at the own batch: the rest at twice it.
+  r.resume_step = 10;
+  r.resume_samples = 10 * own;
+  auto resumed = BuildGang(r);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  int64_t rest = budget - 10 * own;
+  EXPECT_TRUE(
+      has(args_of(*resumed), "--steps=" + std::to_string(10 + (rest + 2 * own - 1) / (2 * own))))
+      << Json(args_of(*resumed)).dump();
+  // At its own batch the task keeps its own step budget: no override.
+  r.config.batch_size = own;
+  auto own_batch = BuildGang(r);
+  ASSERT_TRUE(own_batch.ok());
+  for (const std::string& a : args_of(*own_batch)) {
+    EXPECT_NE(a, "--steps=" + std::to_string(10 + (rest + 2 * own - 1) / (2 * own)));
+  }
 }
 
 }  // namespace

@@ -588,5 +588,28 @@ TEST_F(ReconcileTest, ADeletedJobEndsTheWorkAndForgetsItsEngine) {
   EXPECT_EQ(reconciler_->Solves(key_), 0);
 }
 
+TEST_F(ReconcilerPureTest, ElasticConfigsCarryTheirBatchAndSoDoMissingKeys) {
+  api::ModelSelectionJobSpec& spec = loaded_.job.spec;
+  spec.resources.templates = {api::Template::kDdp};
+  spec.profiling.gpu_counts = {1, 4};
+  spec.elasticity.enabled = true;
+  spec.elasticity.min_batch_size = 1;
+  spec.elasticity.max_batch_size = 1 << 20;
+  const int64_t own = loaded_.tasks[0].task.training.batch_size;
+  ProfileTable table;
+  CachedProfile p = Measured(0, api::Template::kDdp, 1, 120);
+  p.entry.batch_size = 2 * own;  // measured at twice the task's batch
+  table[ProfileDataKey(p.entry)] = p;
+  TaskConfigs tc = ConfigsFromProfiles(spec, loaded_.tasks[0], table, "cuda", 8);
+  ASSERT_EQ(tc.configs.size(), 1u);
+  EXPECT_EQ(tc.configs[0].batch_size, 2 * own);
+  EXPECT_DOUBLE_EQ(tc.configs[0].throughput, 120);
+  bool own_missing = false;
+  for (const engine::ProfileKeyRef& m : tc.missing) {
+    own_missing = own_missing || (m.gpus == 1 && m.batch_size == own);
+  }
+  EXPECT_TRUE(own_missing);
+}
+
 }  // namespace
 }  // namespace orrery::controller
