@@ -443,7 +443,8 @@ bool NodeAgent::ServesLocked(const std::string& node) const {
 
 std::string NodeAgent::AllocateIpLocked() {
   int n = next_ip_++;
-  return "127.0." + std::to_string(1 + n / 254) + "." + std::to_string(1 + n % 254);
+  return "127.0." + std::to_string(options_.first_ip_block + n / 254) + "." +
+         std::to_string(1 + n % 254);
 }
 
 int NodeAgent::GangPortLocked(const std::string& key) {

@@ -50,6 +50,9 @@ struct NodeAgentOptions {
   // The program of a container without `command`: by image, else the default.
   std::map<std::string, std::string> image_binaries;
   std::string default_binary;
+  // Pod IPs are 127.0.<block>.1, .2, ... from this block on; agents running at the
+  // same time on one machine (say, two test binaries) need distinct blocks.
+  int first_ip_block = 1;
   Duration heartbeat_period = std::chrono::seconds(2);
   Duration poll_period = std::chrono::milliseconds(50);  // process exits, deadlines
 };
