@@ -1,8 +1,11 @@
-// `orrery operator` as a process against a real API server: the flags are
-// checked before anything starts; a replica serves /healthz, /readyz and
-// /metrics, takes the Lease, and reconciles a job whose profiles are already in
-// the shared ConfigMap into gangs on the planned nodes; a second replica waits
-// as a standby; killing the leader (SIGKILL, no release) hands the lease to the
+// `orrery operator` as a process against a real API server, installed by the
+// Helm chart (`helm install`, with no replica of its own) and authenticated
+// with a token of the chart's service account (TokenRequest), so a missing RBAC
+// rule fails this test. The flags are checked before anything starts; a
+// replica serves /healthz, /readyz and /metrics (scraped by a real Prometheus),
+// takes the Lease, and reconciles a job whose profiles are already in the
+// shared ConfigMap into gangs on the planned nodes; a second replica waits as a
+// standby; killing the leader (SIGKILL, no release) hands the lease to the
 // standby, which adopts the running gangs without creating a single duplicate
 // pod; SIGTERM stops a replica cleanly (exit 0) and releases the lease.
 #include <signal.h>
@@ -28,6 +31,7 @@
 #include "tests/operator/cli/run_orrery.h"
 #include "tests/operator/kube/test_util.h"
 #include "tests/testing/control_plane.h"
+#include "tests/testing/prometheus.h"
 
 namespace orrery::controller {
 namespace {
@@ -148,7 +152,37 @@ class OperatorCommandTest : public orrery::testing::ControlPlaneTest {
     r = plane()->Kubectl(
         "wait --for condition=established --timeout=60s crd/modelselectionjobs.orrery.dev");
     setup_output_ += r.output;
-    ready_ = r.exit_code == 0;
+    if (r.exit_code != 0) return;
+    // The chart's service account and RBAC. Its Deployment's pod never runs
+    // here (no scheduler, no kubelet): the test runs the operator itself, under
+    // that account's token.
+    r = RunCommand(plane()->bin_dir() + "/helm --kubeconfig " + plane()->kubeconfig() +
+                   " install orrery " + kSource + "/helm/orrery --namespace " + kOperatorNamespace +
+                   " --create-namespace");
+    setup_output_ += r.output;
+    if (r.exit_code != 0) return;
+    r = plane()->Kubectl(std::string("-n ") + kOperatorNamespace +
+                         " create token orrery --duration 1h");
+    setup_output_ += r.output;
+    if (r.exit_code != 0) return;
+    std::string token = r.output.substr(0, r.output.find('\n'));
+    sa_kubeconfig_ = plane()->dir() + "/orrery-sa.kubeconfig";
+    std::ofstream(sa_kubeconfig_) << "apiVersion: v1\nkind: Config\n"
+                                  << "clusters:\n- name: plane\n  cluster:\n    server: "
+                                  << plane()->server()
+                                  << "\n    certificate-authority: " << plane()->ca_file() << "\n"
+                                  << "users:\n- name: orrery\n  user:\n    token: " << token
+                                  << "\ncontexts:\n- name: orrery\n  context:\n    cluster: "
+                                     "plane\n    user: orrery\n    namespace: "
+                                  << kOperatorNamespace << "\ncurrent-context: orrery\n";
+    ready_ = true;
+  }
+  static void TearDownTestSuite() {
+    if (plane()) {
+      RunCommand(plane()->bin_dir() + "/helm --kubeconfig " + plane()->kubeconfig() +
+                 " uninstall orrery --namespace " + kOperatorNamespace + " --wait");
+    }
+    ControlPlaneTest::TearDownTestSuite();
   }
 
   void SetUp() override {
@@ -232,11 +266,13 @@ class OperatorCommandTest : public orrery::testing::ControlPlaneTest {
 
   static bool ready_;
   static std::string setup_output_;
+  static std::string sa_kubeconfig_;
   std::unique_ptr<kube::RestClient> client_;
   std::filesystem::path dir_;
 };
 bool OperatorCommandTest::ready_ = false;
 std::string OperatorCommandTest::setup_output_;
+std::string OperatorCommandTest::sa_kubeconfig_;
 
 TEST(OperatorFlagsTest, BadFlagsNameTheFlagAndTheFix) {
   using cli::testing::RunOrrery;
@@ -266,7 +302,7 @@ TEST_F(OperatorCommandTest, LeaderReconcilesStandbyTakesOverWithoutDuplicatesAnd
   for (const char* node : {"gpu-a", "gpu-b"}) CreateGpuNode(node, 2);
   SeedProfilesAndApplyJob();
 
-  OperatorProcess first(plane()->kubeconfig(), (dir_ / "first.log").string(), "replica-1");
+  OperatorProcess first(sa_kubeconfig_, (dir_ / "first.log").string(), "replica-1");
   ASSERT_TRUE(first.started());
   ASSERT_TRUE(WaitUntil([&] { return first.HealthPort() > 0 && first.MetricsPort() > 0; }))
       << first.Log();
@@ -276,7 +312,7 @@ TEST_F(OperatorCommandTest, LeaderReconcilesStandbyTakesOverWithoutDuplicatesAnd
   EXPECT_EQ(LeaseHolder(), "replica-1");
 
   // A second replica is a standby: healthy, ready to take over, not leading.
-  OperatorProcess second(plane()->kubeconfig(), (dir_ / "second.log").string(), "replica-2");
+  OperatorProcess second(sa_kubeconfig_, (dir_ / "second.log").string(), "replica-2");
   ASSERT_TRUE(second.started());
   ASSERT_TRUE(WaitUntil([&] { return second.MetricsPort() > 0 && second.HealthPort() > 0; }))
       << second.Log();
@@ -306,6 +342,20 @@ TEST_F(OperatorCommandTest, LeaderReconcilesStandbyTakesOverWithoutDuplicatesAnd
   EXPECT_NE(metrics.find("orrery_cluster_gpus{state=\"allocatable\"} 4"), std::string::npos)
       << metrics;
 
+  // A real Prometheus scrapes both replicas: the dashboard's operator queries work.
+  auto prometheus = orrery::testing::PrometheusServer::Start(
+      {"127.0.0.1:" + std::to_string(first.MetricsPort()),
+       "127.0.0.1:" + std::to_string(second.MetricsPort())});
+  ASSERT_TRUE(prometheus.ok()) << prometheus.status();
+  ASSERT_TRUE((*prometheus)->WaitForScrapes(2, 60).ok());
+  auto leaders = (*prometheus)->Query("sum(orrery_leader)");
+  ASSERT_TRUE(leaders.ok()) << leaders.status();
+  EXPECT_EQ((*leaders)["result"][0]["value"][1], "1") << leaders->dump();
+  auto allocatable = (*prometheus)->Query("max(orrery_cluster_gpus{state=\"allocatable\"})");
+  ASSERT_TRUE(allocatable.ok()) << allocatable.status();
+  EXPECT_EQ((*allocatable)["result"][0]["value"][1], "4") << allocatable->dump();
+  prometheus->reset();
+
   // The leader dies without releasing its lease: the standby takes over after
   // the lease expires and adopts the gangs; it creates nothing new.
   first.process().Signal(SIGKILL);
@@ -328,6 +378,11 @@ TEST_F(OperatorCommandTest, LeaderReconcilesStandbyTakesOverWithoutDuplicatesAnd
   EXPECT_EQ(second.process().WaitOrKill(30), 0) << second.Log();
   EXPECT_EQ(LeaseHolder(), "") << second.Log();
   EXPECT_NE(second.Log().find("Stopped"), std::string::npos);
+  // Under the chart's RBAC nothing it tried was refused.
+  for (const std::string& log : {first.Log(), second.Log()}) {
+    EXPECT_EQ(log.find("Forbidden"), std::string::npos) << log;
+    EXPECT_EQ(log.find("forbidden"), std::string::npos) << log;
+  }
 }
 
 }  // namespace
