@@ -44,7 +44,7 @@ constexpr const char* kUsage =
     "         [--worker-image IMAGE] [--gpu-resource nvidia.com/gpu] [--device cuda|cpu]\n"
     "         [--profile-namespace NS] [--workers 2] [--gang-timeout 10m] [--solver-time-limit "
     "10s]\n"
-    "         [--log-level debug|info|warning|error]\n";
+    "         [--progress-period 5s] [--log-level debug|info|warning|error]\n";
 
 struct OperatorFlags {
   std::string kubeconfig;
@@ -64,6 +64,7 @@ struct OperatorFlags {
   int workers = 2;
   Duration gang_timeout = std::chrono::minutes(10);
   double solver_time_limit_s = 10;
+  Duration progress_period = std::chrono::seconds(5);
   LogLevel log_level = LogLevel::kInfo;
 };
 
@@ -145,7 +146,8 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
                                                   "--device",
                                                   "--profile-namespace",
                                                   "--workers",
-                                                  "--log-level"};
+                                                  "--log-level",
+                                                  "--progress-period"};
     if (kValued.count(name) == 0) {
       return InvalidArgumentError("unknown flag " + name + " (see orrery operator --help)");
     }
@@ -166,6 +168,8 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
       ORRERY_ASSIGN_OR_RETURN(f.retry_period, ParseGoDuration(name, v));
     } else if (name == "--gang-timeout") {
       ORRERY_ASSIGN_OR_RETURN(f.gang_timeout, ParseGoDuration(name, v));
+    } else if (name == "--progress-period") {
+      ORRERY_ASSIGN_OR_RETURN(f.progress_period, ParseGoDuration(name, v));
     } else if (name == "--solver-time-limit") {
       ORRERY_ASSIGN_OR_RETURN(Duration d, ParseGoDuration(name, v));
       f.solver_time_limit_s = std::chrono::duration<double>(d).count();
@@ -323,6 +327,9 @@ int RunOperator(Invocation& in) {
   mo.identity = Identity();
   mo.reconciler.profile_namespace = f.profile_namespace;
   mo.reconciler.device = f.device;
+  // CPU-only nodes run the workers on gloo; GPU nodes on NCCL.
+  mo.reconciler.gang.backend = f.device == "cpu" ? "gloo" : "nccl";
+  mo.progress.period = std::chrono::duration_cast<std::chrono::milliseconds>(f.progress_period);
   mo.reconciler.worker_image = f.worker_image;
   mo.reconciler.gang_timeout_s = std::chrono::duration<double>(f.gang_timeout).count();
   mo.reconciler.engine.solver_time_limit_s = f.solver_time_limit_s;

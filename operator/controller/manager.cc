@@ -97,6 +97,13 @@ std::string NodePlanningState(const kube::Object& node, const std::string& gpu_r
   return s;
 }
 
+// Label values in lower case, as the dashboard queries them ("succeeded").
+std::string Lower(std::string_view name) {
+  std::string out(name);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 }  // namespace
 
 Manager::Manager(kube::Client* client, ManagerOptions options, metrics::OperatorMetrics* metrics,
@@ -146,6 +153,7 @@ Status Manager::Run(const std::atomic<bool>& stop) {
   ReconcilerOptions ro = options_.reconciler;
   ro.events = events_.get();
   ro.progress = &progress_;
+  ro.metrics = metrics_;
   reconciler_ = std::make_unique<Reconciler>(
       client_, Caches{&jobs_->store(), &pods_->store(), &nodes_->store(), &configmaps_->store()},
       ro, clock_);
@@ -290,7 +298,7 @@ void Manager::SampleMetrics() {
 
   // Jobs by phase; per job: tasks by state, GPUs planned and held, the plan.
   std::map<std::string, int> phases;
-  for (std::string_view p : api::EnumNames<api::Phase>::kNames) phases[std::string(p)] = 0;
+  for (std::string_view p : api::EnumNames<api::Phase>::kNames) phases[Lower(p)] = 0;
   std::set<std::string> seen;
   for (const kube::ObjectPtr& j : jobs_->store().List()) {
     std::string key = kube::KeyOf(*j);
@@ -301,12 +309,12 @@ void Manager::SampleMetrics() {
     if (j->contains("status")) {
       api::DecodeStatus(Json::parse((*j)["status"].dump()), "status", &status, &errors);
     }
-    ++phases[std::string(api::EnumName(status.phase))];
+    ++phases[Lower(api::EnumName(status.phase))];
     std::map<std::string, int> states;
-    for (std::string_view s : api::EnumNames<api::TaskState>::kNames) states[std::string(s)] = 0;
+    for (std::string_view s : api::EnumNames<api::TaskState>::kNames) states[Lower(s)] = 0;
     int planned = 0;
     for (const api::TaskStatus& t : status.tasks) {
-      ++states[std::string(api::EnumName(t.state))];
+      ++states[Lower(api::EnumName(t.state))];
       bool active = t.state == api::TaskState::kRunning || t.state == api::TaskState::kRescaling ||
                     t.state == api::TaskState::kQueued;
       if (active && t.config) planned += t.config->gpus;
@@ -325,7 +333,7 @@ void Manager::SampleMetrics() {
   for (const std::string& gone : sampled_jobs_) {
     if (seen.count(gone) > 0) continue;
     for (std::string_view s : api::EnumNames<api::TaskState>::kNames) {
-      m.tasks.Remove(&m.tasks.Add({{"msj", gone}, {"state", std::string(s)}}));
+      m.tasks.Remove(&m.tasks.Add({{"msj", gone}, {"state", Lower(s)}}));
     }
     m.gpus_planned.Remove(&m.gpus_planned.Add({{"msj", gone}}));
     m.gpus_held.Remove(&m.gpus_held.Add({{"msj", gone}}));

@@ -189,6 +189,12 @@ StatusOr<ProfileOutcome> ParseProfileGang(const std::vector<Json>& pods) {
   std::optional<ProfileOutcome> rank0;
   ProfileOutcome running;
   for (const Json& pod : pods) {
+    // Only rank 0 writes the profile document; another rank that succeeded
+    // has nothing to read.
+    std::string pod_rank = pod["metadata"].value("labels", Json::object()).value(kRankLabel, "");
+    if (pod_rank != "0" && pod.value("status", Json::object()).value("phase", "") == "Succeeded") {
+      continue;
+    }
     ORRERY_ASSIGN_OR_RETURN(ProfileOutcome o, ParseProfilePod(pod));
     if (o.state == ProfileOutcome::State::kInfeasible) {
       std::string rank = pod["metadata"].value("labels", Json::object()).value(kRankLabel, "?");

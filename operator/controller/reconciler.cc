@@ -434,6 +434,10 @@ Status Reconciler::HarvestProfiles(JobContext& ctx, ProfileTable* table) {
     for (const Json& p : pods) names.push_back(Str(p, "metadata", "name"));
     ORRERY_RETURN_IF_ERROR(
         DeleteGang(ns, ProfileServiceName(ctx.loaded.job.metadata.name, cp.entry.Key()), names));
+    if (options_.metrics != nullptr) {
+      options_.metrics->profiling_runs.Add({{"result", cp.infeasible ? "infeasible" : "measured"}})
+          .Increment();
+    }
     Log(LogLevel::kInfo, cp.infeasible ? "Recorded infeasible profile" : "Recorded profile",
         {{"job", ctx.key}, {"key", cp.entry.Key()}, {"reason", cp.reason}});
     Event(ctx, cp.infeasible ? kube::EventType::kWarning : kube::EventType::kNormal,
@@ -665,6 +669,16 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
       }
     }
   }
+  // A rescale starts when a gang is torn down (counted once per generation) and
+  // ends when a newer generation of the task runs.
+  auto rescale_started = [&](const std::string& task, int generation, const char* reason) {
+    auto it = st.rescaling.find(task);
+    if (it != st.rescaling.end() && it->second.second >= generation) return;
+    st.rescaling[task] = {clock_->Now(), generation};
+    if (options_.metrics != nullptr) {
+      options_.metrics->rescales.Add({{"msj", key}, {"reason", reason}}).Increment();
+    }
+  };
   std::map<std::string, LiveGang> live;
   std::set<std::string> blocked;  // tasks that must not launch now
   std::set<std::string> pending_seen;
@@ -712,6 +726,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
                     std::to_string(static_cast<int>(options_.gang_timeout_s)) + " s");
           ORRERY_RETURN_IF_ERROR(DeleteGang(
               ns, GangServiceName(job.metadata.name, name, g->generation), g->pod_names));
+          rescale_started(name, g->generation, "timeout");
           st.last_generation[name] = std::max(st.last_generation[name], g->generation);
           st.plan.reset();  // its placement did not work out: plan again
           blocked.insert(name);
@@ -720,6 +735,17 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
         [[fallthrough]];
       }
       case GangPhase::kRunning:
+        if (auto rs = st.rescaling.find(name); g->phase == GangPhase::kRunning &&
+                                               rs != st.rescaling.end() &&
+                                               rs->second.second < g->generation) {
+          if (options_.metrics != nullptr) {
+            static const prometheus::Histogram::BucketBoundaries kRescaleBuckets = {
+                1, 5, 10, 30, 60, 120, 300, 600, 1800};
+            options_.metrics->rescale_seconds.Add({{"msj", key}}, kRescaleBuckets)
+                .Observe(ToSeconds(now_tp - rs->second.first));
+          }
+          st.rescaling.erase(rs);
+        }
         if (g->config) live[name] = LiveGang{g->generation, *g->config};
         blocked.insert(name);
         break;
@@ -758,6 +784,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
           }
           ORRERY_RETURN_IF_ERROR(DeleteGang(
               ns, GangServiceName(job.metadata.name, name, g->generation), g->pod_names));
+          rescale_started(name, g->generation, g->lost_nodes.empty() ? "failure" : "node_lost");
           if (alive) blocked.insert(name);
         }
         break;
@@ -823,6 +850,16 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
     st.arrived = arrived;
     st.done = done;
     auto decision = st.engine->Decide(world, *trigger);
+    if (decision.ok() && decision->solved && options_.metrics != nullptr) {
+      static const prometheus::Histogram::BucketBoundaries kSolveBuckets = {
+          0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120};
+      std::string planner = decision->adopted ? decision->plan.planner : std::string("orrery");
+      options_.metrics->solve_seconds.Add({{"planner", planner}}, kSolveBuckets)
+          .Observe(decision->solver_seconds);
+      options_.metrics->replans
+          .Add({{"msj", key}, {"adopted", decision->adopted ? "true" : "false"}})
+          .Increment();
+    }
     if (!decision.ok()) {
       Log(LogLevel::kWarning, "Planning failed",
           {{"job", key},

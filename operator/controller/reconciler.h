@@ -40,6 +40,7 @@
 #include "operator/kube/controller.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/store.h"
+#include "operator/metrics/metrics.h"
 
 namespace orrery::controller {
 
@@ -152,6 +153,9 @@ struct ReconcilerOptions {
   // Running gangs' progress as their workers report it (progress.h); null: the
   // status carries progress over unchanged. Must outlive the reconciler.
   const ProgressBoard* progress = nullptr;
+  // Solver time, re-plans, profiling runs and rescales (metrics.h); null records
+  // none. Must outlive the reconciler.
+  metrics::OperatorMetrics* metrics = nullptr;
 };
 
 struct Caches {
@@ -192,6 +196,9 @@ class Reconciler {
     std::map<std::string, Expected> expected;        // by task
     std::map<std::string, TimePoint> pending_since;  // gang label -> first seen Pending
     std::map<std::string, int> last_generation;      // by task: newest created
+    // Tasks torn down for a rescale: when, and the generation torn down; the
+    // rescale ends when a newer generation of the task runs.
+    std::map<std::string, std::pair<TimePoint, int>> rescaling;
     std::optional<api::PlanStatus> plan_status;
     // Profiles this reconciler wrote that the ConfigMap cache may not show yet:
     // without them a pass could start the same trial again.

@@ -250,8 +250,10 @@ Status NodeAgent::PatchNodeStatus(const std::string& node, const std::string& re
                                   const std::string& reason, const std::string& message) {
   std::string now = Now();
   Object resources = {{"cpu", options_.cpu}, {"memory", options_.memory}, {"pods", "110"}};
-  if (options_.gpus_per_node > 0) {
-    resources[options_.gpu_resource] = std::to_string(options_.gpus_per_node);
+  auto own = options_.gpus_by_node.find(node);
+  int gpus = own != options_.gpus_by_node.end() ? own->second : options_.gpus_per_node;
+  if (gpus > 0) {
+    resources[options_.gpu_resource] = std::to_string(gpus);
   }
   Object conditions = Object::array();
   for (const char* type : {"MemoryPressure", "DiskPressure", "PIDPressure"}) {

@@ -46,6 +46,7 @@ struct NodeAgentOptions {
   std::string memory = "32Gi";
   std::string gpu_resource = "nvidia.com/gpu";
   int gpus_per_node = 2;                      // 0: no GPU resource on the nodes
+  std::map<std::string, int> gpus_by_node;    // overrides gpus_per_node by node name
   std::map<std::string, std::string> labels;  // extra node labels
   // The program of a container without `command`: by image, else the default.
   std::map<std::string, std::string> image_binaries;

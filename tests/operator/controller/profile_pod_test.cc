@@ -150,6 +150,15 @@ TEST_F(ProfilePodTest, GangOutcome) {
   EXPECT_EQ(failed->state, ProfileOutcome::State::kInfeasible);
   EXPECT_EQ(failed->reason, "OOMKilled");
   EXPECT_EQ(failed->message.rfind("rank 1:", 0), 0u) << failed->message;
+  // Only rank 0 writes the document (the worker's other ranks print nothing):
+  // a gang whose other ranks succeeded with empty messages is measured.
+  Json quiet1 = MakePod(g->pods[1]).Phase("Succeeded").Terminated("Completed", 0, "");
+  auto measured = ParseProfileGang({quiet1, done0});
+  ASSERT_TRUE(measured.ok()) << measured.status();
+  EXPECT_EQ(measured->state, ProfileOutcome::State::kMeasured);
+  auto rank0_running = ParseProfileGang({quiet1, MakePod(g->pods[0]).Phase("Running")});
+  ASSERT_TRUE(rank0_running.ok()) << rank0_running.status();
+  EXPECT_EQ(rank0_running->state, ProfileOutcome::State::kRunning);
   EXPECT_FALSE(ParseProfileGang({}).ok());
 }
 

@@ -1,0 +1,401 @@
+// The full path of issue #8, small: a real control plane (API server and
+// scheduler), the Helm chart's RBAC, `orrery operator` running under a token of
+// the chart's service account, two nodes (two GPUs and one) whose pods a test
+// node agent runs as real `orrery-worker` processes, and `kubectl apply` of the
+// quickstart job (one grid point, trained longer so there is time to break it).
+// The shared profile cache already says two ranks run far faster than one (as
+// on a GPU node; on this CPU they do not), so the one-rank configuration is
+// really profiled by a trial pod and the planner puts the task on both GPUs of
+// node-a. Once a checkpoint is committed node-a is stopped (its processes
+// killed, its heartbeat gone); the operator tears the gang down and relaunches
+// the task on node-b's one GPU, which resumes from the checkpoint on fewer
+// ranks; the job reaches Succeeded, and its final loss equals an uninterrupted
+// single-process run of the same task. A real Prometheus scrapes the operator
+// and the worker: every dashboard query returns data.
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "operator/api/load.h"
+#include "operator/controller/names.h"
+#include "operator/controller/profile_configmap.h"
+#include "operator/controller/profile_pod.h"
+#include "operator/controller/reconciler.h"
+#include "operator/local/process.h"
+#include "tests/operator/kube/test_util.h"
+#include "tests/testing/control_plane.h"
+#include "tests/testing/node_agent.h"
+#include "tests/testing/prometheus.h"
+
+namespace orrery::e2e {
+namespace {
+
+using orrery::testing::CommandResult;
+using orrery::testing::RunCommand;
+using Json = nlohmann::json;
+const std::string kSource = ORRERY_SOURCE_DIR;
+const std::string kOrrery = std::string(ORRERY_BINARY_DIR) + "/bin/orrery";
+const std::string kWorker = ORRERY_WORKER_BINARY;
+const char* kNamespace = "e2e-full";
+const char* kOperatorNamespace = "orrery-system";
+constexpr int kSteps = 1000;
+
+std::string JobYaml() {
+  return R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata:
+  name: quickstart
+  namespace: e2e-full
+spec:
+  tasks:
+  - name: tiny-gpt
+    model:
+      gpt: {layers: 2, hidden: 64, heads: 4, seqLen: 64, vocab: 256}
+    data:
+      text: {path: )" +
+         kSource + R"(/data/corpus/quickstart.txt}
+    training:
+      steps: )" +
+         std::to_string(kSteps) + R"(
+      batchSize: 8
+      optimizer: adamw
+      learningRate: 1e-3
+      schedule: cosine
+      warmupSteps: 20
+  resources:
+    templates: [ddp]
+    gpusPerTask: {min: 1, max: 2}
+    gpuQuota: 2
+  scheduling:
+    solverTimeLimitSeconds: 5
+  profiling:
+    trialSteps: 5
+  checkpoints:
+    claimName: checkpoints
+    path: /checkpoints
+    intervalSteps: 50
+    keep: 2
+)";
+}
+
+template <typename F>
+bool WaitUntil(F done, std::chrono::seconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return done();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The last {"event":"done",...} line of a worker log.
+std::optional<Json> DoneEvent(const std::string& log) {
+  std::optional<Json> done;
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("\"event\":\"done\"") == std::string::npos) continue;
+    try {
+      done = Json::parse(line);
+    } catch (const std::exception&) {
+    }
+  }
+  return done;
+}
+
+class FullPathTest : public orrery::testing::ControlPlaneTestWith<false, true, false> {
+ protected:
+  static void SetUpTestSuite() {
+    ControlPlaneTestWith::SetUpTestSuite();
+    if (!plane()) return;
+    CommandResult r = plane()->Kubectl("apply --server-side -f " + kSource +
+                                       "/crds/orrery.dev_modelselectionjobs.yaml");
+    setup_output_ = r.output;
+    if (r.exit_code != 0) return;
+    r = plane()->Kubectl(
+        "wait --for condition=established --timeout=60s crd/modelselectionjobs.orrery.dev");
+    setup_output_ += r.output;
+    if (r.exit_code != 0) return;
+    // The chart's service account and RBAC; its own operator pod is not needed
+    // (the test runs the operator), so it is pinned to no node.
+    r = RunCommand(plane()->bin_dir() + "/helm --kubeconfig " + plane()->kubeconfig() +
+                   " install orrery " + kSource + "/helm/orrery --namespace " + kOperatorNamespace +
+                   " --create-namespace --set nodeSelector.orrery-e2e=no-such-node");
+    setup_output_ += r.output;
+    if (r.exit_code != 0) return;
+    r = plane()->Kubectl(std::string("-n ") + kOperatorNamespace +
+                         " create token orrery --duration 1h");
+    setup_output_ += r.output;
+    if (r.exit_code != 0) return;
+    std::string token = r.output.substr(0, r.output.find('\n'));
+    sa_kubeconfig_ = plane()->dir() + "/orrery-sa.kubeconfig";
+    std::ofstream(sa_kubeconfig_) << "apiVersion: v1\nkind: Config\n"
+                                  << "clusters:\n- name: plane\n  cluster:\n    server: "
+                                  << plane()->server()
+                                  << "\n    certificate-authority: " << plane()->ca_file() << "\n"
+                                  << "users:\n- name: orrery\n  user:\n    token: " << token
+                                  << "\ncontexts:\n- name: orrery\n  context:\n    cluster: "
+                                     "plane\n    user: orrery\n"
+                                  << "current-context: orrery\n";
+    ready_ = true;
+  }
+
+  // Reads through the API (not kubectl: a poll every 250 ms should be cheap).
+  Json Job() const {
+    auto client = kube::testutil::PlaneClient(*plane());
+    auto job = client->Get(controller::ModelSelectionJobs(), kNamespace, "quickstart");
+    return job.ok() ? Json::parse(job->dump()) : Json::object();
+  }
+  std::vector<Json> GangPods() const {
+    auto client = kube::testutil::PlaneClient(*plane());
+    kube::ListOptions o;
+    o.label_selector = controller::kGangLabel;
+    auto list = client->List(kube::Pods(), kNamespace, o);
+    std::vector<Json> out;
+    if (!list.ok()) return out;
+    for (const kube::Object& p : (*list)["items"]) out.push_back(Json::parse(p.dump()));
+    return out;
+  }
+
+  static bool ready_;
+  static std::string setup_output_;
+  static std::string sa_kubeconfig_;
+};
+bool FullPathTest::ready_ = false;
+std::string FullPathTest::setup_output_;
+std::string FullPathTest::sa_kubeconfig_;
+
+TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
+  ASSERT_TRUE(ready_) << setup_output_;
+  ASSERT_EQ(plane()->Kubectl(std::string("create namespace ") + kNamespace).exit_code, 0);
+  const std::filesystem::path dir = std::filesystem::path(plane()->dir()) / "full-path";
+  std::filesystem::create_directories(dir);
+
+  // node-a has two GPUs, node-b one: the task runs on both of node-a's, and
+  // when node-a dies it can only go on, on one rank, on node-b.
+  orrery::testing::NodeAgentOptions ao;
+  ao.nodes = {"node-a", "node-b"};
+  ao.gpus_by_node = {{"node-a", 2}, {"node-b", 1}};
+  ao.root = (dir / "agent").string();
+  ao.default_binary = kWorker;
+  ao.first_ip_block = 7;
+  auto agent = orrery::testing::NodeAgent::Start(kube::testutil::PlaneConfig(*plane()), ao);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  ASSERT_TRUE((*agent)->CreateBoundClaim(kNamespace, "checkpoints").ok());
+
+  // The cache knows two ranks (fast); one rank is left to profile.
+  {
+    auto loaded = api::LoadJobText(JobYaml());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    controller::ProfileRequest r;
+    r.job = &loaded->job;
+    r.task = &loaded->tasks[0];
+    r.template_ = api::Template::kDdp;
+    r.gpus = 2;
+    r.device = "cpu";
+    controller::CachedProfile p;
+    p.entry = controller::ProfileKey(r);
+    p.entry.samples_per_s = 1e6;
+    p.entry.step_time_s = 1e-5;
+    p.entry.measured_at = "2026-01-01T00:00:00Z";
+    controller::ProfileTable table;
+    table[controller::ProfileDataKey(p.entry)] = p;
+    auto client = kube::testutil::PlaneClient(*plane());
+    ASSERT_NE(client, nullptr);
+    auto created = client->Create(
+        kube::ConfigMaps(), kOperatorNamespace,
+        kube::Object::parse(controller::EncodeProfileConfigMap(table, kOperatorNamespace).dump()));
+    ASSERT_TRUE(created.ok()) << created.status();
+  }
+
+  const std::string op_log = (dir / "operator.log").string();
+  auto op = local::Process::Spawn(
+      {kOrrery, "operator", "--kubeconfig=" + sa_kubeconfig_, "--leader-elect=true",
+       std::string("--leader-election-namespace=") + kOperatorNamespace,
+       std::string("--profile-namespace=") + kOperatorNamespace,
+       std::string("--namespace=") + kNamespace, "--device=cpu", "--worker-image=orrery-worker",
+       "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
+       "--solver-time-limit=5s", "--progress-period=1s"},
+      {{"POD_NAME", "e2e-operator"}}, op_log, /*capture_stdout=*/false);
+  ASSERT_TRUE(op.ok()) << op.status();
+  auto describe = [&] {
+    return "operator log:\n" + ReadFile(op_log) + "\nagent:\n" + (*agent)->Describe() + "\njob:\n" +
+           Job().value("status", Json::object()).dump(1);
+  };
+  int metrics_port = 0;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        std::smatch m;
+        std::string log = ReadFile(op_log);
+        if (!std::regex_search(log, m, std::regex(R"(Serving metrics address=[0-9.]+:([0-9]+))")))
+          return false;
+        metrics_port = std::stoi(m[1]);
+        return true;
+      },
+      std::chrono::seconds(30)))
+      << describe();
+
+  CommandResult applied = plane()->Kubectl("apply -f -", JobYaml());
+  ASSERT_EQ(applied.exit_code, 0) << applied.output;
+
+  // Profiling runs for real, then the planner puts the task on both nodes.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        int running = 0;
+        for (const Json& p : GangPods()) running += p["status"].value("phase", "") == "Running";
+        return running == 2;
+      },
+      std::chrono::seconds(240)))
+      << describe();
+  std::string rank0_ip;
+  for (const Json& p : GangPods()) {
+    EXPECT_EQ(p["spec"].value("nodeName", ""), "node-a");
+    if (p["metadata"]["labels"].value(controller::kRankLabel, "") == "0") {
+      rank0_ip = p["status"].value("podIP", "");
+    }
+  }
+  ASSERT_FALSE(rank0_ip.empty());
+  const std::string lost_node = "node-a";
+  auto profiles = plane()->Kubectl(std::string("-n ") + kOperatorNamespace +
+                                   " get configmap orrery-profiles -o json");
+  ASSERT_EQ(profiles.exit_code, 0) << profiles.output;
+  EXPECT_GE(Json::parse(profiles.output)["data"].size(), 2u) << profiles.output;
+
+  // Prometheus scrapes the operator and the gang's rank 0.
+  auto prometheus = orrery::testing::PrometheusServer::Start(
+      {"127.0.0.1:" + std::to_string(metrics_port), rank0_ip + ":9400"});
+  ASSERT_TRUE(prometheus.ok()) << prometheus.status();
+
+  // A checkpoint reaches the status (progress is scraped from rank 0).
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        Json t = Job()["status"]["tasks"][0];
+        return t.contains("lastCheckpoint") && t["lastCheckpoint"].value("step", 0) >= 100;
+      },
+      std::chrono::seconds(120)))
+      << describe();
+  Json before = Job()["status"]["tasks"][0];
+  EXPECT_GT(before.value("stepsDone", 0), 0);
+  EXPECT_GT(before.value("samplesPerSecond", 0.0), 0);
+  EXPECT_LT(before.value("stepsDone", 0), kSteps) << "trained too fast to break it mid-run";
+
+  // Worker panels: queried while the worker runs.
+  const Json dashboard = Json::parse(ReadFile(kSource + "/deploy/grafana/orrery.json"));
+  std::vector<std::string> queries = orrery::testing::DashboardQueries(dashboard);
+  ASSERT_TRUE((*prometheus)->WaitForScrapes(3, 60).ok()) << describe();
+  for (const std::string& q : queries) {
+    if (q.find("orrery_worker_") == std::string::npos) continue;
+    auto data = (*prometheus)->Query(q);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_FALSE((*data)["result"].empty()) << "no data for: " << q;
+  }
+
+  // node-a dies with both ranks.
+  ASSERT_TRUE((*agent)->StopNode(lost_node).ok());
+
+  // The task resumes on the node left, on one rank, and the job succeeds.
+  ASSERT_TRUE(WaitUntil([&] { return Job()["status"].value("phase", "") == "Succeeded"; },
+                        std::chrono::seconds(600)))
+      << describe();
+  Json status = Job()["status"];
+  Json task = status["tasks"][0];
+  EXPECT_GE(task.value("restarts", 0), 1) << status.dump(1);
+  EXPECT_EQ(task["config"].value("gpus", 0), 1) << status.dump(1);
+  EXPECT_EQ(task.value("stepsDone", 0), kSteps);
+
+  std::vector<Json> pods = GangPods();
+  const Json* last = nullptr;
+  for (const Json& p : pods) {
+    if (p["status"].value("phase", "") != "Succeeded") continue;
+    if (last == nullptr ||
+        std::stoi(p["metadata"]["annotations"].value(controller::kGenerationAnnotation, "0")) >
+            std::stoi(
+                (*last)["metadata"]["annotations"].value(controller::kGenerationAnnotation, "0"))) {
+      last = &p;
+    }
+  }
+  ASSERT_NE(last, nullptr) << describe();
+  EXPECT_EQ((*last)["metadata"]["annotations"].value(controller::kWorldSizeAnnotation, ""), "1");
+  EXPECT_EQ((*last)["spec"].value("nodeName", ""), "node-b");
+  std::string resumed_log =
+      ReadFile((*agent)->LogPath(kNamespace, (*last)["metadata"]["name"].get<std::string>()));
+  EXPECT_TRUE(std::regex_search(resumed_log, std::regex(R"("resumed_from_step":[1-9][0-9]*)")))
+      << resumed_log.substr(0, 2000);
+  std::optional<Json> done = DoneEvent(resumed_log);
+  ASSERT_TRUE(done.has_value()) << resumed_log;
+  const double loss = (*done)["loss"].get<double>();
+
+  // Events tell the story.
+  CommandResult events = plane()->Kubectl(std::string("-n ") + kNamespace + " get events -o json");
+  for (const char* reason : {"Profiled", "PlanAdopted", "GangCreated", "GangFailed"}) {
+    EXPECT_NE(events.output.find(std::string("\"reason\": \"") + reason + "\""), std::string::npos)
+        << reason;
+  }
+
+  // Operator panels: rescales, re-plans and profiling happened by now.
+  // (The worker target is gone now; Prometheus scrapes the operator every second.)
+  for (const std::string& q : queries) {
+    if (q.find("orrery_worker_") != std::string::npos) continue;
+    Json last_answer;
+    bool has_data = WaitUntil(
+        [&] {
+          auto data = (*prometheus)->Query(q);
+          if (!data.ok()) return false;
+          last_answer = *data;
+          return !(*data)["result"].empty();
+        },
+        std::chrono::seconds(60));
+    EXPECT_TRUE(has_data) << "no data for: " << q << "\n" << last_answer.dump();
+  }
+
+  // The same task uninterrupted, in one process: the same final loss.
+  std::vector<std::string> argv = {kWorker};
+  for (const Json& a : (*last)["spec"]["containers"][0]["args"]) {
+    std::string arg = a.get<std::string>();
+    if (arg.rfind("--checkpoint-dir=", 0) == 0) arg = "--checkpoint-dir=" + (dir / "solo").string();
+    argv.push_back(arg);
+  }
+  auto solo = local::Process::Spawn(argv, {{"RANK", "0"}, {"WORLD_SIZE", "1"}},
+                                    (dir / "solo.err").string(), /*capture_stdout=*/true);
+  ASSERT_TRUE(solo.ok()) << solo.status();
+  std::string solo_out;
+  while (solo->Running()) {
+    for (const std::string& line : solo->ReadLines()) solo_out += line + "\n";
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (const std::string& line : solo->ReadLines()) solo_out += line + "\n";
+  ASSERT_EQ(solo->WaitOrKill(1), 0) << ReadFile((dir / "solo.err").string());
+  std::optional<Json> solo_done = DoneEvent(solo_out);
+  ASSERT_TRUE(solo_done.has_value()) << solo_out;
+  const double solo_loss = (*solo_done)["loss"].get<double>();
+  std::printf(
+      "final loss: interrupted (2 ranks, then 1 after the node loss) %.6f, "
+      "uninterrupted %.6f, relative difference %.2e\n",
+      loss, solo_loss, std::fabs(loss - solo_loss) / std::fabs(solo_loss));
+  EXPECT_NEAR(loss, solo_loss, 1e-3 * std::fabs(solo_loss));
+
+  op->Signal(SIGTERM);
+  EXPECT_EQ(op->WaitOrKill(30), 0) << ReadFile(op_log);
+  EXPECT_EQ(ReadFile(op_log).find("orbidden"), std::string::npos) << ReadFile(op_log);
+  prometheus->reset();
+  EXPECT_TRUE((*agent)->Stop().ok());
+  plane()->Kubectl(std::string("delete namespace ") + kNamespace + " --wait=false");
+}
+
+}  // namespace
+}  // namespace orrery::e2e
