@@ -501,6 +501,7 @@ StatusOr<kube::Result> Reconciler::Suspend(JobContext& ctx) {
 }
 
 StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
+  std::lock_guard<std::mutex> serial(serial_);
   kube::ObjectPtr object = caches_.jobs->Get(key);
   if (!object) {
     Drop(key);  // deleted: its children go by owner reference
@@ -596,6 +597,26 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
 
   const std::string& resource = job.spec.resources.gpu_resource_name;
   std::vector<NodeCapacity> capacity = NodeCapacities(nodes, all_pods, resource, ctx.job_label);
+  {
+    // Gangs other jobs created that the pod cache does not show yet hold their
+    // GPUs too (serial_ keeps the other states still while this pass reads them).
+    std::set<std::string> cached_gangs;
+    for (const Json& p : all_pods) {
+      if (!Label(p, kGangLabel).empty()) {
+        cached_gangs.insert(Label(p, kJobLabel) + "/" + Label(p, kGangLabel));
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [other_key, other] : jobs_) {
+      if (other_key == key || other.get() == ctx.state) continue;
+      for (const auto& [task, e] : other->expected) {
+        if (cached_gangs.count(e.job_label + "/" + e.gang_label) > 0) continue;
+        for (const std::string& node : e.gang.config.nodes) {
+          for (NodeCapacity& n : capacity) n.foreign += n.name == node ? 1 : 0;
+        }
+      }
+    }
+  }
   // Configurations are bounded by the cluster's size, not by what is free now, so
   // a busy cluster does not hide a running gang's configuration from the planner.
   int total_gpus = 0;
@@ -943,7 +964,8 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
       created.config.gpus = c.gpus;
       created.config.batch_size = c.batch_size;
       created.config.nodes = l.placement;
-      st.expected[task.name] = Expected{created, now_tp};
+      st.expected[task.name] =
+          Expected{created, now_tp, ctx.job_label, GangLabelValue(task.name, generation)};
       st.last_generation[task.name] = generation;
       std::string where;
       for (const std::string& n : l.placement) where += (where.empty() ? "" : ",") + n;

@@ -184,6 +184,8 @@ class Reconciler {
   struct Expected {
     LiveGang gang;
     TimePoint created;
+    std::string job_label;   // orrery.dev/job of its pods
+    std::string gang_label;  // orrery.dev/gang of its pods
   };
   struct JobState {
     std::string uid;
@@ -228,6 +230,10 @@ class Reconciler {
   ReconcilerOptions options_;
   const Clock* clock_;
   mutable std::mutex mu_;  // guards jobs_ (the map, not each state)
+  // Reconciles run one at a time: every job plans over what the others hold,
+  // including gangs they created that the pod cache does not show yet, so two
+  // jobs never plan onto the same free GPUs.
+  std::mutex serial_;
   std::map<std::string, std::unique_ptr<JobState>> jobs_;
 };
 
