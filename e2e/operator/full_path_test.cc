@@ -13,6 +13,7 @@
 // single-process run of the same task. A real Prometheus scrapes the operator
 // and the worker: every dashboard query returns data.
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -48,6 +49,8 @@ const char* kNamespace = "e2e-full";
 const char* kOperatorNamespace = "orrery-system";
 constexpr int kSteps = 1000;
 
+std::string DataPath() { return "/var/tmp/orrery-e2e-" + std::to_string(getpid()) + "/corpus.txt"; }
+
 std::string JobYaml() {
   return R"(apiVersion: orrery.dev/v1alpha1
 kind: ModelSelectionJob
@@ -61,7 +64,7 @@ spec:
       gpt: {layers: 2, hidden: 64, heads: 4, seqLen: 64, vocab: 256}
     data:
       text: {path: )" +
-         kSource + R"(/data/corpus/quickstart.txt}
+         DataPath() + R"(}
     training:
       steps: )" +
          std::to_string(kSteps) + R"(
@@ -197,6 +200,16 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
   auto agent = orrery::testing::NodeAgent::Start(kube::testutil::PlaneConfig(*plane()), ao);
   ASSERT_TRUE(agent.ok()) << agent.status();
   ASSERT_TRUE((*agent)->CreateBoundClaim(kNamespace, "checkpoints").ok());
+  // The corpus at a path no pod mounts over (a pod's /tmp is its own emptyDir,
+  // and the source tree may sit under /tmp); profile pods mount no volume.
+  const std::string data_dir = std::filesystem::path(DataPath()).parent_path().string();
+  std::filesystem::create_directories(data_dir);
+  std::filesystem::copy_file(kSource + "/data/corpus/quickstart.txt", data_dir + "/corpus.txt",
+                             std::filesystem::copy_options::overwrite_existing);
+  struct RemoveDataDir {
+    std::string dir;
+    ~RemoveDataDir() { std::filesystem::remove_all(dir); }
+  } remove_data_dir{data_dir};
 
   // The cache knows two ranks (fast); one rank is left to profile.
   {
@@ -367,7 +380,9 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
   std::vector<std::string> argv = {kWorker};
   for (const Json& a : (*last)["spec"]["containers"][0]["args"]) {
     std::string arg = a.get<std::string>();
-    if (arg.rfind("--checkpoint-dir=", 0) == 0) arg = "--checkpoint-dir=" + (dir / "solo").string();
+    if (arg.rfind("--checkpoint-dir=", 0) == 0) {
+      arg = "--checkpoint-dir=" + (dir / "solo").string();
+    }
     argv.push_back(arg);
   }
   auto solo = local::Process::Spawn(argv, {{"RANK", "0"}, {"WORLD_SIZE", "1"}},
