@@ -87,8 +87,11 @@ StatusOr<Duration> ParseGoDuration(const std::string& flag, const std::string& t
                    : unit == "h" ? 3.6e6
                                  : -1;
     if (number.empty() || scale < 0) {
-      return InvalidArgumentError(flag + "=" + text +
-                                  ": not a duration (fix: write it like 15s, 1m30s or 500ms)");
+      std::string message = flag;
+      message += "=";
+      message += text;
+      message += ": not a duration (fix: write it like 15s, 1m30s or 500ms)";
+      return InvalidArgumentError(message);
     }
     total_ms += std::stod(number) * scale;
     any = true;

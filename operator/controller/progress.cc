@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -43,7 +44,7 @@ std::optional<double> FirstSample(const std::string& text, const std::string& fa
 }
 
 int64_t Int(const std::optional<double>& v, int64_t fallback) {
-  return v ? static_cast<int64_t>(*v + 0.5) : fallback;
+  return v ? static_cast<int64_t>(std::llround(*v)) : fallback;
 }
 
 }  // namespace
