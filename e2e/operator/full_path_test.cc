@@ -19,6 +19,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -236,31 +237,38 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
     ASSERT_TRUE(created.ok()) << created.status();
   }
 
-  const std::string op_log = (dir / "operator.log").string();
-  auto op = local::Process::Spawn(
-      {kOrrery, "operator", "--kubeconfig=" + sa_kubeconfig_, "--leader-elect=true",
-       std::string("--leader-election-namespace=") + kOperatorNamespace,
-       std::string("--profile-namespace=") + kOperatorNamespace,
-       std::string("--namespace=") + kNamespace, "--device=cpu", "--worker-image=orrery-worker",
-       "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
-       "--solver-time-limit=5s", "--progress-period=1s"},
-      {{"POD_NAME", "e2e-operator"}}, op_log, /*capture_stdout=*/false);
+  // The operator, started again after a SIGKILL on the same metrics port (so
+  // Prometheus keeps its target) and with the same identity, as a restarted
+  // container of the same pod would be.
+  std::string op_log = (dir / "operator.log").string();
+  auto start_operator = [&](const std::string& log, int port) {
+    return local::Process::Spawn(
+        {kOrrery, "operator", "--kubeconfig=" + sa_kubeconfig_, "--leader-elect=true",
+         std::string("--leader-election-namespace=") + kOperatorNamespace,
+         std::string("--profile-namespace=") + kOperatorNamespace,
+         std::string("--namespace=") + kNamespace, "--device=cpu", "--worker-image=orrery-worker",
+         "--metrics-bind-address=127.0.0.1:" + std::to_string(port),
+         "--health-probe-bind-address=127.0.0.1:0", "--lease-duration=4s", "--renew-deadline=3s",
+         "--retry-period=1s", "--solver-time-limit=5s", "--progress-period=1s"},
+        {{"POD_NAME", "e2e-operator"}}, log, /*capture_stdout=*/false);
+  };
+  auto op = start_operator(op_log, 0);
   ASSERT_TRUE(op.ok()) << op.status();
   auto describe = [&] {
     return "operator log:\n" + ReadFile(op_log) + "\nagent:\n" + (*agent)->Describe() + "\njob:\n" +
            Job().value("status", Json::object()).dump(1);
   };
+  auto serving_port = [&](const std::string& log_path, int* port) {
+    std::smatch m;
+    std::string log = ReadFile(log_path);
+    if (!std::regex_search(log, m, std::regex(R"(Serving metrics address=[0-9.]+:([0-9]+))")))
+      return false;
+    *port = std::stoi(m[1]);
+    return true;
+  };
   int metrics_port = 0;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        std::smatch m;
-        std::string log = ReadFile(op_log);
-        if (!std::regex_search(log, m, std::regex(R"(Serving metrics address=[0-9.]+:([0-9]+))")))
-          return false;
-        metrics_port = std::stoi(m[1]);
-        return true;
-      },
-      std::chrono::seconds(30)))
+  ASSERT_TRUE(
+      WaitUntil([&] { return serving_port(op_log, &metrics_port); }, std::chrono::seconds(30)))
       << describe();
 
   CommandResult applied = plane()->Kubectl("apply -f -", JobYaml());
@@ -317,6 +325,36 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
     ASSERT_TRUE(data.ok()) << data.status();
     EXPECT_FALSE((*data)["result"].empty()) << "no data for: " << q;
   }
+
+  // The operator is killed mid-training (no lease release, no cleanup) and
+  // started again: it adopts the running gang, the same pods, and creates none.
+  auto pod_uids = [&] {
+    std::map<std::string, std::string> uids;
+    for (const Json& p : GangPods()) {
+      uids[p["metadata"].value("name", "")] = p["metadata"].value("uid", "");
+    }
+    return uids;
+  };
+  const std::map<std::string, std::string> gang_before = pod_uids();
+  ASSERT_EQ(gang_before.size(), 2u);
+  const int steps_at_kill = Job()["status"]["tasks"][0].value("stepsDone", 0);
+  op->Signal(SIGKILL);
+  (void)op->WaitOrKill(10);
+  op_log = (dir / "operator-restarted.log").string();
+  op = start_operator(op_log, metrics_port);
+  ASSERT_TRUE(op.ok()) << op.status();
+  int restarted_port = 0;
+  ASSERT_TRUE(
+      WaitUntil([&] { return serving_port(op_log, &restarted_port); }, std::chrono::seconds(30)))
+      << describe();
+  EXPECT_EQ(restarted_port, metrics_port);
+  // Progress moving again in the status shows the new leader reconciles the job.
+  ASSERT_TRUE(
+      WaitUntil([&] { return Job()["status"]["tasks"][0].value("stepsDone", 0) > steps_at_kill; },
+                std::chrono::seconds(60)))
+      << describe();
+  EXPECT_EQ(pod_uids(), gang_before) << "the restarted operator replaced the running gang";
+  EXPECT_EQ(ReadFile(op_log).find("Created gang"), std::string::npos) << ReadFile(op_log);
 
   // node-a dies with both ranks.
   ASSERT_TRUE((*agent)->StopNode(lost_node).ok());

@@ -267,7 +267,7 @@ std::vector<LaunchPlan> SelectLaunches(const planner::Plan& plan,
                                        const std::vector<std::string>& plan_nodes,
                                        const std::vector<api::ExpandedTask>& tasks,
                                        const std::set<std::string>& blocked,
-                                       std::map<std::string, int> free_now) {
+                                       std::map<std::string, int> free_now, int gpu_budget) {
   std::vector<size_t> waiting;
   for (size_t t = 0; t < tasks.size() && t < plan.assignments.size(); ++t) {
     if (blocked.count(tasks[t].name) > 0 || plan.assignments[t].config < 0) continue;
@@ -295,10 +295,15 @@ std::vector<LaunchPlan> SelectLaunches(const planner::Plan& plan,
       ++need[l.placement.back()];
     }
     if (!valid) continue;  // made for nodes that are gone; a re-plan follows
+    int gpus = static_cast<int>(slots.size());
+    if (gpu_budget >= 0 && gpus > gpu_budget) break;  // the quota: wait for GPUs to come back
     bool fits = true;
     for (const auto& [node, n] : need) fits = fits && free_now[node] >= n;
     for (const auto& [node, n] : need) free_now[node] -= n;  // claimed either way
-    if (fits) out.push_back(std::move(l));
+    if (fits) {
+      out.push_back(std::move(l));
+      if (gpu_budget >= 0) gpu_budget -= gpus;
+    }
   }
   return out;
 }
@@ -457,6 +462,7 @@ Status Reconciler::WriteStatus(JobContext& ctx,
   in.now = NowText();
   in.max_restarts = options_.max_restarts;
   in.profiling = profiling;
+  if (ctx.state != nullptr) in.replanned = ctx.state->replanned;
   std::map<std::string, TaskProgress> progress;
   if (options_.progress != nullptr) {
     progress = options_.progress->ForJob(ctx.key);
@@ -773,19 +779,23 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
       case GangPhase::kFailed:
       case GangPhase::kPartial:
         st.last_generation[name] = std::max(st.last_generation[name], g->generation);
-        if (g->generation >= options_.max_restarts) {
+        if (g->generation >= options_.max_restarts && st.replanned.count(gang_label) == 0) {
           done.insert(name);  // Failed for good: its pods stay as the record
           blocked.insert(name);
           break;
         }
-        Log(LogLevel::kInfo, "Tore down gang",
-            {{"job", key},
-             {"task", name},
-             {"gang", gang_label},
-             {"phase", GangPhaseName(g->phase)},
-             {"reason", g->reason}});
-        Event(ctx, kube::EventType::kWarning, "GangFailed", "TearDown",
-              "gang " + gang_label + " " + GangPhaseName(g->phase) + ": " + g->reason);
+        if (st.replanned.count(gang_label) == 0 &&
+            !(st.rescaling.count(name) > 0 && st.rescaling[name].second >= g->generation)) {
+          // Once per gang: later passes only wait for its ranks to go.
+          Log(LogLevel::kInfo, "Tore down gang",
+              {{"job", key},
+               {"task", name},
+               {"gang", gang_label},
+               {"phase", GangPhaseName(g->phase)},
+               {"reason", g->reason}});
+          Event(ctx, kube::EventType::kWarning, "GangFailed", "TearDown",
+                "gang " + gang_label + " " + GangPhaseName(g->phase) + ": " + g->reason);
+        }
         {
           // Ranks on lost nodes are deleted at once: no kubelet will confirm a
           // graceful delete there. Ranks still alive elsewhere get SIGTERM and
@@ -841,6 +851,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   wi.profiling = profiling;
   wi.live = live;
   engine::WorldView world = BuildWorldView(wi);
+  world.gpu_cap = job.spec.resources.gpu_quota;
   std::set<std::string> arrived;
   bool unplanned = false;
   for (size_t t = 0; t < world.tasks.size(); ++t) {
@@ -906,18 +917,69 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
                     static_cast<long long>(ps.revision), engine::TriggerName(*trigger),
                     ps.makespan_seconds, 100 * ps.gap);
       Event(ctx, kube::EventType::kNormal, "PlanAdopted", "Plan", note);
+      // A running gang the plan moves (another configuration or other nodes) is
+      // stopped gracefully: its ranks checkpoint on SIGTERM and the task waits
+      // for them, then relaunches as planned from that checkpoint. The engine
+      // moves a running task only when that beats keeping it by its threshold.
+      for (size_t t = 0; t < world.tasks.size() && t < st.plan->assignments.size(); ++t) {
+        const engine::TaskView& v = world.tasks[t];
+        auto lv = live.find(v.name);
+        auto ob = observed.find(v.name);
+        if (!v.running || v.done || lv == live.end() || ob == observed.end() || !ob->second.gang ||
+            ob->second.gang->generation != lv->second.generation) {
+          continue;  // not running, or created and not yet in the cache
+        }
+        const planner::Assignment& a = st.plan->assignments[t];
+        std::vector<std::string> planned, held = lv->second.config.nodes;
+        for (const planner::GpuSlot& g : a.gpus) {
+          if (g.node >= 0 && static_cast<size_t>(g.node) < st.plan_nodes.size())
+            planned.push_back(st.plan_nodes[static_cast<size_t>(g.node)]);
+        }
+        std::sort(planned.begin(), planned.end());
+        std::sort(held.begin(), held.end());
+        if (a.config == v.running->config && planned == held) continue;
+        const GangObservation& g = *ob->second.gang;
+        const TaskConfigs& tc = configs[t];
+        std::string to = "queued";
+        if (a.config >= 0 && static_cast<size_t>(a.config) < tc.configs.size()) {
+          const planner::Config& c = tc.configs[static_cast<size_t>(a.config)];
+          to = c.template_name + "x" + std::to_string(c.gpus);
+        }
+        Log(LogLevel::kInfo, "Stopping gang the plan moves",
+            {{"job", key},
+             {"task", v.name},
+             {"generation", std::to_string(g.generation)},
+             {"to", to}});
+        Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale",
+              "stopping " + GangLabelValue(v.name, g.generation) + " to run it as " + to +
+                  " (plan " + std::to_string(ps.revision) + "); it checkpoints first");
+        ORRERY_RETURN_IF_ERROR(
+            DeleteGang(ns, GangServiceName(job.metadata.name, v.name, g.generation), g.pod_names));
+        rescale_started(v.name, g.generation, "replan");
+        st.replanned.insert(GangLabelValue(v.name, g.generation));
+        st.last_generation[v.name] = std::max(st.last_generation[v.name], g.generation);
+        blocked.insert(v.name);  // its pods keep their GPUs (live) until they are gone
+      }
     }
   }
 
-  // 4. Launch gangs whose planned nodes are free now, in planned order.
+  // 4. Launch gangs whose planned nodes are free now, in planned order, within
+  // the job's quota: every GPU its gang pods hold (until they are gone) or will
+  // hold (created, not yet in the cache) counts against it.
   if (st.plan) {
+    int held = 0;
+    for (const Json& p : gang_pods) {
+      if (!PodFinished(p)) held += PodGpuRequest(p, resource);
+    }
+    for (const auto& [task, e] : st.expected) held += static_cast<int>(e.gang.config.nodes.size());
+    int budget = std::max(0, job.spec.resources.gpu_quota - held);
     std::map<std::string, int> free_now;
     for (const NodeCapacity& n : capacity) free_now[n.name] = n.Free();
     for (const auto& [task, g] : live) {
       for (const std::string& node : g.config.nodes) --free_now[node];
     }
     for (const LaunchPlan& l :
-         SelectLaunches(*st.plan, st.plan_nodes, ctx.loaded.tasks, blocked, free_now)) {
+         SelectLaunches(*st.plan, st.plan_nodes, ctx.loaded.tasks, blocked, free_now, budget)) {
       const api::ExpandedTask& task = ctx.loaded.tasks[l.task];
       const TaskConfigs& tc = configs[l.task];
       if (l.config < 0 || static_cast<size_t>(l.config) >= tc.configs.size()) continue;

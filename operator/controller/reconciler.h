@@ -127,11 +127,13 @@ struct LaunchPlan {
 // planned nodes have the GPUs free now (`free_now` by node name, already net of
 // live gangs); a task that cannot start still claims its nodes, so a later task
 // does not take GPUs an earlier one waits for (the local runner's rule).
+// `gpu_budget` is what the job's quota leaves (-1: no quota); the first task
+// over it stops the launches, so later tasks never overtake it on the quota.
 std::vector<LaunchPlan> SelectLaunches(const planner::Plan& plan,
                                        const std::vector<std::string>& plan_nodes,
                                        const std::vector<api::ExpandedTask>& tasks,
                                        const std::set<std::string>& blocked,
-                                       std::map<std::string, int> free_now);
+                                       std::map<std::string, int> free_now, int gpu_budget = -1);
 
 // ---- the reconciler ---------------------------------------------------------
 
@@ -201,6 +203,9 @@ class Reconciler {
     // Tasks torn down for a rescale: when, and the generation torn down; the
     // rescale ends when a newer generation of the task runs.
     std::map<std::string, std::pair<TimePoint, int>> rescaling;
+    // Gangs (labels) this reconciler stopped because a plan moved them: their
+    // ranks end as "deleted", which is neither a failure nor a restart to limit.
+    std::set<std::string> replanned;
     std::optional<api::PlanStatus> plan_status;
     // Profiles this reconciler wrote that the ConfigMap cache may not show yet:
     // without them a pass could start the same trial again.

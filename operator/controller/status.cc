@@ -156,7 +156,9 @@ std::map<std::string, TaskObservation> ObserveTasks(const std::vector<Json>& pod
     names[task][generation].push_back(Str(meta, "name"));
     std::string node;
     std::string phase = Str(pod.value("status", Json::object()), "phase");
-    bool deleting = meta.contains("deletionTimestamp") && phase != "Succeeded";
+    // A rank being deleted is gone whatever its last phase: a worker stopped by
+    // SIGTERM checkpoints and exits 0, and that is a preemption, not a success.
+    bool deleting = meta.contains("deletionTimestamp");
     if (PodLost(pod, lost_nodes, &node)) {
       ++g.lost;
       if (!node.empty() &&
@@ -270,6 +272,12 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
           break;
         case GangPhase::kFailed:
         case GangPhase::kPartial:
+          if (in.replanned.count(GangLabelValue(task.name, g->generation)) > 0) {
+            t.state = api::TaskState::kRescaling;
+            t.message = "stopping gang g" + std::to_string(g->generation) +
+                        " for a new plan (it checkpoints first)";
+            break;
+          }
           t.state = g->generation >= in.max_restarts ? api::TaskState::kFailed
                                                      : api::TaskState::kRescaling;
           t.message = std::string(GangPhaseName(g->phase)) + " gang g" +

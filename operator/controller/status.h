@@ -69,6 +69,9 @@ struct StatusInput {
   // What the reconciler itself knows and pods do not: tasks waiting for profiles
   // (Profiling) or for a plan slot (Queued).
   std::set<std::string> profiling;
+  // Gangs (labels) stopped because an adopted plan moved them: Rescaling while
+  // their ranks go, and not a degradation.
+  std::set<std::string> replanned;
   // What running gangs' rank 0 reported (progress.h), by task label value; a
   // report of an older gang generation is ignored. Null: carry progress over.
   const std::map<std::string, TaskProgress>* progress = nullptr;

@@ -26,10 +26,44 @@ namespace {
 bool Forced(Trigger t) {
   return t == Trigger::kStart || t == Trigger::kTaskArrived || t == Trigger::kCapacityChanged;
 }
+
+// Whether the plan stops a running task: another configuration, or other nodes.
+bool MovesRunning(const planner::Problem& problem, const planner::Plan& plan) {
+  for (size_t t = 0; t < problem.tasks.size() && t < plan.assignments.size(); ++t) {
+    const planner::Task& task = problem.tasks[t];
+    if (!task.running) continue;
+    const planner::Assignment& a = plan.assignments[t];
+    if (a.config != task.running->config) return true;
+    std::vector<int> planned, held;
+    for (const planner::GpuSlot& g : a.gpus) planned.push_back(g.node);
+    for (const planner::GpuSlot& g : task.running->gpus) held.push_back(g.node);
+    std::sort(planned.begin(), planned.end());
+    std::sort(held.begin(), held.end());
+    if (planned != held) return true;
+  }
+  return false;
+}
+
+// `plan` with every running task kept as it runs, the rest re-timed around them.
+planner::Plan KeepRunning(const planner::Problem& problem, const planner::Plan& plan) {
+  std::vector<int> choice(problem.tasks.size(), -1);
+  for (size_t t = 0; t < problem.tasks.size(); ++t) {
+    const planner::Task& task = problem.tasks[t];
+    choice[t] = task.running ? task.running->config : plan.assignments[t].config;
+  }
+  planner::Plan kept = planner::BestListSchedule(problem, choice);
+  kept.planner = plan.planner;
+  kept.lower_bound = plan.lower_bound;
+  kept.solve_seconds = plan.solve_seconds;
+  kept.note = plan.note + "; running tasks kept: moving them gained less than the threshold";
+  planner::Summarize(problem, kept);
+  return kept;
+}
 }  // namespace
 
 RemainingProblem BuildRemainingProblem(const WorldView& world, double switch_cost_s) {
   RemainingProblem rp;
+  rp.problem.gpu_cap = world.gpu_cap;
   std::map<int, int> node_of;  // world -> problem
   for (size_t n = 0; n < world.nodes.size(); ++n) {
     const NodeView& nv = world.nodes[n];
@@ -132,6 +166,16 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
   if (!adopt) {
     d.reason = "kept the current plan: gain below threshold";
     return d;
+  }
+  // A plan that must be adopted (start, arrivals, capacity) still stops a running
+  // task only when that beats keeping it by the threshold: each stop costs a
+  // checkpoint and a restart, and small gains are within the profiles' noise.
+  if (d.solved && MovesRunning(rp.problem, fresh)) {
+    planner::Plan kept = KeepRunning(rp.problem, fresh);
+    if (!(fresh.objective < kept.objective * (1 - options_.adopt_gain))) {
+      fresh = kept;
+      d.new_objective = fresh.objective;
+    }
   }
   // To world terms.
   planner::Plan world_plan = fresh;

@@ -70,6 +70,7 @@ struct WorldView {
   double now = 0;
   std::vector<TaskView> tasks;
   std::vector<NodeView> nodes;
+  int gpu_cap = 0;  // the job's gpuQuota: GPUs its tasks may hold at once (0: none)
 };
 
 // A plan in world terms: absolute times, world task and node indices; tasks not

@@ -500,6 +500,7 @@ engine::WorldView Runner::World() const {
   std::map<int, int> slot_of;  // device -> slot among the alive
   for (size_t k = 0; k < alive.size(); ++k) slot_of[alive[k]] = static_cast<int>(k);
   w.nodes.push_back({"local", static_cast<int>(alive.size()), kGpuMemoryGib, true});
+  w.gpu_cap = job_.job.spec.resources.gpu_quota;
   for (const TaskRun& t : tasks_) {
     engine::TaskView v;
     v.name = t.spec.name;
@@ -624,6 +625,9 @@ void Runner::LaunchReady() {
     return plan_->assignments[a].start < plan_->assignments[b].start;
   });
   std::set<int> claimed;  // devices an earlier waiting task goes to first
+  // The job's gpuQuota caps the devices its gangs hold at once; the first task
+  // over it waits, and later ones do not overtake it.
+  int budget = job_.job.spec.resources.gpu_quota - static_cast<int>(busy.size());
   for (size_t t : waiting) {
     const planner::Assignment& a = plan_->assignments[t];
     std::vector<int> devices;
@@ -637,6 +641,7 @@ void Runner::LaunchReady() {
       devices.push_back(plan_devices_[static_cast<size_t>(s.gpu)]);
     }
     if (!valid) continue;  // made for devices that are gone; a re-plan follows
+    if (static_cast<int>(devices.size()) > budget) break;
     bool free = true;
     for (int d : devices) free = free && !busy.count(d) && !claimed.count(d);
     claimed.insert(devices.begin(), devices.end());
@@ -649,6 +654,7 @@ void Runner::LaunchReady() {
       continue;
     }
     busy.insert(devices.begin(), devices.end());
+    budget -= static_cast<int>(devices.size());
   }
 }
 

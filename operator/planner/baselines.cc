@@ -50,6 +50,7 @@ Plan CurrentPracticePlan(const Problem& problem) {
            problem.tasks[static_cast<size_t>(b)].arrival;
   });
   int fallbacks = 0;
+  CapTimeline held(problem.gpu_cap);
   for (int ti : order) {
     const Task& task = problem.tasks[static_cast<size_t>(ti)];
     // The default a user picks: fsdp if it fits, else spill, on as many GPUs of
@@ -94,10 +95,13 @@ Plan CurrentPracticePlan(const Problem& problem) {
     for (int n : nodes) start = std::max(start, node_free[static_cast<size_t>(n)]);
     Assignment& a = plan.assignments[static_cast<size_t>(ti)];
     a.config = pick;
-    a.start = start;
     double run = task.work / cfg.throughput;
     if (task.running) run += task.running->switch_cost_s;  // always restarted on whole nodes
+    // Whole nodes held, later if the job's quota says so (ConfigFits kept cfg under it).
+    start = held.Earliest(start, run, cfg.gpus);
+    a.start = start;
     a.end = start + run;
+    held.Add(a.start, a.end, cfg.gpus);
     std::sort(nodes.begin(), nodes.end());
     for (int n : nodes) {
       for (int g = 0; g < cfg.GpusPerNode(); ++g) a.gpus.push_back({n, g});

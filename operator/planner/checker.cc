@@ -67,6 +67,26 @@ Status CheckPlan(const Problem& problem, const Plan& plan) {
                                     " is used by two tasks at once");
     }
   }
+  if (problem.gpu_cap > 0) {
+    // GPUs held at once never exceed the cap: a sweep over starts and ends,
+    // ends first at a tie (a GPU handed over is not held twice).
+    std::vector<std::pair<double, int>> events;
+    for (size_t t = 0; t < problem.tasks.size(); ++t) {
+      const Assignment& a = plan.assignments[t];
+      int n = static_cast<int>(a.gpus.size());
+      events.push_back({a.start + kEps * std::max(1.0, a.start), n});
+      events.push_back({a.end, -n});
+    }
+    std::sort(events.begin(), events.end());
+    int held = 0;
+    for (const auto& [at, delta] : events) {
+      held += delta;
+      if (held > problem.gpu_cap)
+        return InvalidArgumentError("the tasks hold " + std::to_string(held) + " GPUs at " +
+                                    std::to_string(at) + " s, over the cap of " +
+                                    std::to_string(problem.gpu_cap));
+    }
+  }
   return OkStatus();
 }
 

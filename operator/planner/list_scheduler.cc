@@ -5,6 +5,7 @@
 #include "operator/planner/list_scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -46,6 +47,42 @@ bool Eligible(const Node& n, const Config& c) {
 }
 
 }  // namespace
+
+CapTimeline::CapTimeline(int cap) : cap_(cap) {}
+
+void CapTimeline::Add(double start, double end, int gpus) {
+  if (cap_ > 0) spans_.push_back({start, end, gpus});
+}
+
+double CapTimeline::Earliest(double from, double run, int gpus) const {
+  if (cap_ <= 0) return from;
+  if (gpus > cap_) return std::numeric_limits<double>::infinity();
+  // Holdings only fall when a span ends, so those are the only candidates.
+  std::vector<double> cands = {from};
+  for (const Span& sp : spans_)
+    if (sp.end > from) cands.push_back(sp.end);
+  std::sort(cands.begin(), cands.end());
+  cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
+  for (double t : cands)
+    if (Peak(t, t + run) + gpus <= cap_) return t;
+  return std::numeric_limits<double>::infinity();
+}
+
+int CapTimeline::Peak(double s, double e) const {
+  std::vector<std::pair<double, int>> events;  // ends sort before starts at a tie
+  for (const Span& sp : spans_) {
+    if (sp.end <= s || sp.start >= e) continue;
+    events.push_back({std::max(sp.start, s), sp.gpus});
+    events.push_back({sp.end, -sp.gpus});
+  }
+  std::sort(events.begin(), events.end());
+  int held = 0, peak = 0;
+  for (const auto& [t, d] : events) {
+    held += d;
+    peak = std::max(peak, held);
+  }
+  return peak;
+}
 
 std::vector<int> OrderTasks(const Problem& problem, const std::vector<int>& choice,
                             OrderRule rule) {
@@ -98,6 +135,7 @@ Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
   for (size_t n = 0; n < problem.nodes.size(); ++n)
     free_at[n].assign(static_cast<size_t>(problem.nodes[n].gpus), 0.0);
 
+  CapTimeline usage(problem.gpu_cap);
   std::vector<bool> pinned(problem.tasks.size(), false);
   for (size_t t = 0; t < problem.tasks.size(); ++t) {
     const Task& task = problem.tasks[t];
@@ -118,6 +156,7 @@ Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
     a.end = RunSeconds(task, choice[t]);
     for (const GpuSlot& g : a.gpus)
       free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] = a.end;
+    usage.Add(a.start, a.end, static_cast<int>(a.gpus.size()));
     pinned[t] = true;
   }
 
@@ -129,23 +168,31 @@ Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
     const Task& task = problem.tasks[t];
     const Config& c = task.configs[static_cast<size_t>(choice[t])];
     int k = c.GpusPerNode();
-    offers.clear();
-    for (size_t n = 0; n < problem.nodes.size(); ++n) {
-      if (!Eligible(problem.nodes[n], c)) continue;
-      offers.push_back(Offer(free_at[n], static_cast<int>(n), k, task.arrival, nullptr));
-    }
-    // Cheapest nodes first: earliest start, then least idle, then index.
-    std::sort(offers.begin(), offers.end(), [](const NodeOffer& a, const NodeOffer& b) {
-      if (a.start != b.start) return a.start < b.start;
-      if (a.idle != b.idle) return a.idle < b.idle;
-      return a.node < b.node;
-    });
-    offers.resize(static_cast<size_t>(c.nodes));
-    double start = 0;
-    for (const NodeOffer& o : offers) start = std::max(start, o.start);
     // A task moved off its GPUs (same config, other GPUs) pays the switch cost.
     double run = RunSeconds(task, choice[t]);
     if (task.running && task.running->config == choice[t]) run += task.running->switch_cost_s;
+    double ready = task.arrival;
+    double start = 0;
+    // The earliest start the GPUs allow, pushed later while the cap does not.
+    for (;;) {
+      offers.clear();
+      for (size_t n = 0; n < problem.nodes.size(); ++n) {
+        if (!Eligible(problem.nodes[n], c)) continue;
+        offers.push_back(Offer(free_at[n], static_cast<int>(n), k, ready, nullptr));
+      }
+      // Cheapest nodes first: earliest start, then least idle, then index.
+      std::sort(offers.begin(), offers.end(), [](const NodeOffer& a, const NodeOffer& b) {
+        if (a.start != b.start) return a.start < b.start;
+        if (a.idle != b.idle) return a.idle < b.idle;
+        return a.node < b.node;
+      });
+      offers.resize(static_cast<size_t>(c.nodes));
+      start = 0;
+      for (const NodeOffer& o : offers) start = std::max(start, o.start);
+      double allowed = usage.Earliest(start, run, c.gpus);
+      if (allowed <= start) break;
+      ready = allowed;  // finite: ConfigFits keeps every configuration within the cap
+    }
     Assignment& a = plan.assignments[t];
     a.config = choice[t];
     a.start = start;
@@ -159,6 +206,7 @@ Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
       }
     }
     std::sort(a.gpus.begin(), a.gpus.end());
+    usage.Add(a.start, a.end, c.gpus);
   }
   Summarize(problem, plan);
   return plan;
@@ -234,7 +282,7 @@ struct Placed {
 
 // Where task t would start under config `config` given what is already busy.
 Placed FindSlot(const Problem& problem, const std::vector<std::vector<Timeline>>& busy, size_t t,
-                int config, double bound = std::numeric_limits<double>::infinity()) {
+                int config, double ready, double bound = std::numeric_limits<double>::infinity()) {
   const Task& task = problem.tasks[t];
   const Config& c = task.configs[static_cast<size_t>(config)];
   int k = c.GpusPerNode();
@@ -250,7 +298,7 @@ Placed FindSlot(const Problem& problem, const std::vector<std::vector<Timeline>>
     for (size_t n = 0; n < problem.nodes.size(); ++n) {
       if (!Eligible(problem.nodes[n], c)) continue;
       // Only a start no later than the best so far can win.
-      Slot s = EarliestSlot(busy[n], k, task.arrival, run, best.start + 1e-9);
+      Slot s = EarliestSlot(busy[n], k, ready, run, best.start + 1e-9);
       if (s.gpus.empty()) continue;
       if (best_node < 0 || s.start < best.start - 1e-9 ||
           (s.start <= best.start + 1e-9 && s.idle < best.idle)) {
@@ -268,7 +316,7 @@ Placed FindSlot(const Problem& problem, const std::vector<std::vector<Timeline>>
     std::vector<size_t> eligible;
     for (size_t n = 0; n < problem.nodes.size(); ++n)
       if (Eligible(problem.nodes[n], c)) eligible.push_back(n);
-    double s = task.arrival;
+    double s = ready;
     for (int guard = 0; guard < 100000 && s < bound; ++guard) {
       std::vector<std::pair<double, size_t>> at;  // (earliest start, index into slots)
       std::vector<Slot> slots;
@@ -302,6 +350,21 @@ Placed FindSlot(const Problem& problem, const std::vector<std::vector<Timeline>>
   }
   std::sort(placed.gpus.begin(), placed.gpus.end());
   return placed;
+}
+
+// The earliest slot on the GPUs that the cap also allows.
+Placed FindCappedSlot(const Problem& problem, const std::vector<std::vector<Timeline>>& busy,
+                      const CapTimeline& usage, size_t t, int config) {
+  int gpus = problem.tasks[t].configs[static_cast<size_t>(config)].gpus;
+  double ready = problem.tasks[t].arrival;
+  for (;;) {
+    Placed p = FindSlot(problem, busy, t, config, ready);
+    if (!std::isfinite(p.start)) return p;
+    double allowed = usage.Earliest(p.start, p.run, gpus);
+    if (allowed <= p.start) return p;
+    if (!std::isfinite(allowed)) return Placed{};
+    ready = allowed;
+  }
 }
 
 // Pins running tasks that keep their configuration; returns which were pinned.
@@ -354,10 +417,17 @@ Plan BackfillSchedule(const Problem& problem, const std::vector<int>& choice,
   plan.assignments.resize(problem.tasks.size());
   auto busy = EmptyTimelines(problem);
   std::vector<bool> pinned = PinRunning(problem, choice, plan, busy);
+  CapTimeline usage(problem.gpu_cap);
+  for (size_t t = 0; t < pinned.size(); ++t) {
+    const Assignment& a = plan.assignments[t];
+    if (pinned[t]) usage.Add(a.start, a.end, static_cast<int>(a.gpus.size()));
+  }
   for (int ti : order) {
     size_t t = static_cast<size_t>(ti);
     if (pinned[t]) continue;
-    Commit(busy, plan.assignments[t], choice[t], FindSlot(problem, busy, t, choice[t]));
+    Assignment& a = plan.assignments[t];
+    Commit(busy, a, choice[t], FindCappedSlot(problem, busy, usage, t, choice[t]));
+    usage.Add(a.start, a.end, static_cast<int>(a.gpus.size()));
   }
   Summarize(problem, plan);
   return plan;

@@ -12,6 +12,26 @@
 
 namespace orrery::planner {
 
+// GPUs a schedule's tasks hold over time, against the problem's cap (a job's
+// gpuQuota; 0 means none, and every query answers at once).
+class CapTimeline {
+ public:
+  explicit CapTimeline(int cap);
+  void Add(double start, double end, int gpus);
+  // The earliest t >= from at which `gpus` more GPUs stay under the cap for
+  // `run` seconds; infinity when they never fit.
+  double Earliest(double from, double run, int gpus) const;
+
+ private:
+  struct Span {
+    double start, end;
+    int gpus;
+  };
+  int Peak(double s, double e) const;  // most GPUs held at any moment of [s, e)
+  int cap_;
+  std::vector<Span> spans_;
+};
+
 enum class OrderRule {
   kLongestFirst,        // LPT on run time
   kWidestFirst,         // most GPUs first, then longest

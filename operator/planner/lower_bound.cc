@@ -17,7 +17,7 @@ namespace {
 // arrive at or after tau need their least GPU-time (among configurations
 // finishing by C) inside [tau, C].
 bool ArrivalAreaFits(const Problem& problem, double c) {
-  double gpus = problem.TotalGpus();
+  double gpus = problem.UsableGpus();
   std::vector<std::pair<double, double>> need;  // arrival, least GPU-time
   for (size_t t = 0; t < problem.tasks.size(); ++t) {
     const Task& task = problem.tasks[t];
@@ -65,7 +65,7 @@ namespace {
 double SweepBound(const Problem& problem) {
   size_t n = problem.tasks.size();
   if (n == 0) return 0;
-  double gpus = problem.TotalGpus();
+  double gpus = problem.UsableGpus();
   if (gpus <= 0) return std::numeric_limits<double>::infinity();
   struct Item {
     double finish;

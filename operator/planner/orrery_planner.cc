@@ -160,7 +160,7 @@ PackingModel BuildPacking(const Problem& problem, const std::vector<std::vector<
   PackingModel pm;
   pm.makespan_col = pm.model.AddColumn(1.0, 0.0, upper, false);
   pm.column.resize(cands.size());
-  double gpus = problem.TotalGpus();
+  double gpus = problem.UsableGpus();
   bool uniform = true;
   for (const Node& n : problem.nodes) uniform = uniform && n.gpus == problem.nodes.front().gpus;
   int per_node = problem.nodes.front().gpus;
@@ -249,7 +249,7 @@ std::vector<double> WarmStart(const Problem& problem, const PackingModel& pm,
       pack += f * cfg.nodes * cands[t][k].run;
     }
   }
-  c = std::max(c, area / (beta * problem.TotalGpus()));
+  c = std::max(c, area / (beta * problem.UsableGpus()));
   for (double tau : pm.taus) {
     double late = 0;
     for (size_t t = 0; t < cands.size(); ++t) {
@@ -257,7 +257,7 @@ std::vector<double> WarmStart(const Problem& problem, const PackingModel& pm,
       for (const Candidate& k : cands[t])
         if (k.config == choice[t]) late += k.gpu_time;
     }
-    c = std::max(c, tau + late / (beta * problem.TotalGpus()));
+    c = std::max(c, tau + late / (beta * problem.UsableGpus()));
   }
   c = std::max(c, pack / (beta * static_cast<double>(problem.nodes.size())));
   x[static_cast<size_t>(pm.makespan_col)] = c * (1 + 1e-9);

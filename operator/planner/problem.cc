@@ -12,6 +12,11 @@ int Problem::TotalGpus() const {
   return total;
 }
 
+int Problem::UsableGpus() const {
+  int total = TotalGpus();
+  return gpu_cap > 0 ? std::min(gpu_cap, total) : total;
+}
+
 double RunSeconds(const Task& task, int config) {
   const Config& c = task.configs[static_cast<size_t>(config)];
   double seconds = task.work / c.throughput;
@@ -21,6 +26,7 @@ double RunSeconds(const Task& task, int config) {
 
 bool ConfigFits(const Problem& problem, const Config& config) {
   if (config.nodes < 1 || config.gpus < 1 || config.gpus % config.nodes != 0) return false;
+  if (problem.gpu_cap > 0 && config.gpus > problem.gpu_cap) return false;
   int hosts = 0;
   for (const Node& n : problem.nodes) {
     if (n.gpus >= config.GpusPerNode() && n.gpu_memory_gib >= config.memory_gib) ++hosts;
@@ -30,6 +36,8 @@ bool ConfigFits(const Problem& problem, const Config& config) {
 
 Status ValidateProblem(const Problem& problem) {
   if (problem.nodes.empty()) return InvalidArgumentError("nodes: must not be empty");
+  if (problem.gpu_cap < 0)
+    return InvalidArgumentError("gpuCap: must not be negative (0 means no cap)");
   for (size_t i = 0; i < problem.nodes.size(); ++i) {
     const Node& n = problem.nodes[i];
     std::string path = "nodes[" + std::to_string(i) + "]";
@@ -64,8 +72,10 @@ Status ValidateProblem(const Problem& problem) {
     bool fits = std::any_of(task.configs.begin(), task.configs.end(),
                             [&](const Config& c) { return ConfigFits(problem, c); });
     if (!fits)
-      return FailedPreconditionError("task " + task.name + " (" + path +
-                                     ") has no configuration that fits the cluster");
+      return FailedPreconditionError(
+          "task " + task.name + " (" + path + ") has no configuration that fits the cluster" +
+          (problem.gpu_cap > 0 ? " within the cap of " + std::to_string(problem.gpu_cap) + " GPUs"
+                               : std::string()));
   }
   return OkStatus();
 }

@@ -62,8 +62,13 @@ struct Problem {
   std::vector<Node> nodes;
   std::vector<Task> tasks;
   Objective objective = Objective::kMakespan;
+  // The most GPUs the tasks may hold at once, whatever the nodes offer: a job's
+  // gpuQuota. 0: no cap beyond the nodes.
+  int gpu_cap = 0;
 
   int TotalGpus() const;
+  // GPUs the tasks can hold at once: the nodes' total, or the cap when lower.
+  int UsableGpus() const;
 };
 
 // Seconds task `t` needs under config `c`, including the switch cost when it is
@@ -71,7 +76,7 @@ struct Problem {
 // scheduler, which knows the GPUs).
 double RunSeconds(const Task& task, int config);
 // Whether `config` can be placed on this cluster at all: enough nodes with
-// enough free GPUs and GPU memory.
+// enough free GPUs and GPU memory, and no more GPUs than the cap.
 bool ConfigFits(const Problem& problem, const Config& config);
 // InvalidArgument with a field path for malformed input; FailedPrecondition
 // naming the first task with no configuration that fits the cluster.

@@ -26,6 +26,7 @@
 #include <map>
 
 #include "operator/planner/baselines.h"
+#include "operator/planner/checker.h"
 #include "operator/planner/list_scheduler.h"
 #include "operator/planner/lower_bound.h"
 #include "operator/planner/milp.h"
@@ -271,6 +272,12 @@ StatusOr<Plan> SaturnPlanner::Solve(const Problem& problem, const PlanOptions& o
       run += task.running->switch_cost_s;
     a.end = a.start + run;
     for (const GpuSlot& g : a.gpus) free_at[g] = a.end;
+  }
+  // Saturn knows no cap on GPUs held at once (a job's quota): when its timing
+  // breaks one, the list scheduler re-times its choices in its order.
+  if (problem.gpu_cap > 0 && !CheckPlan(problem, plan).ok()) {
+    plan = ListSchedule(problem, choice, order);
+    plan.planner = "saturn";
   }
   // CBC's bound holds only for Saturn's restricted strategy set, not for the
   // problem, so the plan reports the problem's own bound.

@@ -48,6 +48,9 @@ StatusOr<Workload> ParseRoot(const YAML::Node& root) {
   if (w.gpus_per_node < 1) return InvalidArgumentError("cluster.gpusPerNode: must be positive");
   if (!(w.gpu_memory_gib > 0))
     return InvalidArgumentError("cluster.gpuMemoryGiB: must be positive");
+  ORRERY_RETURN_IF_ERROR(Read(cluster, "gpuQuota", "cluster", false, &w.problem.gpu_cap));
+  if (w.problem.gpu_cap < 0)
+    return InvalidArgumentError("cluster.gpuQuota: must not be negative (omit it for no quota)");
   for (int n = 0; n < nodes; ++n)
     w.problem.nodes.push_back({"node-" + std::to_string(n), w.gpus_per_node, w.gpu_memory_gib});
   std::string objective = "makespan";
@@ -169,8 +172,9 @@ std::string FormatWorkload(const Workload& w) {
     out << YAML::Key << "objective" << YAML::Value << "weightedCompletion";
   out << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap << YAML::Key << "nodes"
       << YAML::Value << w.problem.nodes.size() << YAML::Key << "gpusPerNode" << YAML::Value
-      << w.gpus_per_node << YAML::Key << "gpuMemoryGiB" << YAML::Value << w.gpu_memory_gib
-      << YAML::EndMap;
+      << w.gpus_per_node << YAML::Key << "gpuMemoryGiB" << YAML::Value << w.gpu_memory_gib;
+  if (w.problem.gpu_cap > 0) out << YAML::Key << "gpuQuota" << YAML::Value << w.problem.gpu_cap;
+  out << YAML::EndMap;
   out << YAML::Key << "tasks" << YAML::Value << YAML::BeginSeq;
   for (size_t t = 0; t < w.problem.tasks.size(); ++t) {
     const Task& task = w.problem.tasks[t];

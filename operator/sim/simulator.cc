@@ -118,6 +118,7 @@ class Sim {
 engine::WorldView Sim::View() const {
   engine::WorldView v;
   v.now = now_;
+  v.gpu_cap = w_.problem.gpu_cap;
   for (size_t n = 0; n < nodes_.size(); ++n)
     v.nodes.push_back(
         {nodes_[n].name, nodes_[n].gpus, nodes_[n].gpu_memory_gib, static_cast<bool>(alive_[n])});

@@ -264,6 +264,25 @@ TEST_F(ReconcilerPureTest, LaunchesFollowPlannedOrderAndEarlierTasksKeepTheirCla
   EXPECT_EQ(launches[0].task, 2u);
 }
 
+TEST_F(ReconcilerPureTest, LaunchesStopAtTheFirstTaskOverTheQuota) {
+  planner::Plan plan;
+  plan.assignments.resize(3);
+  plan.assignments[2] = {0, {{0, 0}, {0, 1}}, 0, 10};
+  plan.assignments[0] = {0, {{0, 2}, {0, 3}, {1, 0}}, 5, 20};
+  plan.assignments[1] = {0, {{1, 1}}, 8, 30};
+  std::vector<std::string> plan_nodes = {"a", "b"};
+  // 3 GPUs of quota left: task 2 (2 GPUs) starts; task 0 (3) is over what is
+  // left, and task 1 (1 GPU, planned after it) does not overtake it.
+  auto launches =
+      SelectLaunches(plan, plan_nodes, loaded_.tasks, {}, {{"a", 4}, {"b", 2}}, /*gpu_budget=*/3);
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].task, 2u);
+  launches = SelectLaunches(plan, plan_nodes, loaded_.tasks, {}, {{"a", 4}, {"b", 2}}, 6);
+  EXPECT_EQ(launches.size(), 3u);
+  launches = SelectLaunches(plan, plan_nodes, loaded_.tasks, {}, {{"a", 4}, {"b", 2}}, 0);
+  EXPECT_TRUE(launches.empty());
+}
+
 // An in-memory API server for the reconciler's writes: objects by resource and
 // key, every create and delete recorded. Reads go to the caches the test fills,
 // never here, except the profile ConfigMap the reconciler re-reads to merge.
@@ -586,6 +605,89 @@ TEST_F(ReconcileTest, ADeletedJobEndsTheWorkAndForgetsItsEngine) {
   EXPECT_FALSE(r->requeue);
   EXPECT_EQ(r->requeue_after.count(), 0);
   EXPECT_EQ(reconciler_->Solves(key_), 0);
+}
+
+// The job's gpuQuota caps the GPUs all its gangs hold at once (2 here, on a
+// cluster of 4), through the plan and through every launch.
+TEST_F(ReconcileTest, TheQuotaCapsGpusHeldAcrossTheJobsTasks) {
+  loaded_.job.spec.resources.gpu_quota = 2;
+  PutJob();
+  auto held = [&] {
+    int gpus = 0;
+    for (const kube::ObjectPtr& p : pods_.List()) {
+      std::string phase = (*p)["status"]["phase"];
+      if (phase != "Succeeded" && phase != "Failed") ++gpus;  // one GPU per rank
+    }
+    return gpus;
+  };
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  EXPECT_EQ(PodsCreated(), 2u);
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());  // the cache has not caught up
+  EXPECT_EQ(PodsCreated(), 2u);
+  SyncPods("Running");
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  EXPECT_EQ(PodsCreated(), 2u);
+  EXPECT_EQ(held(), 2);
+  // Gangs finish one pass at a time; the next start only within the quota.
+  for (int round = 0; round < 4 && PodsCreated() < 6; ++round) {
+    for (const kube::ObjectPtr& p : pods_.List()) {
+      kube::Object done = *p;
+      done["status"]["phase"] = "Succeeded";
+      pods_.Upsert(std::make_shared<const kube::Object>(done));
+    }
+    ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+    for (const kube::Object& p : client_.Pods("Running")) {
+      if (!pods_.Get(kube::KeyOf(p))) pods_.Upsert(std::make_shared<const kube::Object>(p));
+    }
+    EXPECT_LE(held(), 2) << "round " << round;
+  }
+  EXPECT_GT(PodsCreated(), 2u);  // the rest of the work did start as GPUs came back
+}
+
+// A running gang that an adopted plan moves is stopped gracefully (its ranks
+// checkpoint on SIGTERM and exit 0) and relaunched in its new configuration; its
+// preempted ranks are not mistaken for a finished task.
+TEST_F(ReconcileTest, APlanThatMovesARunningGangStopsItAndRelaunchesItThere) {
+  api::ModelSelectionJobStatus status;
+  for (size_t t : {1u, 2u}) {
+    api::TaskStatus done;
+    done.name = loaded_.tasks[t].name;
+    done.state = api::TaskState::kSucceeded;
+    status.tasks.push_back(done);
+  }
+  loaded_.job.status = status;
+  PutJob();
+  const std::string task = loaded_.tasks[0].name;
+  // Left running on one GPU by an earlier operator; two would halve its time.
+  std::vector<Json> gang = GangPods(0, {"a"}, "Running");
+  for (const Json& p : gang) {
+    pods_.Upsert(Ptr(p));
+    ASSERT_TRUE(client_.Create(kube::Pods(), "team-a", *Ptr(p)).ok());
+  }
+  const size_t existing = PodsCreated();
+  options_.engine.switch_cost_s = 0.5;
+  Reconciler reconciler(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  std::string rank0 = "pods/team-a/" + GangPodName("sweep", task, 0, 0);
+  EXPECT_NE(std::find(client_.deleted.begin(), client_.deleted.end(), rank0),
+            client_.deleted.end());
+  EXPECT_EQ(PodsCreated(), existing) << "its rank still holds the GPU until it is gone";
+  ASSERT_FALSE(client_.statuses.empty());
+  // The rank checkpointed and exited 0 while being deleted: a preemption.
+  pods_.Upsert(Ptr(testing::MakePod(gang[0]).Phase("Succeeded").Deleting().json()));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  ASSERT_FALSE(client_.statuses.empty());
+  for (const auto& t : client_.statuses.back()["tasks"]) {
+    if (t["name"] == task) {
+      EXPECT_EQ(t["state"], "Rescaling") << t.dump();
+    }
+  }
+  std::vector<std::string> relaunched;
+  for (const kube::Object& p : client_.Pods("Pending")) {
+    if (p["metadata"]["annotations"][kGenerationAnnotation] == "1")
+      relaunched.push_back(p["metadata"]["name"]);
+  }
+  EXPECT_EQ(relaunched.size(), 2u) << "relaunched as ddp x 2, one generation later";
 }
 
 TEST_F(ReconcilerPureTest, ElasticConfigsCarryTheirBatchAndSoDoMissingKeys) {

@@ -65,6 +65,10 @@ TEST_F(StatusTest, GangPhases) {
             GangPhase::kPartial);
   EXPECT_EQ(phase({Bound(pods[0], "Running"), MakePod(Bound(pods[1], "Running")).Deleting()}),
             GangPhase::kPartial);
+  // Ranks stopped by a delete checkpoint and exit 0: a preemption, never a success.
+  EXPECT_EQ(phase({MakePod(Bound(pods[0], "Succeeded")).Deleting(),
+                   MakePod(Bound(pods[1], "Succeeded")).Deleting()}),
+            GangPhase::kFailed);
 }
 
 TEST_F(StatusTest, LostNodeAndFailureReasons) {
@@ -198,6 +202,30 @@ TEST_F(StatusTest, SucceededFailedSuspendedAndProfiling) {
   EXPECT_EQ(p.phase, api::Phase::kProfiling);
   EXPECT_EQ(p.tasks[2].state, api::TaskState::kProfiling);
   EXPECT_EQ(p.tasks[0].state, api::TaskState::kPending);
+}
+
+TEST_F(StatusTest, AGangStoppedForANewPlanIsRescalingAndNotDegraded) {
+  auto pods = Gang(0, 3, {"n1", "n2"});
+  auto obs = ObserveTasks({MakePod(Bound(pods[0], "Succeeded")).Deleting(),
+                           MakePod(Bound(pods[1], "Running")).Deleting()});
+  StatusInput in;
+  in.job = &loaded_.job;
+  in.tasks = &loaded_.tasks;
+  in.observed = &obs;
+  in.now = "2026-01-01T00:00:00Z";
+  in.max_restarts = 3;  // generation 3 would be the last for a failing gang
+  in.replanned = {GangLabelValue("mlp-lr-1e-3", 3)};
+  api::ModelSelectionJobStatus s = BuildJobStatus(in);
+  EXPECT_EQ(s.tasks[0].state, api::TaskState::kRescaling);
+  EXPECT_NE(s.tasks[0].message.find("new plan"), std::string::npos) << s.tasks[0].message;
+  for (const api::Condition& c : s.conditions) {
+    if (c.type == "Degraded") {
+      EXPECT_EQ(c.status, "False") << c.message;
+    }
+  }
+  in.replanned.clear();  // the same pods, not stopped by a plan: a failure
+  s = BuildJobStatus(in);
+  EXPECT_EQ(s.tasks[0].state, api::TaskState::kFailed);
 }
 
 TEST_F(StatusTest, ConditionsKeepTheirTransitionTimeAndProgressIsCarried) {

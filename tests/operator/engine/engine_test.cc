@@ -130,5 +130,58 @@ TEST(EngineTest, RunningTaskIsNotMovedForNothing) {
   EXPECT_EQ(d->plan.assignments[0].gpus, (std::vector<planner::GpuSlot>{{0, 0}, {0, 1}}));
 }
 
+// A forced re-plan (here a capacity change) may find a slightly better plan that
+// moves a running task; the move costs a checkpoint and restart, so the task is
+// kept unless moving it beats keeping it by the adoption threshold.
+TEST(EngineTest, ForcedReplanMovesARunningTaskOnlyForARealGain) {
+  WorldView w;
+  w.now = 0;
+  w.nodes = {{"a", 4, 40, true}};
+  TaskView t;
+  t.name = "t";
+  t.remaining_work = 1000;
+  // 1 GPU: 10 samples/s (100 s); 4 GPUs: 10.4 (96 s, before the switch cost).
+  t.profile = {Cfg(1, 10), Cfg(4, 10.4)};
+  t.running = RunningView{0, {{0, 0}}};
+  w.tasks.push_back(t);
+  EngineOptions o = Options();
+  o.switch_cost_s = 1;
+  {
+    Engine engine(o, nullptr);
+    auto d = engine.Decide(w, Trigger::kCapacityChanged);
+    ASSERT_TRUE(d.ok());
+    ASSERT_TRUE(d->adopted);
+    EXPECT_EQ(d->plan.assignments[0].config, 0) << "a 3% gain does not stop a running task";
+    EXPECT_EQ(d->plan.assignments[0].gpus, (std::vector<planner::GpuSlot>{{0, 0}}));
+  }
+  w.tasks[0].profile[1].throughput = 40;  // 4 GPUs now 25 s + 1 s: well worth a restart
+  {
+    Engine engine(o, nullptr);
+    auto d = engine.Decide(w, Trigger::kCapacityChanged);
+    ASSERT_TRUE(d.ok());
+    ASSERT_TRUE(d->adopted);
+    EXPECT_EQ(d->plan.assignments[0].config, 1);
+  }
+}
+
+TEST(EngineTest, QuotaCapsThePlan) {
+  Engine engine(Options(), nullptr);
+  WorldView w = TwoNodes();  // 4 GPUs, three tasks that would each like 2
+  w.gpu_cap = 2;
+  auto d = engine.Decide(w, Trigger::kStart);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(d->adopted);
+  RemainingProblem rp = BuildRemainingProblem(w, 50);
+  EXPECT_EQ(rp.problem.gpu_cap, 2);
+  planner::Plan local = d->plan;
+  for (planner::Assignment& a : local.assignments) {
+    a.start -= w.now;
+    a.end -= w.now;
+  }
+  EXPECT_TRUE(planner::CheckPlan(rp.problem, local).ok()) << planner::CheckPlan(rp.problem, local);
+  // 600 samples at 1 sample/s per GPU on 2 GPUs: at least 300 s.
+  EXPECT_GE(d->plan.makespan - w.now, 300 - 1e-6);
+}
+
 }  // namespace
 }  // namespace orrery::engine

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "operator/planner/checker.h"
+#include "operator/planner/planner.h"
 #include "tests/operator/planner/testing_problems.h"
 
 namespace orrery::planner {
@@ -76,6 +77,79 @@ TEST(ListSchedulerTest, BestListScheduleIsNoWorseThanAnyRule) {
   for (OrderRule r : {OrderRule::kLongestFirst, OrderRule::kWidestFirst,
                       OrderRule::kMostGpuTimeFirst, OrderRule::kArrivalThenLongest}) {
     EXPECT_LE(best.makespan, ListSchedule(p, choice, OrderTasks(p, choice, r)).makespan);
+  }
+}
+
+// A job's quota caps the GPUs its tasks hold at once, whatever the nodes offer.
+TEST(ListSchedulerTest, CapHoldsTasksBackUntilGpusComeBack) {
+  Problem p = Cluster(2, 4);
+  p.gpu_cap = 3;
+  p.tasks.push_back(MakeTask("a", 100, {Cfg("ddp", 2, 10)}));  // 10 s
+  p.tasks.push_back(MakeTask("b", 100, {Cfg("ddp", 1, 20)}));  // 5 s
+  p.tasks.push_back(MakeTask("c", 100, {Cfg("ddp", 2, 20)}));  // 5 s
+  for (Placement pl : {Placement::kBackfill, Placement::kAppend}) {
+    Plan plan = ListSchedule(p, {0, 0, 0}, {0, 1, 2}, pl);
+    ASSERT_TRUE(CheckPlan(p, plan).ok()) << CheckPlan(p, plan);
+    EXPECT_DOUBLE_EQ(plan.assignments[0].start, 0);
+    EXPECT_DOUBLE_EQ(plan.assignments[1].start, 0);   // 2 + 1 = 3 GPUs: at the cap
+    EXPECT_DOUBLE_EQ(plan.assignments[2].start, 10);  // b frees 1 at 5, a frees 2 at 10
+    EXPECT_DOUBLE_EQ(plan.makespan, 15);
+  }
+  p.gpu_cap = 0;  // the same problem without a quota runs all three at once
+  Plan free = ListSchedule(p, {0, 0, 0}, {0, 1, 2});
+  EXPECT_DOUBLE_EQ(free.makespan, 10);
+}
+
+TEST(ListSchedulerTest, CapCountsRunningTasksPinnedOnTheirGpus) {
+  Problem p = Cluster(1, 8);
+  p.gpu_cap = 4;
+  p.tasks.push_back(MakeTask("running", 100, {Cfg("ddp", 3, 10)}));  // 10 s
+  p.tasks[0].running = RunningState{0, {{0, 0}, {0, 1}, {0, 2}}, 50};
+  p.tasks.push_back(MakeTask("new", 100, {Cfg("ddp", 2, 50)}));
+  for (Placement pl : {Placement::kBackfill, Placement::kAppend}) {
+    Plan plan = ListSchedule(p, {0, 0}, {1, 0}, pl);
+    ASSERT_TRUE(CheckPlan(p, plan).ok()) << CheckPlan(p, plan);
+    EXPECT_DOUBLE_EQ(plan.assignments[0].start, 0);
+    EXPECT_DOUBLE_EQ(plan.assignments[1].start, 10);
+  }
+}
+
+TEST(ListSchedulerTest, CheckerRejectsAPlanOverTheCap) {
+  Problem p = Cluster(1, 4);
+  p.tasks.push_back(MakeTask("a", 100, {Cfg("ddp", 2, 10)}));
+  p.tasks.push_back(MakeTask("b", 100, {Cfg("ddp", 2, 10)}));
+  Plan plan = ListSchedule(p, {0, 0}, {0, 1});
+  ASSERT_TRUE(CheckPlan(p, plan).ok());
+  p.gpu_cap = 3;
+  Status s = CheckPlan(p, plan);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("over the cap of 3"), std::string::npos) << s;
+  // Back to back is fine: a GPU handed over at 10 s is not held twice.
+  plan.assignments[1].start = 10;
+  plan.assignments[1].end = 20;
+  EXPECT_TRUE(CheckPlan(p, plan).ok()) << CheckPlan(p, plan);
+}
+
+TEST(ListSchedulerTest, EveryPlannerKeepsToTheCap) {
+  Problem p = Cluster(2, 4);
+  p.gpu_cap = 4;
+  for (int i = 0; i < 6; ++i) {
+    p.tasks.push_back(MakeTask("t" + std::to_string(i), 100 * (i + 1),
+                               {Cfg("ddp", 1, 10), Cfg("ddp", 2, 18), Cfg("fsdp", 4, 30)}));
+  }
+  // Over the cap, and it is rejected as such rather than planned.
+  Problem wide = p;
+  wide.tasks.push_back(MakeTask("wide", 100, {Cfg("fsdp", 8, 80, 10, 2)}));
+  for (const std::string& name : PlannerNames()) {
+    auto plan = (*MakePlanner(name))->Solve(p, PlanOptions{});
+    ASSERT_TRUE(plan.ok()) << name << ": " << plan.status();
+    EXPECT_TRUE(CheckPlan(p, *plan).ok()) << name << ": " << CheckPlan(p, *plan);
+    // 2100 samples of work at best 10 samples/s per GPU over 4 GPUs.
+    EXPECT_GE(plan->lower_bound, 2100.0 / 40 - 1e-9) << name;
+    auto over = (*MakePlanner(name))->Solve(wide, PlanOptions{});
+    EXPECT_EQ(over.status().code(), StatusCode::kFailedPrecondition) << name;
+    EXPECT_NE(over.status().message().find("within the cap of 4 GPUs"), std::string::npos)
+        << over.status();
   }
 }
 
