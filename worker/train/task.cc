@@ -182,18 +182,103 @@ void MetricsDefaultsFromEnvironment(MetricsConfig& m,
   fill(m.task, "ORRERY_TASK");
 }
 
-double LearningRate(double base, const ScheduleConfig& s, int64_t step, int64_t total) {
-  if (s.warmup_steps > 0 && step < s.warmup_steps) {
-    return base * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
-  }
-  if (s.decay == "constant" || total <= s.warmup_steps) return base;
-  double progress = static_cast<double>(step - s.warmup_steps) /
-                    static_cast<double>(std::max<int64_t>(1, total - s.warmup_steps));
+namespace {
+
+// The schedule in any one unit: the rate of the step that starts at `at` and ends
+// at `next`, with `warmup` of warm-up and `total` in all. Integral arguments give
+// exactly what integer steps would (doubles hold integers below 2^53 exactly).
+double RateAt(double base, const ScheduleConfig& s, double at, double next, double warmup,
+              double total) {
+  // A step that straddles the warm-up's end (after a change of batch) is capped.
+  if (warmup > 0 && at < warmup) return base * std::min(next, warmup) / warmup;
+  if (s.decay == "constant" || total <= warmup) return base;
+  double progress = (at - warmup) / std::max(1.0, total - warmup);
   progress = std::clamp(progress, 0.0, 1.0);
   double min_lr = base * s.min_lr_ratio;
   if (s.decay == "linear") return base - (base - min_lr) * progress;
   // Cosine annealing (Loshchilov & Hutter 2017, SGDR) without restarts.
   return min_lr + 0.5 * (base - min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+}  // namespace
+
+double LearningRate(double base, const ScheduleConfig& s, int64_t step, int64_t total) {
+  return RateAt(base, s, static_cast<double>(step), static_cast<double>(step + 1),
+                static_cast<double>(s.warmup_steps), static_cast<double>(total));
+}
+
+ScheduleClock::ScheduleClock(const ScheduleConfig& schedule, int64_t batch, int64_t steps)
+    : batch_(std::max<int64_t>(1, batch)) {
+  to_samples_ = std::max<int64_t>(0, steps) * batch_;
+  to_position_ = static_cast<double>(to_samples_);
+  warmup_ = static_cast<double>(schedule.warmup_steps * batch_);
+}
+
+ScheduleClock ScheduleClock::Resume(const ScheduleConfig& schedule, int64_t batch, int64_t steps,
+                                    int64_t step, int64_t samples,
+                                    const std::map<std::string, double>& saved) {
+  auto get = [&](const char* key, double fallback) {
+    auto it = saved.find(key);
+    return it == saved.end() ? fallback : it->second;
+  };
+  ScheduleClock c;
+  c.batch_ = std::max<int64_t>(1, batch);
+  c.from_samples_ = samples;
+  c.to_samples_ = samples + std::max<int64_t>(0, steps - step) * c.batch_;
+  const double here = static_cast<double>(samples);
+  double saved_batch = get("global_batch", static_cast<double>(c.batch_));
+  if (saved_batch <= 0) saved_batch = static_cast<double>(c.batch_);
+  const double position = get("schedule_position", here);
+  // An older checkpoint's schedule ended where its run would have, at its batch.
+  const double total =
+      get("schedule_total", here + static_cast<double>(steps - step) * saved_batch);
+  const double warmup =
+      get("warmup_samples",
+          get("warmup_steps", static_cast<double>(schedule.warmup_steps)) * saved_batch);
+  if (saved_batch == static_cast<double>(c.batch_) && position == here) {
+    // Never changed batch: the step-indexed schedule of the flags as given.
+    c.from_position_ = here;
+    c.to_position_ = static_cast<double>(c.to_samples_);
+    c.warmup_ = static_cast<double>(schedule.warmup_steps * c.batch_);
+    c.identity_ = true;
+  } else if (position < total && c.to_samples_ > samples) {
+    c.from_position_ = position;
+    c.to_position_ = total;
+    c.warmup_ = warmup;
+    c.identity_ = position == here && total == static_cast<double>(c.to_samples_);
+  } else {
+    // The checkpoint's schedule had ended (a budget extended past it) or nothing
+    // is left to train: a schedule over this run's budget, warm-up as it was.
+    c.from_position_ = here;
+    c.to_position_ = static_cast<double>(c.to_samples_);
+    c.warmup_ = warmup;
+    c.identity_ = true;
+  }
+  return c;
+}
+
+double ScheduleClock::Position(int64_t samples) const {
+  if (identity_) return static_cast<double>(samples);
+  if (samples <= from_samples_) return from_position_;
+  if (samples >= to_samples_) return to_position_;  // exactly the end, no rounding
+  const double done = static_cast<double>(samples - from_samples_) /
+                      static_cast<double>(to_samples_ - from_samples_);
+  return from_position_ + (to_position_ - from_position_) * done;
+}
+
+double ScheduleClock::Rate(double base_lr, const ScheduleConfig& schedule, int64_t samples) const {
+  // Counted in steps of this run's batch, so that an unchanged run computes the
+  // very numbers LearningRate does.
+  const double unit = static_cast<double>(batch_);
+  return RateAt(base_lr, schedule, Position(samples) / unit, Position(samples + batch_) / unit,
+                warmup_ / unit, to_position_ / unit);
+}
+
+void ScheduleClock::Save(int64_t samples, std::map<std::string, double>& lr_schedule) const {
+  lr_schedule["samples"] = static_cast<double>(samples);
+  lr_schedule["schedule_position"] = Position(samples);
+  lr_schedule["schedule_total"] = to_position_;
+  lr_schedule["warmup_samples"] = warmup_;
 }
 
 namespace {

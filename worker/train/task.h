@@ -100,6 +100,55 @@ void MetricsDefaultsFromEnvironment(MetricsConfig& metrics,
 // rate, then constant, cosine or linear decay to min_lr_ratio × base.
 double LearningRate(double base_lr, const ScheduleConfig& schedule, int64_t step, int64_t total);
 
+// Where a run stands in its learning-rate schedule (issue #10). The schedule is
+// laid out in samples: warm-up over its first warmup_samples(), decay until
+// total_samples(). A run that has never changed its global batch reads it at the
+// samples it has consumed, so step k gets LearningRate(base, schedule, k, steps)
+// bit for bit. A resume at another global batch keeps the schedule where the
+// checkpoint left it and spreads the rest of it evenly over the samples this run
+// still trains on (from the checkpoint's to the end of its last step): the rate,
+// before the batch rule rescales it, does not jump at the change, the warm-up
+// keeps its length in samples, and the schedule ends exactly when the run does,
+// whatever rounding the new --steps carries. Pure (no torch).
+class ScheduleClock {
+ public:
+  // A fresh run of `steps` steps of `batch` samples; warm-up of
+  // schedule.warmup_steps steps.
+  ScheduleClock(const ScheduleConfig& schedule, int64_t batch, int64_t steps);
+
+  // A run of `steps` steps in all (counted from step 0 across resumes) at `batch`,
+  // resuming at `step` with `samples` consumed, from a checkpoint whose
+  // lr_schedule entries are `saved` (Save's; a checkpoint that lacks them, from
+  // an older trainer, resumes as if it had never changed batch). A checkpoint
+  // whose schedule had already ended lays a new one over this run's budget.
+  static ScheduleClock Resume(const ScheduleConfig& schedule, int64_t batch, int64_t steps,
+                              int64_t step, int64_t samples,
+                              const std::map<std::string, double>& saved);
+
+  // The rate of the step that starts with `samples` consumed (warm-up reads
+  // where the step ends, decay where it starts, as LearningRate does).
+  double Rate(double base_lr, const ScheduleConfig& schedule, int64_t samples) const;
+  // The schedule's position, in schedule samples, after `samples` consumed.
+  double Position(int64_t samples) const;
+  // Adds this clock's entries, at `samples` consumed, to a checkpoint's
+  // lr_schedule: "samples", "schedule_position", "schedule_total",
+  // "warmup_samples".
+  void Save(int64_t samples, std::map<std::string, double>& lr_schedule) const;
+
+  double warmup_samples() const { return warmup_; }
+  double total_samples() const { return to_position_; }
+  // The samples consumed when the run's last step ends.
+  int64_t end_samples() const { return to_samples_; }
+
+ private:
+  ScheduleClock() = default;
+  int64_t batch_ = 1;
+  int64_t from_samples_ = 0, to_samples_ = 0;   // what this run trains on
+  double from_position_ = 0, to_position_ = 0;  // where they fall in the schedule
+  double warmup_ = 0;                           // in schedule samples
+  bool identity_ = true;                        // position == samples consumed
+};
+
 // Global batches in the order data::GlobalOrder gives (every rank builds the same
 // global batch; the template slices its data-parallel share). MLP models draw
 // seeded synthetic features instead, indexed by the step.

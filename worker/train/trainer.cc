@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -13,6 +14,7 @@
 #include "worker/checkpoint/store.h"
 #include "worker/checkpoint/torch_adapter.h"
 #include "worker/checkpoint/writer.h"
+#include "worker/train/metrics_export.h"
 
 namespace orrery::train {
 namespace {
@@ -49,7 +51,7 @@ uint64_t DirBytes(const std::string& dir) {
 class Run {
  public:
   Run(TaskConfig task, dist::Rendezvous* rdv, std::ostream& out, const std::atomic<bool>* stop,
-      metrics::WorkerRecorder* metrics)
+      TrainRecorder* metrics)
       : task_(std::move(task)), rdv_(rdv), out_(out), stop_(stop), metrics_(metrics) {
     rank_ = rdv == nullptr ? 0 : rdv->config().rank;
     world_ = rdv == nullptr ? 1 : rdv->config().world_size;
@@ -65,15 +67,16 @@ class Run {
       for (int r = 0; r < world_; ++r) all.push_back(r);
       ORRERY_ASSIGN_OR_RETURN(world_comm_, rdv_->NewGroup("trainer", all));
     }
-    int64_t total = task_.steps;
-    if (task_.epochs > 0)
-      total = std::max<int64_t>(1, task_.epochs * batches_->NumSamples() / task_.global_batch);
     base_lr_ = task_.optimizer.lr;
     if (!task_.checkpoint_dir.empty())
       store_ = std::make_unique<checkpoint::CheckpointStore>(task_.checkpoint_dir, task_.keep);
     ORRERY_ASSIGN_OR_RETURN(auto built, model::BuildModel(task_.model));
     // After every model build: a resume restores the RNG state last.
     if (store_ && task_.resume) ORRERY_RETURN_IF_ERROR(Resume());
+    const int64_t total = TotalSteps();
+    clock_ = resumed_ ? ScheduleClock::Resume(task_.schedule, task_.global_batch, total, step_,
+                                              batches_->cursor().Position(), resumed_schedule_)
+                      : ScheduleClock(task_.schedule, task_.global_batch, total);
     // What this rank trains on per step: its data-parallel share of the batch.
     const double rank_samples = static_cast<double>(task_.global_batch) /
                                 static_cast<double>(std::max(1, strategy_->Info().layout.dp));
@@ -99,7 +102,7 @@ class Run {
         status = "preempted";
         break;
       }
-      double lr = LearningRate(base_lr_, task_.schedule, step_, total);
+      double lr = clock_->Rate(base_lr_, task_.schedule, batches_->cursor().Position());
       result_.lrs.push_back(lr);
       result_.positions.push_back(batches_->cursor().Position());
       strategy_->SetLearningRate(lr);
@@ -146,6 +149,7 @@ class Run {
     result_.status = status;
     result_.step = step_;
     result_.base_lr = base_lr_;
+    result_.steps = total;
     Emit({{"event", "done"},
           {"status", status},
           {"step", step_},
@@ -162,6 +166,21 @@ class Run {
   void Emit(const Json& j) {
     if (rank_ != 0) return;
     out_ << j.dump() << std::endl;
+  }
+
+  // The run's budget in optimizer steps, counted from step 0 across resumes.
+  // --epochs: the steps that finish the epochs' samples at this batch; after a
+  // change of batch, from the samples consumed at the old one.
+  int64_t TotalSteps() const {
+    if (task_.epochs <= 0) return task_.steps;
+    const int64_t budget = task_.epochs * batches_->NumSamples();
+    auto saved = resumed_schedule_.find("global_batch");
+    if (resumed_ && saved != resumed_schedule_.end() &&
+        saved->second != static_cast<double>(task_.global_batch)) {
+      const int64_t left = std::max<int64_t>(0, budget - batches_->cursor().Position());
+      return step_ + left / task_.global_batch;
+    }
+    return std::max<int64_t>(1, budget / task_.global_batch);
   }
 
   StatusOr<bool> AnyRankStopping() {
@@ -192,6 +211,7 @@ class Run {
     result_.checkpoint = dir;
     const double seconds = Seconds(t0);
     if (metrics_ != nullptr && metrics_->task_level()) {
+      metrics_->RecordCheckpointSamples(batches_->cursor().Position());
       metrics_->RecordCheckpoint(metrics::WorkerRecorder::CheckpointOp::kSave, step_, seconds,
                                  DirBytes(dir));
     }
@@ -242,6 +262,7 @@ class Run {
     info.lr_schedule = {{"base_lr", base_lr_},
                         {"global_batch", static_cast<double>(task_.global_batch)},
                         {"warmup_steps", static_cast<double>(task_.schedule.warmup_steps)}};
+    clock_->Save(batches_->cursor().Position(), info.lr_schedule);
     info.dataset = batches_->cursor();
     info.extra = {{"template", task_.strategy.name},
                   {"model", task_.model.kind},
@@ -295,9 +316,12 @@ class Run {
     ResumeLearningRate(meta.info.lr_schedule);
     ORRERY_RETURN_IF_ERROR(batches_->Seek(meta.info.dataset));
     step_ = meta.info.step;
+    resumed_ = true;
+    resumed_schedule_ = meta.info.lr_schedule;
     result_.resumed_from_step = step_;
     result_.checkpoint = reader->dir();
     if (metrics_ != nullptr && metrics_->task_level()) {
+      metrics_->RecordCheckpointSamples(meta.info.dataset.Position());
       metrics_->RecordCheckpoint(metrics::WorkerRecorder::CheckpointOp::kLoad, step_, Seconds(t0),
                                  DirBytes(reader->dir()));
     }
@@ -322,20 +346,23 @@ class Run {
   dist::Rendezvous* rdv_;
   std::ostream& out_;
   const std::atomic<bool>* stop_;
-  metrics::WorkerRecorder* metrics_;
+  TrainRecorder* metrics_;
   int rank_ = 0, world_ = 1;
   std::unique_ptr<BatchSource> batches_;
   std::unique_ptr<parallel::Strategy> strategy_;
   std::unique_ptr<dist::Communicator> world_comm_;
   std::unique_ptr<checkpoint::CheckpointStore> store_;
   int64_t step_ = 0;
+  bool resumed_ = false;
+  std::map<std::string, double> resumed_schedule_;  // the checkpoint's lr_schedule
+  std::optional<ScheduleClock> clock_;
   TrainResult result_;
 };
 
 }  // namespace
 
 StatusOr<TrainResult> Train(TaskConfig task, dist::Rendezvous* rendezvous, std::ostream& out,
-                            const std::atomic<bool>* stop, metrics::WorkerRecorder* metrics) {
+                            const std::atomic<bool>* stop, TrainRecorder* metrics) {
   Run run(std::move(task), rendezvous, out, stop, metrics);
   auto r = run.Go();
   if (!r.ok() && (rendezvous == nullptr || rendezvous->config().rank == 0)) {

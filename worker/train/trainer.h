@@ -23,11 +23,19 @@
 // Checkpoints go through worker/checkpoint's CheckpointStore and hold the whole
 // training state: parameters ("model/<name>"), optimizer state
 // ("optim/<slot>/<name>", "optim/step"), the step, the schedule (base_lr and the
-// global batch it belongs to), the dataset cursor and rank 0's CPU RNG state
+// global batch it belongs to, and ScheduleClock's position in samples; task.h),
+// the dataset cursor (its position is the samples consumed) and rank 0's CPU RNG state
 // (blob "rng/cpu"). The state is gathered from whatever layout is running and
 // rank 0 writes it whole (layout 1×1×1, specs carrying each parameter's tp_dim);
 // a resume loads it through LoadTensors and each rank keeps its slice, so any
 // later layout continues the same optimizer trajectory.
+//
+// A resume at another global batch (elastic scaling, issue #10) continues the
+// cursor at the exact sample it stopped at, rescales the checkpoint's base rate
+// by --lr-scaling, and moves the schedule by samples rather than steps
+// (ScheduleClock): the rate does not jump at the change and the schedule ends
+// with the run's last step. --steps keeps counting steps from step 0 across the
+// change; with --epochs, the steps that finish the epochs' samples.
 #pragma once
 
 #include <atomic>
@@ -37,11 +45,9 @@
 #include "worker/dist/communicator.h"
 #include "worker/train/task.h"
 
-namespace orrery::metrics {
-class WorkerRecorder;
-}
-
 namespace orrery::train {
+
+class TrainRecorder;  // metrics_export.h
 
 struct TrainResult {
   std::string status;  // completed | preempted
@@ -53,15 +59,16 @@ struct TrainResult {
   double base_lr = 0.0;            // after any --lr-scaling on resume
   std::vector<double> lrs;         // the rate of every step this process ran
   std::vector<int64_t> positions;  // dataset cursor Position() before each step
+  int64_t steps = 0;               // the run's budget in steps (from step 0)
 };
 
 // `stop` (may be null) is polled between steps; when any rank sees it set, all
 // ranks checkpoint (if a directory is configured) and return "preempted".
 // `metrics` (may be null; see metrics_export.h) gets every step's time, this
 // rank's samples (its data-parallel share of the global batch) and loss, the
-// throughput at each report, checkpoint saves and the resume's load.
+// throughput at each report, checkpoint saves and the resume's load, with the
+// samples consumed at each.
 StatusOr<TrainResult> Train(TaskConfig task, dist::Rendezvous* rendezvous, std::ostream& out,
-                            const std::atomic<bool>* stop,
-                            metrics::WorkerRecorder* metrics = nullptr);
+                            const std::atomic<bool>* stop, TrainRecorder* metrics = nullptr);
 
 }  // namespace orrery::train

@@ -1,7 +1,8 @@
 // A training rank's /metrics as a scraper sees it: a tiny model trains on one
 // thread while this one scrapes over HTTP; after the last step every worker
 // metric carries the run's exact figures and the task's labels; a resume sets
-// the checkpoint step and records the load; with two data-parallel ranks each
+// the checkpoint step and samples and records the load; the checkpoint's samples
+// stay exact across a change of global batch; with two data-parallel ranks each
 // exports its own share and only rank 0 the task's series.
 #include "worker/train/metrics_export.h"
 
@@ -102,6 +103,9 @@ TEST(MetricsExportTest, ScrapedDuringAndAfterTrainingWithTheRunsFigures) {
     if (auto ckpt = ValueOf(samples, "orrery_worker_checkpoint_step", kTask)) {
       EXPECT_TRUE(*ckpt == 5 || *ckpt == 10 || *ckpt == 12) << *ckpt;
     }
+    if (auto ckpt = ValueOf(samples, "orrery_worker_checkpoint_samples", kTask)) {
+      EXPECT_TRUE(*ckpt == 40 || *ckpt == 80 || *ckpt == 96) << *ckpt;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));  // leave the core to training
   }
   trainer.join();
@@ -123,6 +127,7 @@ TEST(MetricsExportTest, ScrapedDuringAndAfterTrainingWithTheRunsFigures) {
   EXPECT_NEAR(*loss, result->loss, 1e-6 * std::abs(result->loss));
   // Periodic at 5 and 10, final at 12.
   EXPECT_EQ(ValueOf(samples, "orrery_worker_checkpoint_step", kTask), 12);
+  EXPECT_EQ(ValueOf(samples, "orrery_worker_checkpoint_samples", kTask), 12 * 8);
   EXPECT_EQ(ValueOf(samples, "orrery_worker_checkpoint_duration_seconds_count",
                     With(kTask, "op", "save")),
             3);
@@ -164,6 +169,7 @@ TEST(MetricsExportTest, ResumeSetsTheCheckpointStepAndRecordsTheLoad) {
   auto samples = Scrape((*exported)->port());
   EXPECT_EQ(ValueOf(samples, "orrery_worker_step", kTask), 4);
   EXPECT_EQ(ValueOf(samples, "orrery_worker_checkpoint_step", kTask), 4);
+  EXPECT_EQ(ValueOf(samples, "orrery_worker_checkpoint_samples", kTask), 4 * 8);
   EXPECT_EQ(ValueOf(samples, "orrery_worker_checkpoint_duration_seconds_count",
                     With(kTask, "op", "load")),
             1);
@@ -171,6 +177,34 @@ TEST(MetricsExportTest, ResumeSetsTheCheckpointStepAndRecordsTheLoad) {
             static_cast<double>(DirBytes(first->checkpoint)));
   EXPECT_EQ(ValueOf(samples, "orrery_worker_samples_total", With(kTask, "rank", "0")), 0);
   EXPECT_TRUE(Select(samples, "orrery_worker_loss").empty());  // no step ran here
+}
+
+TEST(MetricsExportTest, CheckpointSamplesAreExactAcrossABatchChange) {
+  testing_worker::TempDir dir;
+  TaskConfig t = TinyGpt();
+  t.steps = 4;
+  t.checkpoint_dir = dir.path();
+  std::ostringstream sink;
+  ASSERT_TRUE(Train(t, nullptr, sink, nullptr).ok());  // 4 steps of 8
+
+  TaskConfig wider = t;
+  wider.global_batch = 16;
+  wider.steps = 6;
+  wider.schedule.lr_scaling = "linear";
+  auto exported = MetricsExport::Start(t.metrics, 0, sink);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  auto second = Train(wider, nullptr, sink, nullptr, &(*exported)->recorder());
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto samples = Scrape((*exported)->port());
+  EXPECT_EQ(ValueOf(samples, "orrery_worker_checkpoint_step", kTask), 6);
+  // 4 steps of 8 and 2 of 16; the step times the last batch would say 96.
+  EXPECT_EQ(ValueOf(samples, "orrery_worker_checkpoint_samples", kTask), 4 * 8 + 2 * 16);
+  // A later process resuming that checkpoint exports its samples from the start.
+  auto fresh = MetricsExport::Start(t.metrics, 0, sink);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  auto again = Train(wider, nullptr, sink, nullptr, &(*fresh)->recorder());
+  ASSERT_TRUE(again.ok()) << again.status();  // resumes at 6 with nothing left to do
+  EXPECT_EQ(ValueOf(Scrape((*fresh)->port()), "orrery_worker_checkpoint_samples", kTask), 64);
 }
 
 TEST(MetricsExportTest, EachDataParallelRankExportsItsShareAndOnlyRankZeroTheTask) {
