@@ -696,6 +696,7 @@ Json EncodeStatus(const ModelSelectionJobStatus& s) {
     tj["etaSeconds"] = t.eta_seconds;
     if (t.last_checkpoint) {
       tj["lastCheckpoint"] = {{"step", t.last_checkpoint->step},
+                              {"samples", t.last_checkpoint->samples},
                               {"path", t.last_checkpoint->path},
                               {"time", t.last_checkpoint->time}};
     }
@@ -762,6 +763,7 @@ void DecodeStatus(const Json& json, const std::string& path, ModelSelectionJobSt
       ObjectReader c(*v, o.Path("lastCheckpoint"), errors);
       CheckpointRef ref;
       c.Integer("step", &ref.step);
+      c.Integer("samples", &ref.samples);
       c.String("path", &ref.path);
       c.String("time", &ref.time);
       t.last_checkpoint = ref;

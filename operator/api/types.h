@@ -247,6 +247,9 @@ struct CheckpointRef {
   int64_t step = 0;
   std::string path;
   std::string time;  // RFC 3339
+  // Samples consumed at it, as the worker reported (exact across batch
+  // changes); 0 when it did not report them.
+  int64_t samples = 0;
   bool operator==(const CheckpointRef&) const = default;
 };
 

@@ -56,12 +56,32 @@ std::optional<TaskProgress> ParseWorkerMetrics(const std::string& text) {
   p.step = Int(step, 0);
   std::optional<double> ckpt = FirstSample(text, "orrery_worker_checkpoint_step");
   p.checkpoint_step = ckpt && *ckpt >= 0 ? Int(ckpt, -1) : -1;
+  std::optional<double> samples = FirstSample(text, "orrery_worker_checkpoint_samples");
+  p.checkpoint_samples = p.checkpoint_step >= 0 && samples && *samples > 0 ? Int(samples, 0) : 0;
   p.samples_per_second = FirstSample(text, "orrery_worker_samples_per_second").value_or(0);
   if (std::optional<double> loss = FirstSample(text, "orrery_worker_loss")) {
     p.loss = *loss;
     p.has_loss = true;
   }
   return p;
+}
+
+std::optional<api::CheckpointRef> LastCheckpoint(const std::optional<api::CheckpointRef>& last,
+                                                 const TaskProgress& p, const std::string& path,
+                                                 const std::string& now) {
+  if (p.checkpoint_step < 0) return last;
+  if (last && last->step == p.checkpoint_step) {
+    if (p.checkpoint_samples <= 0 || last->samples == p.checkpoint_samples) return last;
+    api::CheckpointRef ref = *last;
+    ref.samples = p.checkpoint_samples;
+    return ref;
+  }
+  api::CheckpointRef ref;
+  ref.step = p.checkpoint_step;
+  ref.samples = p.checkpoint_samples;
+  ref.path = path;
+  ref.time = now;
+  return ref;
 }
 
 StatusOr<std::string> HttpGet(const std::string& host, int port, const std::string& path,

@@ -1,7 +1,8 @@
 // Progress of running gangs, read from the workers themselves: every gang's rank
 // 0 serves Prometheus metrics on its pod IP (gang.h: ORRERY_METRICS_ADDRESS,
 // port kMetricsPort), and the ProgressScraper polls it. What it reads (step,
-// throughput, last committed checkpoint, loss) is kept on a ProgressBoard that
+// throughput, last committed checkpoint and the samples consumed at it, loss)
+// is kept on a ProgressBoard that
 // the reconciler reads when it writes status and feeds the engine (remaining
 // work, measured throughput); a change wakes the job's reconcile.
 //
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "common/status.h"
+#include "operator/api/types.h"
 #include "operator/kube/store.h"
 
 namespace orrery::controller {
@@ -27,6 +29,9 @@ struct TaskProgress {
   int generation = 0;            // the gang it was read from
   int64_t step = 0;              // last completed optimizer step
   int64_t checkpoint_step = -1;  // last committed checkpoint, -1 when none yet
+  // Samples consumed at that checkpoint (orrery_worker_checkpoint_samples; exact
+  // across batch changes); 0 when the worker does not export it.
+  int64_t checkpoint_samples = 0;
   double samples_per_second = 0;
   double loss = 0;
   bool has_loss = false;
@@ -37,6 +42,14 @@ struct TaskProgress {
 // family: rank 0 serves its own). Missing step: nullopt (not a worker, or not
 // trained a step yet).
 std::optional<TaskProgress> ParseWorkerMetrics(const std::string& text);
+
+// The task status's lastCheckpoint once `p` is read: a new reference (at `path`,
+// committed at `now`) when `p` reports a checkpoint at another step than `last`;
+// `last` with the samples filled in or corrected when only they differ (the
+// worker sets its step and samples gauges one after the other); else `last`.
+std::optional<api::CheckpointRef> LastCheckpoint(const std::optional<api::CheckpointRef>& last,
+                                                 const TaskProgress& p, const std::string& path,
+                                                 const std::string& now);
 
 // GET http://host:port/path with a deadline; the body of a 200 answer.
 StatusOr<std::string> HttpGet(const std::string& host, int port, const std::string& path,

@@ -190,6 +190,32 @@ TEST(CodecTest, StatusDecodesStrictly) {
   EXPECT_TRUE(HasError(errors, "status.bogus", "unknown field")) << Dump(errors);
 }
 
+TEST(CodecTest, LastCheckpointSamplesRoundTripAndAreZeroWhenAbsent) {
+  ModelSelectionJobStatus status = *testing::FullJob().status;
+  ASSERT_TRUE(status.tasks[0].last_checkpoint.has_value());
+  status.tasks[0].last_checkpoint->samples = 5120;
+  Json json = EncodeStatus(status);
+  EXPECT_EQ(json["tasks"][0]["lastCheckpoint"]["samples"], 5120);
+  ModelSelectionJobStatus decoded;
+  std::vector<FieldError> errors;
+  DecodeStatus(json, "status", &decoded, &errors);
+  EXPECT_TRUE(errors.empty()) << Dump(errors);
+  EXPECT_EQ(decoded, status);
+
+  // A status an older operator wrote has no samples: 0, "not reported".
+  json["tasks"][0]["lastCheckpoint"].erase("samples");
+  decoded = {};
+  DecodeStatus(json, "status", &decoded, &errors);
+  EXPECT_TRUE(errors.empty()) << Dump(errors);
+  ASSERT_TRUE(decoded.tasks[0].last_checkpoint.has_value());
+  EXPECT_EQ(decoded.tasks[0].last_checkpoint->samples, 0);
+  EXPECT_EQ(decoded.tasks[0].last_checkpoint->step, 10);
+
+  json["tasks"][0]["lastCheckpoint"]["samples"] = "many";
+  DecodeStatus(json, "status", &decoded, &errors);
+  EXPECT_TRUE(HasError(errors, "status.tasks[0].lastCheckpoint.samples", "")) << Dump(errors);
+}
+
 TEST(CodecTest, TopLevelMustBeAnObject) {
   ModelSelectionJob job;
   std::vector<FieldError> errors;

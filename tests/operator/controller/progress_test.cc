@@ -25,6 +25,8 @@ orrery_worker_step{msj="ns/sweep",task="mlp-0"} 42
 orrery_worker_step_duration_seconds_count{msj="ns/sweep",rank="0",task="mlp-0"} 42
 # TYPE orrery_worker_checkpoint_step gauge
 orrery_worker_checkpoint_step{msj="ns/sweep",task="mlp-0"} 40
+# TYPE orrery_worker_checkpoint_samples gauge
+orrery_worker_checkpoint_samples{msj="ns/sweep",task="mlp-0"} 480
 # TYPE orrery_worker_samples_per_second gauge
 orrery_worker_samples_per_second{msj="ns/sweep",rank="0",task="mlp-0"} 512.5
 # TYPE orrery_worker_loss gauge
@@ -36,6 +38,7 @@ TEST(ParseWorkerMetricsTest, ReadsStepCheckpointThroughputAndLoss) {
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->step, 42);  // not the histogram's _count, which shares the prefix
   EXPECT_EQ(p->checkpoint_step, 40);
+  EXPECT_EQ(p->checkpoint_samples, 480);  // not 40 × any one batch: it changed on the way
   EXPECT_DOUBLE_EQ(p->samples_per_second, 512.5);
   EXPECT_TRUE(p->has_loss);
   EXPECT_DOUBLE_EQ(p->loss, 2.25);
@@ -48,7 +51,45 @@ TEST(ParseWorkerMetricsTest, NoStepIsNoProgressAndNoCheckpointIsMinusOne) {
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->step, 7);
   EXPECT_EQ(p->checkpoint_step, -1);
+  EXPECT_EQ(p->checkpoint_samples, 0);
   EXPECT_FALSE(p->has_loss);
+  // A worker that exports the step but not the samples (an older image): 0.
+  p = ParseWorkerMetrics("orrery_worker_step 7\norrery_worker_checkpoint_step 5\n");
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->checkpoint_step, 5);
+  EXPECT_EQ(p->checkpoint_samples, 0);
+}
+
+TEST(LastCheckpointTest, NewStepIsANewReferenceWithItsSamples) {
+  TaskProgress p;
+  p.checkpoint_step = 40;
+  p.checkpoint_samples = 480;
+  auto ref = LastCheckpoint(std::nullopt, p, "/ck/t", "2026-01-01T00:00:05Z");
+  ASSERT_TRUE(ref.has_value());
+  EXPECT_EQ(*ref, (api::CheckpointRef{40, "/ck/t", "2026-01-01T00:00:05Z", 480}));
+  // The same checkpoint read again keeps its time.
+  EXPECT_EQ(LastCheckpoint(ref, p, "/ck/t", "2026-01-01T00:00:10Z"), ref);
+  // A newer one replaces it.
+  p.checkpoint_step = 50;
+  p.checkpoint_samples = 640;
+  auto next = LastCheckpoint(ref, p, "/ck/t", "2026-01-01T00:00:10Z");
+  EXPECT_EQ(*next, (api::CheckpointRef{50, "/ck/t", "2026-01-01T00:00:10Z", 640}));
+  // No checkpoint reported: whatever the status held.
+  EXPECT_EQ(LastCheckpoint(next, TaskProgress{}, "/ck/t", "later"), next);
+  EXPECT_FALSE(LastCheckpoint(std::nullopt, TaskProgress{}, "/ck/t", "later").has_value());
+}
+
+TEST(LastCheckpointTest, SamplesArrivingAfterTheStepFillTheSameReference) {
+  // A scrape between the worker's two gauge updates saw the step only.
+  api::CheckpointRef held{40, "/ck/t", "2026-01-01T00:00:05Z", 0};
+  TaskProgress p;
+  p.checkpoint_step = 40;
+  p.checkpoint_samples = 480;
+  auto ref = LastCheckpoint(held, p, "/ck/t", "2026-01-01T00:00:10Z");
+  EXPECT_EQ(*ref, (api::CheckpointRef{40, "/ck/t", "2026-01-01T00:00:05Z", 480}));
+  // A worker that does not report samples leaves what is known alone.
+  p.checkpoint_samples = 0;
+  EXPECT_EQ(LastCheckpoint(ref, p, "/ck/t", "2026-01-01T00:00:10Z"), ref);
 }
 
 TEST(ProgressBoardTest, SetReportsChangesOnly) {
@@ -60,6 +101,9 @@ TEST(ProgressBoardTest, SetReportsChangesOnly) {
   p.step = 4;
   EXPECT_TRUE(board.Set("ns/a", "t", p));
   EXPECT_EQ(board.ForJob("ns/a").at("t").step, 4);
+  p.checkpoint_samples = 32;  // the samples alone moving is a change
+  EXPECT_TRUE(board.Set("ns/a", "t", p));
+  EXPECT_EQ(board.ForJob("ns/a").at("t").checkpoint_samples, 32);
   EXPECT_TRUE(board.ForJob("ns/b").empty());
   board.ForgetJob("ns/a");
   EXPECT_TRUE(board.ForJob("ns/a").empty());
@@ -100,6 +144,13 @@ TEST(ProgressScraperTest, ReadsRankZeroOfRunningGangsFromTheirMetricsEndpoint) {
   prometheus::Labels labels = {{"msj", "ns/sweep"}, {"task", "mlp-0"}};
   worker.step.Add(labels).Set(17);
   worker.checkpoint_step.Add(labels).Set(10);
+  // Registered by the worker's exporter (worker/train/metrics_export.h).
+  prometheus::BuildGauge()
+      .Name("orrery_worker_checkpoint_samples")
+      .Help("Samples consumed at the last checkpoint.")
+      .Register(*registry)
+      .Add(labels)
+      .Set(160);
 
   kube::Store store;
   store.Replace(
@@ -114,6 +165,7 @@ TEST(ProgressScraperTest, ReadsRankZeroOfRunningGangsFromTheirMetricsEndpoint) {
   ASSERT_EQ(progress.count("mlp-0"), 1u);
   EXPECT_EQ(progress["mlp-0"].step, 17);
   EXPECT_EQ(progress["mlp-0"].checkpoint_step, 10);
+  EXPECT_EQ(progress["mlp-0"].checkpoint_samples, 160);
   EXPECT_EQ(progress["mlp-0"].generation, 2);
   EXPECT_EQ(woken, std::set<std::string>({"ns/sweep"}));
 
