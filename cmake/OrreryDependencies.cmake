@@ -25,6 +25,35 @@ if(ORRERY_BUILD_TESTS)
 endif()
 
 if(ORRERY_WITH_TORCH)
+  # The GPU path (ORRERY_WITH_CUDA=AUTO|ON|OFF): CUDA headers and cudart, NCCL,
+  # and a LibTorch built with CUDA (libtorch_cuda, c10_cuda, ProcessGroupNCCL).
+  # Orrery compiles no kernels, so no nvcc and no CUDA language: the toolkit is
+  # found from CUDA_HOME / NCCL_HOME (cache variables or environment), else
+  # /usr/local/cuda, and Torch from Torch_DIR. scripts/cuda-toolkit installs all
+  # three from the wheels on the Python package index and prints these flags.
+  # Found before Torch: a CUDA LibTorch's config (Caffe2's public/cuda.cmake)
+  # otherwise insists on nvcc; it skips that search when torch::cudart exists,
+  # so the cudart found here is handed to it as that target.
+  set(ORRERY_HAVE_CUDA OFF)
+  if(NOT ORRERY_WITH_CUDA STREQUAL "OFF")
+    set(_orrery_cuda_hints ${CUDA_HOME} $ENV{CUDA_HOME} $ENV{CUDA_PATH})
+    set(_orrery_nccl_hints ${NCCL_HOME} $ENV{NCCL_HOME} ${_orrery_cuda_hints})
+    find_path(ORRERY_CUDA_INCLUDE cuda_runtime_api.h HINTS ${_orrery_cuda_hints}
+              PATHS /usr/local/cuda PATH_SUFFIXES include)
+    find_library(ORRERY_CUDART_LIB cudart HINTS ${_orrery_cuda_hints}
+                 PATHS /usr/local/cuda PATH_SUFFIXES lib64 lib)
+    find_path(ORRERY_NCCL_INCLUDE nccl.h HINTS ${_orrery_nccl_hints}
+              PATHS /usr/local/cuda PATH_SUFFIXES include)
+    find_library(ORRERY_NCCL_LIB nccl HINTS ${_orrery_nccl_hints}
+                 PATHS /usr/local/cuda PATH_SUFFIXES lib64 lib)
+    if(ORRERY_CUDA_INCLUDE AND ORRERY_CUDART_LIB AND NOT TARGET torch::cudart)
+      add_library(torch::cudart INTERFACE IMPORTED)
+      set_target_properties(torch::cudart PROPERTIES
+        INTERFACE_INCLUDE_DIRECTORIES "${ORRERY_CUDA_INCLUDE}"
+        INTERFACE_LINK_LIBRARIES "${ORRERY_CUDART_LIB}")
+    endif()
+  endif()
+
   # LibTorch only reaches worker/ targets; the operator never sees it.
   find_package(Torch REQUIRED)
   add_library(orrery_torch INTERFACE)
@@ -33,16 +62,27 @@ if(ORRERY_WITH_TORCH)
   target_include_directories(orrery_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
   add_library(orrery::torch ALIAS orrery_torch)
 
-  set(ORRERY_HAVE_CUDA OFF)
   if(NOT ORRERY_WITH_CUDA STREQUAL "OFF")
-    include(CheckLanguage)
-    check_language(CUDA)
-    find_path(ORRERY_NCCL_INCLUDE nccl.h HINTS ENV NCCL_HOME PATH_SUFFIXES include)
-    find_library(ORRERY_NCCL_LIB nccl HINTS ENV NCCL_HOME PATH_SUFFIXES lib)
-    if(CMAKE_CUDA_COMPILER AND ORRERY_NCCL_INCLUDE AND ORRERY_NCCL_LIB)
+    set(_orrery_cuda_missing)
+    if(NOT TARGET torch_cuda)
+      list(APPEND _orrery_cuda_missing "a LibTorch built with CUDA (Torch_DIR=${Torch_DIR})")
+    endif()
+    if(NOT ORRERY_CUDA_INCLUDE OR NOT ORRERY_CUDART_LIB)
+      list(APPEND _orrery_cuda_missing "cuda_runtime_api.h and libcudart (CUDA_HOME)")
+    endif()
+    if(NOT ORRERY_NCCL_INCLUDE OR NOT ORRERY_NCCL_LIB)
+      list(APPEND _orrery_cuda_missing "nccl.h and libnccl (NCCL_HOME)")
+    endif()
+    if(NOT _orrery_cuda_missing)
       set(ORRERY_HAVE_CUDA ON)
+      # ProcessGroupNCCL.hpp includes nccl.h and the CUDA headers.
+      target_include_directories(orrery_torch SYSTEM INTERFACE ${ORRERY_CUDA_INCLUDE}
+                                 ${ORRERY_NCCL_INCLUDE})
     elseif(ORRERY_WITH_CUDA STREQUAL "ON")
-      message(FATAL_ERROR "ORRERY_WITH_CUDA=ON but no CUDA toolkit with NCCL was found; set NCCL_HOME or use -DORRERY_WITH_CUDA=OFF")
+      list(JOIN _orrery_cuda_missing "; " _orrery_cuda_missing)
+      message(FATAL_ERROR "ORRERY_WITH_CUDA=ON but the GPU path lacks: ${_orrery_cuda_missing}. "
+              "Configure with the flags `scripts/cuda-toolkit --cmake-args` prints, "
+              "or use -DORRERY_WITH_CUDA=AUTO|OFF.")
     endif()
   endif()
   message(STATUS "Orrery GPU path (CUDA+NCCL): ${ORRERY_HAVE_CUDA}")

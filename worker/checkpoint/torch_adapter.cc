@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
 namespace orrery::checkpoint {
 

@@ -84,7 +84,7 @@ class C10dPendingOp final : public PendingOp {
 
 class C10dCommunicator final : public Communicator {
  public:
-  C10dCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string backend)
+  C10dCommunicator(c10::intrusive_ptr<Group> group, std::string backend)
       : group_(std::move(group)), backend_(std::move(backend)) {}
 
   int rank() const override { return group_->getRank(); }
@@ -211,13 +211,13 @@ class C10dCommunicator final : public Communicator {
   }
 
  private:
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<Group> group_;
   std::string backend_;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> WrapProcessGroup(c10::intrusive_ptr<c10d::ProcessGroup> group,
+std::unique_ptr<Communicator> WrapProcessGroup(c10::intrusive_ptr<Group> group,
                                                std::string backend) {
   return std::make_unique<C10dCommunicator>(std::move(group), std::move(backend));
 }
@@ -249,7 +249,7 @@ class C10dRendezvous final : public Rendezvous {
       int generation = generations_[name]++;
       auto prefixed = c10::make_intrusive<c10d::PrefixStore>(
           "orrery/" + name + "/" + std::to_string(generation), store_);
-      c10::intrusive_ptr<c10d::ProcessGroup> group;
+      c10::intrusive_ptr<internal::Group> group;
       if (backend_ == "gloo") {
         auto options = c10d::ProcessGroupGloo::Options::create(config_.timeout);
         if (!config_.bind_host.empty()) {

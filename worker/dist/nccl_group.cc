@@ -7,9 +7,8 @@
 
 namespace orrery::dist::internal {
 
-c10::intrusive_ptr<c10d::ProcessGroup> NewNcclGroup(const c10::intrusive_ptr<c10d::Store>& store,
-                                                    int rank, int size,
-                                                    std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<Group> NewNcclGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                       int size, std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   // Asynchronous error handling makes a dead peer abort the communicator instead

@@ -4,7 +4,8 @@
 //   orrery-worker profile [task flags]   time one configuration (worker/profile/profiler.h)
 //   orrery-worker checkpoint inspect|reshard ...   (worker/checkpoint/cli.h)
 //
-// Task flags are listed in worker/train/task.h. Rendezvous comes from RANK,
+// Task flags are listed in worker/train/task.h; --device cpu|cuda, when given,
+// is checked here first (worker/dist/device.h). Rendezvous comes from RANK,
 // WORLD_SIZE, MASTER_ADDR, MASTER_PORT (or ORRERY_STORE_PATH for a file store on
 // one machine); ORRERY_BACKEND=nccl selects NCCL on GPU builds.
 // ORRERY_METRICS_ADDRESS (or --metrics-address), with ORRERY_MSJ and ORRERY_TASK
@@ -21,6 +22,7 @@
 
 #include "worker/checkpoint/cli.h"
 #include "worker/dist/communicator.h"
+#include "worker/dist/device.h"
 #include "worker/profile/profiler.h"
 #include "worker/train/metrics_export.h"
 #include "worker/train/trainer.h"
@@ -37,7 +39,21 @@ void Usage(std::ostream& os) {
         "see worker/train/task.h for the flags\n";
 }
 
-int RunTask(const std::string& mode, const std::vector<std::string>& args) {
+int RunTask(const std::string& mode, std::vector<std::string> args) {
+  auto device = orrery::dist::TakeDeviceFlag(args);
+  if (!device.ok()) {
+    std::cerr << "orrery-worker " << mode << ": " << device.status() << "\n";
+    Usage(std::cerr);
+    return 2;
+  }
+  const char* backend_env = std::getenv("ORRERY_BACKEND");
+  std::string backend = backend_env != nullptr && *backend_env != '\0' ? backend_env : "gloo";
+  if (!device->empty()) {
+    if (auto usable = orrery::dist::CheckDevice(*device, backend); !usable.ok()) {
+      std::cerr << "orrery-worker " << mode << ": " << usable << "\n";
+      return 1;
+    }
+  }
   auto task = orrery::train::ParseTaskFlags(args);
   if (!task.ok()) {
     std::cerr << "orrery-worker " << mode << ": " << task.status() << "\n";
@@ -51,8 +67,7 @@ int RunTask(const std::string& mode, const std::vector<std::string>& args) {
   }
   std::unique_ptr<orrery::dist::Rendezvous> rdv;
   if (env->world_size > 1) {
-    const char* backend = std::getenv("ORRERY_BACKEND");
-    auto connected = orrery::dist::Connect(*env, backend != nullptr ? backend : "gloo");
+    auto connected = orrery::dist::Connect(*env, backend);
     if (!connected.ok()) {
       std::cerr << "orrery-worker: " << connected.status() << "\n";
       return 1;

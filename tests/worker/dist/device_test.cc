@@ -1,0 +1,100 @@
+// --device and the GPU path: the flag is taken out of the task flags, and every
+// device or backend this binary on this machine cannot use is one clear error
+// naming it. Runs in both builds: the CPU build (Debian LibTorch) and the GPU-path
+// build (CUDA LibTorch, scripts/cuda-toolkit), with or without a GPU.
+#include "worker/dist/device.h"
+
+#include <gtest/gtest.h>
+
+#include <torch/cuda.h>
+
+#include "tests/worker/dist/run_ranks.h"
+#include "worker/dist/communicator.h"
+
+namespace orrery::dist {
+namespace {
+
+TEST(DeviceFlagTest, IsTakenOutOfTheTaskFlags) {
+  std::vector<std::string> args = {"--model", "mlp", "--device", "cuda", "--steps=2"};
+  auto d = TakeDeviceFlag(args);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(*d, "cuda");
+  EXPECT_EQ(args, (std::vector<std::string>{"--model", "mlp", "--steps=2"}));
+
+  args = {"--device=cpu", "--steps", "3"};
+  d = TakeDeviceFlag(args);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(*d, "cpu");
+  EXPECT_EQ(args, (std::vector<std::string>{"--steps", "3"}));
+}
+
+TEST(DeviceFlagTest, AbsentIsEmptyAndAMissingValueIsAnError) {
+  std::vector<std::string> args = {"--steps", "3"};
+  auto d = TakeDeviceFlag(args);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(*d, "");
+  EXPECT_EQ(args.size(), 2u);
+
+  args = {"--steps", "3", "--device"};
+  EXPECT_EQ(TakeDeviceFlag(args).status().code(), StatusCode::kInvalidArgument);
+  args = {"--device="};
+  EXPECT_EQ(TakeDeviceFlag(args).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CheckDeviceTest, CpuWithGlooRunsEverywhere) { EXPECT_TRUE(CheckDevice("cpu", "gloo").ok()); }
+
+TEST(CheckDeviceTest, UnknownDevicesAndBackendsAndNcclOnCpuAreRejected) {
+  Status s = CheckDevice("tpu", "gloo");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'tpu'"), std::string::npos) << s;
+  s = CheckDevice("cpu", "mpi");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("mpi"), std::string::npos) << s;
+  s = CheckDevice("cpu", "nccl");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("gloo"), std::string::npos) << s;
+}
+
+TEST(CheckDeviceTest, CudaSaysWhatThisBuildAndMachineLack) {
+  Status s = CheckDevice("cuda", "nccl");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--device cuda"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("--device cpu"), std::string::npos) << s;  // the fix
+  if (!BuiltWithCuda()) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("ORRERY_WITH_CUDA=ON"), std::string::npos) << s;
+    EXPECT_EQ(GpuPathSummary(), "CPU only (built without the GPU path)");
+  } else if (torch::cuda::device_count() == 0) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(s.message().find("no CUDA device is visible"), std::string::npos) << s;
+    EXPECT_NE(GpuPathSummary().find("NCCL "), std::string::npos) << GpuPathSummary();
+  } else {
+    EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  }
+}
+
+// The NCCL communicator: not built in the CPU build; in the GPU-path build it is
+// created (one rank, a file store), which needs a GPU, and without one fails as
+// a Status naming the missing GPU, not as a crash.
+TEST(NcclGroupTest, IsCreatedOnlyWhereItCanRun) {
+  testing_worker::TempDir dir;
+  RendezvousConfig c;
+  c.store_path = dir.path() + "/store";
+  c.timeout = std::chrono::milliseconds(20000);
+  auto rdv = Connect(c, "nccl");
+  ASSERT_TRUE(rdv.ok()) << rdv.status();
+  auto group = (*rdv)->NewGroup("all", {0});
+  if (!BuiltWithCuda()) {
+    EXPECT_EQ(group.status().code(), StatusCode::kUnimplemented) << group.status();
+    EXPECT_NE(group.status().message().find("nccl needs the CUDA build"), std::string::npos);
+  } else if (torch::cuda::device_count() == 0) {
+    ASSERT_FALSE(group.ok());
+    EXPECT_NE(group.status().message().find("GPU"), std::string::npos) << group.status();
+  } else {
+    ASSERT_TRUE(group.ok()) << group.status();
+    EXPECT_EQ((*group)->backend(), "nccl");
+  }
+}
+
+}  // namespace
+}  // namespace orrery::dist

@@ -1,0 +1,88 @@
+// See device.h. The GPU path's parts are compiled only with ORRERY_HAVE_CUDA;
+// their CUDA and NCCL versions come from the headers the build found.
+#include "worker/dist/device.h"
+
+#include <torch/cuda.h>
+
+#ifdef ORRERY_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
+namespace orrery::dist {
+namespace {
+
+constexpr char kCpuFix[] = "run with --device cpu (the default; gloo between ranks)";
+
+}  // namespace
+
+bool BuiltWithCuda() {
+#ifdef ORRERY_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string GpuPathSummary() {
+#ifdef ORRERY_HAVE_CUDA
+  return "CUDA " + std::to_string(CUDART_VERSION / 1000) + "." +
+         std::to_string(CUDART_VERSION % 1000 / 10) + ", NCCL " + std::to_string(NCCL_MAJOR) + "." +
+         std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH) + ", " +
+         std::to_string(torch::cuda::device_count()) + " CUDA devices visible";
+#else
+  return "CPU only (built without the GPU path)";
+#endif
+}
+
+StatusOr<std::string> TakeDeviceFlag(std::vector<std::string>& args) {
+  std::string device;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--device") {
+      if (i + 1 >= args.size()) return InvalidArgumentError("--device needs a value: cpu or cuda");
+      device = args[++i];
+    } else if (a.rfind("--device=", 0) == 0) {
+      device = a.substr(9);
+      if (device.empty()) return InvalidArgumentError("--device needs a value: cpu or cuda");
+    } else {
+      rest.push_back(a);
+    }
+  }
+  args = std::move(rest);
+  return device;
+}
+
+Status CheckDevice(const std::string& device, const std::string& backend) {
+  if (backend != "gloo" && backend != "nccl")
+    return InvalidArgumentError("communicator backend '" + backend + "': expected gloo or nccl");
+  if (device == "cpu") {
+    if (backend == "nccl")
+      return InvalidArgumentError(
+          "--device cpu with ORRERY_BACKEND=nccl: NCCL moves CUDA tensors only; use "
+          "ORRERY_BACKEND=gloo (the default) on CPU");
+    return OkStatus();
+  }
+  if (device != "cuda")
+    return InvalidArgumentError("--device '" + device + "': expected cpu or cuda");
+  if (!BuiltWithCuda())
+    return FailedPreconditionError(
+        "--device cuda: this orrery-worker was built without the GPU path (CUDA + NCCL); "
+        "build one with -DORRERY_WITH_CUDA=ON and the flags `scripts/cuda-toolkit "
+        "--cmake-args` prints, or " +
+        std::string(kCpuFix));
+  int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
+  if (gpus == 0)
+    return FailedPreconditionError(
+        "--device cuda: this orrery-worker has the GPU path (" + GpuPathSummary() +
+        ") but no CUDA device is visible on this machine (no NVIDIA GPU or driver: check "
+        "nvidia-smi, and the pod's nvidia.com/gpu limit); " +
+        std::string(kCpuFix));
+  return UnimplementedError("--device cuda: " + std::to_string(gpus) +
+                            " CUDA devices are visible, but the training templates "
+                            "(worker/parallel) compute on CPU tensors only so far; " +
+                            std::string(kCpuFix));
+}
+
+}  // namespace orrery::dist
