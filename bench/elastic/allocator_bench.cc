@@ -3,7 +3,15 @@
 // allocator that hands out GPUs one option-upgrade at a time by marginal value per
 // GPU (the usual heuristic) on the same tasks.
 //
-//   build/release/bench/bench_elastic_allocator [--tasks N] [--gpus G] [--reps R]
+// Then a whole autoscaler decision (engine::Autoscaler::Decide: one charged DP
+// and one uncharged, per-task gains read off the DP tables) at 100 and ~1000
+// tasks on 512 GPUs, half of them running, beside the previous method: the
+// allocator's optimum, then each changed running task probed by re-running the
+// allocator with it pinned, the worst non-paying change pinned, and again until
+// every change pays (O(tasks^2) allocator runs).
+//
+//   build/<dir>/bench/bench_elastic_allocator [--tasks N] [--gpus G] [--reps R]
+//       [--decision-tasks a,b,...] [--no-previous-above N]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,8 +19,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
 #include <vector>
 
+#include "operator/engine/autoscaler.h"
 #include "operator/planner/elastic/allocator.h"
 
 namespace {
@@ -99,14 +111,112 @@ double Greedy(const std::vector<ElasticTask>& tasks, int capacity) {
   return total;
 }
 
+// The previous autoscaler decision, kept here as the baseline: the allocator's
+// best allocation, then running tasks whose change does not pay for its rescale
+// pinned to what they run, one at a time (the worst first), re-allocating the
+// rest after each pin. Returns the allocator runs it made (-1 on error).
+int PreviousDecide(const std::vector<ElasticTask>& tasks, int capacity,
+                   const orrery::engine::AutoscalerOptions& o) {
+  namespace el = orrery::planner::elastic;
+  const size_t n = tasks.size();
+  int runs = 0;
+  struct Candidate {
+    std::vector<int> choice;
+    double value = 0, cost = 0;
+    bool ok = false;
+  };
+  auto value_of = [&](size_t i, int j) {
+    return OptionValue(tasks[i], tasks[i].options[static_cast<size_t>(j)], o.value);
+  };
+  auto changes = [&](size_t i, int c) { return tasks[i].current >= 0 && c != tasks[i].current; };
+  auto solve = [&](const std::vector<bool>& pinned) {
+    Candidate c;
+    int free = capacity;
+    std::vector<ElasticTask> rest;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < n; ++i) {
+      if (pinned[i]) {
+        free -= tasks[i].options[static_cast<size_t>(tasks[i].current)].gpus;
+      } else {
+        rest.push_back(tasks[i]);
+        index.push_back(i);
+      }
+    }
+    if (free < 0) return c;
+    ++runs;
+    auto a = el::Allocate(rest, free, o.value);
+    if (!a.ok()) return c;
+    c.ok = true;
+    c.choice.assign(n, -1);
+    for (size_t i = 0; i < n; ++i)
+      if (pinned[i]) c.choice[i] = tasks[i].current;
+    for (size_t k = 0; k < index.size(); ++k) c.choice[index[k]] = a->choice[k];
+    for (size_t i = 0; i < n; ++i) {
+      if (c.choice[i] >= 0) c.value += value_of(i, c.choice[i]);
+      if (changes(i, c.choice[i]))
+        c.cost += o.rescale_cost_s * value_of(i, c.choice[i] >= 0 ? c.choice[i] : tasks[i].current);
+    }
+    return c;
+  };
+  std::vector<bool> pinned(n, false);
+  Candidate plan = solve(pinned);
+  if (!plan.ok) return -1;
+  for (;;) {
+    size_t worst = n;
+    double worst_margin = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < n; ++i) {
+      if (pinned[i] || !changes(i, plan.choice[i])) continue;
+      std::vector<bool> with = pinned;
+      with[i] = true;
+      Candidate alt = solve(with);
+      if (!alt.ok) continue;
+      const auto& now = tasks[i].options[static_cast<size_t>(tasks[i].current)];
+      const double finish =
+          now.throughput > 0 ? tasks[i].remaining_work / now.throughput : o.horizon_s;
+      const double margin = (plan.value - alt.value) * std::min(o.horizon_s, finish) -
+                            (1 + o.hysteresis) * (plan.cost - alt.cost);
+      if (margin < worst_margin) {
+        worst_margin = margin;
+        worst = i;
+      }
+    }
+    if (worst == n || worst_margin > 0) break;
+    pinned[worst] = true;
+    plan = solve(pinned);
+    if (!plan.ok) return -1;
+  }
+  return runs;
+}
+
+// A decision's input: tasks placed by an earlier allocation (half of them
+// running), then progress made, so that the allocator now wants changes.
+std::vector<ElasticTask> DecisionTasks(int n, int gpus, uint64_t seed) {
+  auto tasks = MakeTasks(n, seed);
+  auto before = Allocate(tasks, gpus, orrery::planner::elastic::Value::kRemainingFraction);
+  Rng rng{seed + 1};
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (before.ok()) tasks[i].current = before->choice[i];
+    tasks[i].remaining_work *= 0.2 + 0.8 * rng.Unit();
+  }
+  return tasks;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int n = 100, gpus = 512, reps = 20;
+  int n = 100, gpus = 512, reps = 20, previous_above = 100000;
+  std::vector<int> decision_tasks = {100, 1000};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--tasks") == 0) n = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--gpus") == 0) gpus = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--reps") == 0) reps = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--no-previous-above") == 0) previous_above = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--decision-tasks") == 0) {
+      decision_tasks.clear();
+      std::stringstream ss(argv[i + 1]);
+      std::string item;
+      while (std::getline(ss, item, ',')) decision_tasks.push_back(std::atoi(item.c_str()));
+    }
   }
   const auto tasks = MakeTasks(n, 2026);
   size_t options = 0;
@@ -138,5 +248,42 @@ int main(int argc, char** argv) {
   std::printf("%-22s %12.3f %12.3f %14.6f\n", "greedy marginal", greedy_ms[greedy_ms.size() / 2],
               greedy_ms.back(), greedy_value);
   std::printf("DP value over greedy: %.4f\n", greedy_value > 0 ? dp_value / greedy_value : 0.0);
+
+  std::printf("\nautoscaler decision on %d GPUs (rescale cost 60 s, horizon 1800 s):\n", gpus);
+  std::printf("%8s %8s | %-28s | %-28s | %8s\n", "tasks", "running", "one charged DP (orrery)",
+              "previous: pin loop", "speed-up");
+  for (int tn : decision_tasks) {
+    const auto dtasks = DecisionTasks(tn, gpus, 99);
+    int running = 0;
+    for (const auto& t : dtasks) running += t.current >= 0 ? 1 : 0;
+    orrery::engine::AutoscalerOptions o;
+    const int dreps = tn <= 200 ? 5 : 2;
+    double new_ms = 1e300;
+    int new_runs = 0;
+    for (int r = 0; r < dreps; ++r) {
+      orrery::engine::Autoscaler as(o);
+      auto t0 = Clock::now();
+      auto plan = as.Decide(dtasks, gpus, orrery::engine::ScaleTrigger::kInterval, 0);
+      auto t1 = Clock::now();
+      if (!plan.ok()) {
+        std::fprintf(stderr, "decide failed: %s\n", plan.status().ToString().c_str());
+        return 1;
+      }
+      new_runs = plan->allocator_runs;
+      new_ms = std::min(new_ms, std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    char previous[64] = "not run (--no-previous-above)";
+    char speedup[32] = "-";
+    if (tn <= previous_above) {
+      auto t0 = Clock::now();
+      const int runs = PreviousDecide(dtasks, gpus, o);
+      auto t1 = Clock::now();
+      const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+      std::snprintf(previous, sizeof(previous), "%12.1f ms %6d DPs", ms, runs);
+      std::snprintf(speedup, sizeof(speedup), "%7.0fx", ms / new_ms);
+    }
+    std::printf("%8d %8d | %12.1f ms %6d DPs | %-28s | %8s\n", tn, running, new_ms, new_runs,
+                previous, speedup);
+  }
   return 0;
 }

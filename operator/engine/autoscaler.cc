@@ -1,11 +1,13 @@
-// The autoscaler's decision loop: the allocator's best allocation, then running
-// tasks whose change does not pay for its rescale pinned to what they run, one
-// at a time (the worst first), re-allocating the rest after each pin.
+// The autoscaler's decision: one knapsack over values that charge every change
+// its rescale cost, and one without the charges to name the changes it refused.
 #include "operator/engine/autoscaler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <optional>
 #include <utility>
 
 namespace orrery::engine {
@@ -41,173 +43,205 @@ std::string Fmt(const char* format, double a, double b) {
   return buf;
 }
 
-struct Candidate {
-  std::vector<int> choice;
-  double value = 0;  // the allocator's objective, per second
-  double cost = 0;   // objective lost to rescale pauses
+// Per-option values of every task under the options' objective, with and
+// without the rescale charges, and what each change costs.
+struct Values {
+  std::vector<std::vector<double>> raw;      // the allocator's objective (a rate)
+  std::vector<std::vector<double>> charged;  // less (1 + hysteresis) x each change's cost, spread
+  std::vector<std::vector<double>> cost;     // [i][j + 1]: cost of moving i to j (-1: queued)
+  std::vector<double> scale;                 // seconds over which task i's change pays
 };
 
-class Planner {
- public:
-  Planner(const std::vector<ScaleTask>& tasks, int capacity, const AutoscalerOptions& options)
-      : tasks_(tasks), capacity_(capacity), options_(options) {}
+// A bonus above the sum of every task's largest value, so that what earns it
+// comes before anything the values weigh (a lexicographic objective in one DP).
+double Dominating(const std::vector<std::vector<double>>& values) {
+  double total = 0;
+  for (const auto& row : values) {
+    double top = 0;
+    for (double x : row) top = std::max(top, std::abs(x));
+    total += top;
+  }
+  return 2 * (1 + total);
+}
 
-  int runs() const { return runs_; }
-
-  // The best allocation with `pinned` tasks held at their current option.
-  // Nullopt-like failure (ok=false) when the pinned tasks do not fit.
-  StatusOr<Candidate> Solve(const std::vector<bool>& pinned) {
-    int free = capacity_;
-    std::vector<ScaleTask> rest;
-    std::vector<size_t> index;
-    for (size_t i = 0; i < tasks_.size(); ++i) {
-      if (pinned[i]) {
-        free -= Option(i, tasks_[i].current).gpus;
-      } else {
-        rest.push_back(tasks_[i]);
-        index.push_back(i);
-      }
+Values Evaluate(const std::vector<ScaleTask>& tasks, int capacity, const AutoscalerOptions& o,
+                double now, const std::vector<bool>& dwelling) {
+  const size_t n = tasks.size();
+  const double charge = 1 + o.hysteresis;
+  Values v;
+  v.raw.resize(n);
+  v.charged.resize(n);
+  v.cost.resize(n);
+  v.scale.assign(n, o.horizon_s);
+  for (size_t i = 0; i < n; ++i) {
+    const ScaleTask& t = tasks[i];
+    const size_t m = t.options.size();
+    for (const elastic::Option& opt : t.options)
+      v.raw[i].push_back(elastic::OptionValue(t, opt, o.value));
+    v.cost[i].assign(m + 1, 0);
+    v.charged[i] = v.raw[i];
+    if (t.current < 0) continue;
+    const size_t cur = static_cast<size_t>(t.current);
+    const elastic::Option& running_as = t.options[cur];
+    // The change pays only until the task would have finished as it runs: then
+    // its GPUs come free and are re-allocated anyway. The pause is paid at the
+    // new option's rate.
+    if (running_as.throughput > 0)
+      v.scale[i] = std::min(o.horizon_s, t.remaining_work / running_as.throughput);
+    // A preempted task stalls until GPUs come back, not for the pause only: its
+    // progress at the current rate is lost over the horizon as well as the
+    // restart. (Charged the pause alone, a job about to finish preempted several
+    // long ones to run a little faster, which raised mean completion time.)
+    v.cost[i][0] = (o.rescale_cost_s + o.horizon_s) * v.raw[i][cur];
+    for (size_t j = 0; j < m; ++j)
+      if (j != cur) v.cost[i][j + 1] = o.rescale_cost_s * v.raw[i][j];
+    // Queued is worth 0 to the DP: every running option is shifted up by what
+    // queueing would cost, so the differences between options are the charged
+    // ones. Costs are spread over the seconds the change pays for.
+    const double per = 1 / std::max(v.scale[i], 1e-9);
+    for (size_t j = 0; j < m; ++j)
+      v.charged[i][j] += charge * per * (v.cost[i][0] - v.cost[i][j + 1]);
+  }
+  // Tasks changed less than the dwell time ago keep their option whenever the
+  // capacity allows, and shrink rather than wait in the queue when it does not.
+  if (std::find(dwelling.begin(), dwelling.end(), true) != dwelling.end()) {
+    const double hold = Dominating(v.charged);
+    for (size_t i = 0; i < n; ++i) {
+      if (!dwelling[i]) continue;
+      for (size_t j = 0; j < tasks[i].options.size(); ++j)
+        v.charged[i][j] += static_cast<int>(j) == tasks[i].current ? 2 * hold : hold;
     }
-    if (free < 0) return FailedPreconditionError("pinned tasks exceed capacity");
-    ++runs_;
-    ORRERY_ASSIGN_OR_RETURN(elastic::Allocation a, elastic::Allocate(rest, free, options_.value));
-    Candidate c;
-    c.choice.assign(tasks_.size(), -1);
-    for (size_t i = 0; i < tasks_.size(); ++i)
-      if (pinned[i]) c.choice[i] = tasks_[i].current;
-    for (size_t k = 0; k < index.size(); ++k) c.choice[index[k]] = a.choice[k];
-    for (size_t i = 0; i < tasks_.size(); ++i) {
-      if (c.choice[i] >= 0) c.value += Value(i, c.choice[i]);
-      c.cost += ChangeCost(i, c.choice[i]);
+  }
+  if (!std::isfinite(o.deadline_s) || now < o.deadline_s - o.horizon_s) return v;
+  // The deadline: in the last horizon before it, an option under which a task
+  // still finishes in time, rescale pause included, earns a bonus above every
+  // other value together.
+  const double bonus = Dominating(v.charged);
+  for (size_t i = 0; i < n; ++i) {
+    const ScaleTask& t = tasks[i];
+    const double best = elastic::BestThroughput(t, capacity);
+    if (!(best > 0)) continue;
+    if (now + t.remaining_work / best > o.deadline_s) continue;
+    for (size_t j = 0; j < t.options.size(); ++j) {
+      const elastic::Option& opt = t.options[j];
+      if (!(opt.throughput > 0) || opt.gpus > capacity) continue;
+      const bool paused = t.current >= 0 && static_cast<int>(j) != t.current;
+      const double finish =
+          now + (paused ? o.rescale_cost_s : 0) + t.remaining_work / opt.throughput;
+      if (finish > o.deadline_s) continue;
+      v.raw[i][j] += bonus;
+      v.charged[i][j] += bonus;
     }
-    return c;
   }
-
-  const elastic::Option& Option(size_t i, int j) const {
-    return tasks_[i].options[static_cast<size_t>(j)];
-  }
-  double Value(size_t i, int j) const {
-    return elastic::OptionValue(tasks_[i], Option(i, j), options_.value);
-  }
-  bool Changes(size_t i, int choice) const {
-    return tasks_[i].current >= 0 && choice != tasks_[i].current;
-  }
-  // What a running task's change costs in the objective: no progress for the
-  // rescale time at the new option's rate, or, when it is queued, the same pause
-  // paid at its current rate when it restarts.
-  double ChangeCost(size_t i, int choice) const {
-    if (!Changes(i, choice)) return 0;
-    const int paid_at = choice >= 0 ? choice : tasks_[i].current;
-    return options_.rescale_cost_s * Value(i, paid_at);
-  }
-
- private:
-  const std::vector<ScaleTask>& tasks_;
-  int capacity_;
-  const AutoscalerOptions& options_;
-  int runs_ = 0;
-};
+  return v;
+}
 
 }  // namespace
 
 StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks, int capacity,
                                        ScaleTrigger trigger, double now) {
   if (capacity < 0) return InvalidArgumentError("capacity: must be at least 0");
+  int held = 0;
+  bool running = false;
   for (size_t i = 0; i < tasks.size(); ++i) {
     if (tasks[i].current < -1 || tasks[i].current >= static_cast<int>(tasks[i].options.size()))
       return InvalidArgumentError("tasks[" + std::to_string(i) +
                                   "].current: must be -1 or an index into options");
-  }
-  Planner planner(tasks, capacity, options_);
-  const size_t n = tasks.size();
-  const double h = options_.horizon_s;
-  std::vector<bool> pinned(n, false);
-  std::vector<double> gain(n, 0), cost(n, 0);
-  std::vector<bool> forced(n, false), kept(n, false);
-  std::vector<int> proposed(n, -1);  // what the allocator wanted for a kept task
-  ORRERY_ASSIGN_OR_RETURN(Candidate plan, planner.Solve(pinned));
-  for (;;) {
-    // The change whose gain least covers its cost, among those that can be pinned.
-    size_t worst = n;
-    double worst_margin = std::numeric_limits<double>::infinity();
-    bool any_changed = false;
-    for (size_t i = 0; i < n; ++i) {
-      if (pinned[i] || !planner.Changes(i, plan.choice[i])) continue;
-      any_changed = true;
-      std::vector<bool> with = pinned;
-      with[i] = true;
-      auto alt = planner.Solve(with);
-      if (!alt.ok()) {
-        if (alt.status().code() != StatusCode::kFailedPrecondition) return alt.status();
-        forced[i] = true;  // capacity no longer holds it as it is
-        continue;
-      }
-      forced[i] = false;
-      // The change pays only until the task would have finished as it runs: then
-      // its GPUs come free and are re-allocated anyway.
-      const elastic::Option& now_option = planner.Option(i, tasks[i].current);
-      const double finish_s = now_option.throughput > 0
-                                  ? tasks[i].remaining_work / now_option.throughput
-                                  : options_.horizon_s;
-      gain[i] = (plan.value - alt->value) * std::min(h, finish_s);
-      cost[i] = plan.cost - alt->cost;
-      const double margin = gain[i] - (1 + options_.hysteresis) * cost[i];
-      if (margin < worst_margin) {
-        worst_margin = margin;
-        worst = i;
-      }
+    if (tasks[i].current >= 0) {
+      held += tasks[i].options[static_cast<size_t>(tasks[i].current)].gpus;
+      running = true;
     }
-    if (!any_changed || worst == n || worst_margin > 0) break;
-    pinned[worst] = true;
-    kept[worst] = true;
-    proposed[worst] = plan.choice[worst];
-    ORRERY_ASSIGN_OR_RETURN(plan, planner.Solve(pinned));
   }
-
+  const size_t n = tasks.size();
+  const double charge = 1 + options_.hysteresis;
+  // Who is still dwelling after its last change; forget tasks no longer active.
+  std::map<std::string, double> last;
+  std::vector<bool> dwelling(n, false);
+  const double dwell = options_.dwell * options_.rescale_cost_s;
+  for (size_t i = 0; i < n; ++i) {
+    auto it = last_change_.find(tasks[i].name);
+    if (it == last_change_.end()) continue;
+    last.insert(*it);
+    dwelling[i] = tasks[i].current >= 0 && now - it->second < dwell;
+  }
+  last_change_ = std::move(last);
+  const Values v = Evaluate(tasks, capacity, options_, now, dwelling);
+  ORRERY_ASSIGN_OR_RETURN(elastic::Knapsack plan,
+                          elastic::Knapsack::Solve(tasks, v.charged, capacity, running));
   ScalePlan out;
-  out.choice = plan.choice;
-  out.allocator_runs = planner.runs();
+  out.choice = plan.allocation().choice;
+  out.allocator_runs = 1;
+  // What the allocator alone would do: only needed to tell kept tasks apart.
+  std::optional<elastic::Knapsack> free;
+  if (running) {
+    ORRERY_ASSIGN_OR_RETURN(free, elastic::Knapsack::Solve(tasks, v.raw, capacity, true));
+    ++out.allocator_runs;
+  }
+  const bool over = held > capacity;
+  auto option = [&](size_t i, int j) -> const elastic::Option& {
+    return tasks[i].options[static_cast<size_t>(j)];
+  };
   for (size_t i = 0; i < n; ++i) {
     const ScaleTask& t = tasks[i];
-    const int from = t.current, to = plan.choice[i];
-    if (to >= 0) out.gpus_used += planner.Option(i, to).gpus;
+    const int from = t.current, to = out.choice[i];
+    if (to >= 0) out.gpus_used += option(i, to).gpus;
     ScaleDecision d;
     d.time = now;
     d.trigger = trigger;
     d.task = t.name;
     if (from >= 0) {
-      d.from_gpus = planner.Option(i, from).gpus;
-      d.from_batch = planner.Option(i, from).batch_size;
+      d.from_gpus = option(i, from).gpus;
+      d.from_batch = option(i, from).batch_size;
     }
-    const int shown = kept[i] ? proposed[i] : to;
-    if (shown >= 0) {
-      d.to_gpus = planner.Option(i, shown).gpus;
-      d.to_batch = planner.Option(i, shown).batch_size;
+    if (to >= 0) {
+      d.to_gpus = option(i, to).gpus;
+      d.to_batch = option(i, to).batch_size;
     }
-    d.gain = gain[i];
-    d.cost = cost[i];
-    if (kept[i]) {
-      d.action = ScaleDecision::Action::kKeep;
-      d.reason = Fmt("kept: gain %.4g over the horizon does not beat the rescale cost %.4g", d.gain,
-                     d.cost) +
-                 " with hysteresis";
-    } else if (from < 0 && to >= 0) {
-      d.action = ScaleDecision::Action::kStart;
-      d.reason = "started: the allocator gave it GPUs";
-    } else if (from < 0) {
-      d.action = ScaleDecision::Action::kQueue;
-      d.reason = t.options.empty() ? "queued: no feasible option"
-                                   : "queued: capacity is better used by other tasks";
-    } else if (from == to) {
+    if (from < 0) {
+      d.action = to >= 0 ? ScaleDecision::Action::kStart : ScaleDecision::Action::kQueue;
+      d.reason = to >= 0             ? "started: the allocator gave it GPUs"
+                 : t.options.empty() ? "queued: no feasible option"
+                                     : "queued: capacity is better used by other tasks";
+      out.decisions.push_back(std::move(d));
       continue;
-    } else {
-      d.action = to >= 0 ? ScaleDecision::Action::kRescale : ScaleDecision::Action::kPreempt;
-      d.reason = forced[i] ? "forced: capacity no longer holds the GPUs it had"
-                           : Fmt("gain %.4g over the horizon beats the rescale cost %.4g", d.gain,
-                                 d.cost) +
-                                 " with hysteresis";
     }
-    out.decisions.push_back(d);
+    if (from == to) {
+      const int wanted = free->allocation().choice[i];
+      if (wanted == from) continue;  // unchanged, and the allocator agrees
+      d.action = ScaleDecision::Action::kKeep;
+      d.to_gpus = wanted >= 0 ? option(i, wanted).gpus : 0;
+      d.to_batch = wanted >= 0 ? option(i, wanted).batch_size : 0;
+      d.gain = (free->allocation().value - free->BestWith(i, from)) * v.scale[i];
+      d.cost = v.cost[i][static_cast<size_t>(wanted) + 1];
+      d.reason = dwelling[i]
+                     ? Fmt("kept: changed %.0f s ago, within the dwell time %.0f s",
+                           now - last_change_[t.name], dwell)
+                     : Fmt("kept: gain %.4g over the horizon does not beat the rescale cost %.4g",
+                           d.gain, d.cost) +
+                           " with hysteresis";
+      out.decisions.push_back(std::move(d));
+      continue;
+    }
+    d.action = to >= 0 ? ScaleDecision::Action::kRescale : ScaleDecision::Action::kPreempt;
+    d.cost = v.cost[i][static_cast<size_t>(to) + 1];
+    // The cluster's gain from this change: the plan against the best plan that
+    // holds this task where it is (exact, from the DP's tables), charges added back.
+    const double hold = plan.BestWith(i, from);
+    d.gain = std::isfinite(hold) ? (plan.allocation().value - hold) * v.scale[i] + charge * d.cost
+                                 : std::numeric_limits<double>::infinity();
+    if (over && d.to_gpus < d.from_gpus) {
+      d.reason = "forced: capacity " + std::to_string(capacity) + " is below the " +
+                 std::to_string(held) + " GPUs running tasks hold";
+    } else {
+      d.reason = Fmt("gain %.4g over the horizon beats the rescale cost %.4g", d.gain, d.cost) +
+                 " with hysteresis";
+    }
+    out.decisions.push_back(std::move(d));
+  }
+  for (const ScaleDecision& d : out.decisions) {
+    if (d.action == ScaleDecision::Action::kStart || d.action == ScaleDecision::Action::kRescale ||
+        d.action == ScaleDecision::Action::kPreempt)
+      last_change_[d.task] = now;
   }
   log_.insert(log_.end(), out.decisions.begin(), out.decisions.end());
   return out;

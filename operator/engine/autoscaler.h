@@ -5,19 +5,27 @@
 //
 // A change to a running task (other GPUs, another batch size, or queued) costs a
 // rescale: the task checkpoints and restarts and makes no progress for
-// `rescale_cost_s`. A change is applied only when what it gains over
-// `horizon_s` (or until the task would finish where it is, if sooner: then its
-// GPUs come free anyway), measured by the allocator's own objective against the
-// best allocation that leaves this task as it is, beats what the pause costs by
-// the hysteresis margin. Changes that do not pay are pinned (the task keeps its
-// current option) and the allocator is re-run for the rest, until every remaining
-// change pays. Capacity below what running tasks hold forces shrinks regardless.
-// Tasks that are not running start without a rescale cost.
+// `rescale_cost_s`. The autoscaler does not apply the allocator's optimum and
+// then argue with it task by task: it solves one knapsack whose values already
+// charge every change its rescale cost (times 1 + hysteresis), so the plan it
+// applies is exactly the best trade of gains against pauses for the whole
+// cluster, found by one DP. The gain of a change is counted over `horizon_s`,
+// or until the task would finish where it is, if sooner (then its GPUs come free
+// anyway); a preemption also costs the preempted task's progress over the
+// horizon, since it waits in the queue, not only its restart. A second DP without the charges gives
+// what the allocator alone would have done; a running task it would have changed and the plan keeps
+// is recorded as kept, with the gain and cost that decided it. Every per-task gain is exact and
+// costs O(capacity), read off the DP's prefix and suffix tables
+// (planner::elastic::Knapsack::BestWith): the best plan for the cluster with that task held where
+// it is. Capacity below what running tasks hold forces shrinks regardless. Tasks that are not
+// running start without a rescale cost.
 //
 // Pure: no I/O, time comes in. Every decision is returned with its reason, and
 // kept in a log the world may read.
 #pragma once
 
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,18 +36,29 @@ namespace orrery::engine {
 
 struct AutoscalerOptions {
   double rescale_cost_s = 60;  // checkpoint + restart of a running task
-  double horizon_s = 1800;     // how far ahead a change's gain is counted
+  // How far ahead a change's gain is counted, and the window of kTimeSaved.
+  double horizon_s = 1800;
   // A change is applied when gain > (1 + hysteresis) x cost. Above 0 this keeps
   // two nearly equal allocations from alternating (flapping).
   double hysteresis = 0.25;
   // Each task's throughput over its remaining work: the fraction of what is left
   // done per second, a shortest-remaining-time flavour that finishes jobs sooner.
-  // On 1500 random traces (tests/operator/sim) it missed the target on 5 where
-  // throughput over total work (the paper's size-normalised throughput, more
-  // stable, shared out more evenly) missed on 11, and it did better in
-  // bench/elastic; before gains were capped at the task's finish, it rescaled so
-  // often that it lost to FIFO under overload.
+  // Throughput over total work (the paper's size-normalised throughput) shares
+  // GPUs out more evenly and missed the target more often on random
+  // traces (tests/operator/sim/elastic_sim_test.cc).
   planner::elastic::Value value = planner::elastic::Value::kRemainingFraction;
+  // When completions count only until a time (a reservation's end, a
+  // simulation's horizon): in the last `horizon_s` before it, a task that can
+  // still finish by then under an option is worth more than anything else the
+  // objective weighs, so the plan first maximises how many tasks are on course
+  // to finish by the deadline, then the objective. Infinity: no deadline.
+  double deadline_s = std::numeric_limits<double>::infinity();
+  // A task started, rescaled or preempted less than dwell x rescale_cost_s ago
+  // keeps its option unless the capacity forces a shrink: a change must run a
+  // while before another may undo it. Without it, with rescales costing minutes,
+  // an arrival shrank a job that the next completion grew back and the next
+  // arrival shrank again, seconds apart, each change pausing it anew. 0: none.
+  double dwell = 4;
 };
 
 enum class ScaleTrigger { kArrival, kCompletion, kCapacityChanged, kInterval };
@@ -64,7 +83,7 @@ struct ScaleDecision {
   int from_gpus = 0, from_batch = 0;  // 0: queued
   int to_gpus = 0, to_batch = 0;
   double gain = 0;  // objective gained over the horizon by this change
-  double cost = 0;  // objective lost to the rescale pause
+  double cost = 0;  // objective lost to the rescale pause (before hysteresis)
   std::string reason;
 };
 const char* ActionName(ScaleDecision::Action action);
@@ -73,7 +92,7 @@ struct ScalePlan {
   std::vector<int> choice;  // per task: option index, or -1 (queued)
   std::vector<ScaleDecision> decisions;
   int gpus_used = 0;
-  int allocator_runs = 0;
+  int allocator_runs = 0;  // DP solves (2 when a task is running, else 1)
 };
 
 class Autoscaler {
@@ -94,6 +113,7 @@ class Autoscaler {
  private:
   AutoscalerOptions options_;
   std::vector<ScaleDecision> log_;
+  std::map<std::string, double> last_change_;  // task -> time of its last change
 };
 
 }  // namespace orrery::engine

@@ -128,6 +128,8 @@ class ElasticSim {
   static engine::AutoscalerOptions Autoscaling(const ElasticTrace& t, const ElasticSimOptions& o) {
     engine::AutoscalerOptions a = o.autoscaler;
     a.rescale_cost_s = t.rescale_cost_s;
+    // Completions count until the horizon: the autoscaler is told so.
+    if (o.horizon_aware) a.deadline_s = t.horizon_s;
     return a;
   }
   void Push(double t, Kind k, int index, int epoch = 0) {

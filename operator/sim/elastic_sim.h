@@ -33,7 +33,10 @@ struct ElasticSimOptions {
   // rescale_cost_s is taken from the trace.
   engine::AutoscalerOptions autoscaler;
   double max_time_factor = 1000;  // safety stop at horizon x this
-  bool keep_decisions = false;    // copy the autoscaler's decision log into the result
+  // Tell the autoscaler that completions count until the trace's horizon (its
+  // deadline_s), for elastic and gpu-only alike.
+  bool horizon_aware = true;
+  bool keep_decisions = false;  // copy the autoscaler's decision log into the result
 };
 
 struct JobOutcome {

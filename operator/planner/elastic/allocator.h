@@ -5,9 +5,9 @@
 // scales poorly at a fixed batch can still use more GPUs well at a larger batch.
 //
 // The choice is a multiple-choice knapsack over the cluster's GPUs, solved exactly
-// by dynamic programming in O(tasks x GPUs x options): for each task pick one option
-// (GPUs, batch) or none (queued), total GPUs within capacity, maximising the summed
-// value of the chosen options. Pure: no I/O, no clock.
+// by dynamic programming in O(tasks x GPUs x GPU counts): for each task pick one
+// option (GPUs, batch) or none (queued), total GPUs within capacity, maximising
+// the summed value of the chosen options. Pure: no I/O, no clock.
 #pragma once
 
 #include <string>
@@ -62,6 +62,39 @@ StatusOr<Allocation> Allocate(const std::vector<ElasticTask>& tasks, int capacit
 
 // The value one option adds under `value`.
 double OptionValue(const ElasticTask& task, const Option& option, Value value);
+
+// The fastest option of `task` within `capacity` GPUs (0 when none fits).
+double BestThroughput(const ElasticTask& task, int capacity);
+
+// The exact multiple-choice knapsack behind Allocate, over explicit values:
+// values[i][j] is what option j of tasks[i] is worth (values <= 0 are never
+// chosen; queued is worth 0). Beside the optimum it answers, exactly and in
+// O(capacity) each, what the best total is when one task is held to a given
+// option and every other task is free: what a change of that task is worth to
+// the whole cluster, without re-running the DP (tables of prefix and suffix
+// optima, 2 x (tasks + 1) x (capacity + 1) doubles).
+class Knapsack {
+ public:
+  // Same validation and tie-breaking as Allocate; values[i] must have one entry
+  // per option of tasks[i]. Without `probes` the suffix table is not built (half
+  // the work) and BestWith must not be called.
+  static StatusOr<Knapsack> Solve(const std::vector<ElasticTask>& tasks,
+                                  const std::vector<std::vector<double>>& values, int capacity,
+                                  bool probes = true);
+
+  const Allocation& allocation() const { return allocation_; }
+  // The best total with task i held to option j (-1: queued), the others
+  // chosen freely; -infinity when option j does not fit the capacity.
+  double BestWith(size_t i, int j) const;
+
+ private:
+  std::vector<std::vector<int>> gpus_;
+  std::vector<std::vector<double>> values_;
+  size_t width_ = 0;
+  std::vector<double> prefix_;  // row i: best of tasks [0, i) within c GPUs
+  std::vector<double> suffix_;  // row i: best of tasks [i, n) within c GPUs
+  Allocation allocation_;
+};
 
 // Builds a task's option table from per-GPU-count profiles. For each GPU count g
 // in `gpu_counts` and each global batch B in [min_batch, max_batch] that is a

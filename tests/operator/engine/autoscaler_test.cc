@@ -14,7 +14,7 @@ using planner::elastic::Option;
 // A task whose throughput is linear in GPUs over the given GPU counts (batch 32
 // per GPU), so the allocator's preference is set by its work alone (a fresh
 // task: total and remaining work alike, so either value gives the same order).
-ScaleTask Linear(const std::string& name, double remaining, std::vector<int> gpus,
+ScaleTask Linear(const std::string& name, double remaining, const std::vector<int>& gpus,
                  double per_gpu = 10) {
   ScaleTask t;
   t.name = name;
@@ -120,9 +120,10 @@ TEST(AutoscalerTest, TaskAboutToFinishIsLeftAlone) {
   // By size, not by what is left: the allocator itself still wants the swap.
   o.value = planner::elastic::Value::kNormalizedThroughput;
   Autoscaler as(o);
-  // The same swap as above, but a finishes in 20 s where it is: the swap would
-  // pay over the horizon, not over the 20 s before a's GPUs come free anyway.
-  std::vector<ScaleTask> tasks = {Linear("a", 1e6, {2, 6}), Linear("b", 1e5, {2, 6})};
+  // a runs on 6 GPUs and finishes in 20 s there; b, half a's size, would run
+  // faster on them. Counted over the whole horizon a's shrink pays for its
+  // pause; counted over the 20 s before a's GPUs come free anyway it does not.
+  std::vector<ScaleTask> tasks = {Linear("a", 1e6, {2, 6}), Linear("b", 5e5, {2, 6})};
   tasks[0].remaining_work = 1200;  // 60 samples/s on 6 GPUs
   tasks[0].current = IndexOf(tasks[0], 6);
   tasks[1].current = IndexOf(tasks[1], 2);
@@ -130,7 +131,55 @@ TEST(AutoscalerTest, TaskAboutToFinishIsLeftAlone) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->choice[0], tasks[0].current);
   EXPECT_EQ(plan->choice[1], tasks[1].current);
-  EXPECT_EQ(Count(*plan, ScaleDecision::Action::kKeep), 1);
+  EXPECT_EQ(Count(*plan, ScaleDecision::Action::kRescale), 0);
+  ASSERT_GE(plan->decisions.size(), 1u);
+  EXPECT_EQ(plan->decisions[0].task, "a");
+  EXPECT_EQ(plan->decisions[0].action, ScaleDecision::Action::kKeep);
+  // With a far from done the same swap is made.
+  tasks[0].remaining_work = 1e6;
+  plan = as.Decide(tasks, 8, ScaleTrigger::kInterval, 1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->choice[0], IndexOf(tasks[0], 2));
+  EXPECT_EQ(plan->choice[1], IndexOf(tasks[1], 6));
+}
+
+TEST(AutoscalerTest, ChangedTaskDwellsBeforeAnotherChange) {
+  AutoscalerOptions o;
+  o.dwell = 4;  // 4 x 60 s
+  Autoscaler as(o);
+  // a starts alone on all 8 GPUs. b, ten times smaller, arrives 10 s later:
+  // without the dwell a would shrink at once to make room; with it, a keeps its
+  // GPUs until 240 s after its start, and b waits.
+  std::vector<ScaleTask> tasks = {Linear("a", 1e6, {2, 4, 8})};
+  auto plan = as.Decide(tasks, 8, ScaleTrigger::kArrival, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->choice[0], IndexOf(tasks[0], 8));
+  tasks[0].current = plan->choice[0];
+  tasks.push_back(Linear("b", 1e5, {2, 4, 8}));
+  plan = as.Decide(tasks, 8, ScaleTrigger::kArrival, 10);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->choice[0], IndexOf(tasks[0], 8));
+  EXPECT_EQ(plan->choice[1], -1);
+  ASSERT_EQ(plan->decisions.size(), 2u);
+  EXPECT_EQ(plan->decisions[0].action, ScaleDecision::Action::kKeep);
+  EXPECT_NE(plan->decisions[0].reason.find("dwell"), std::string::npos)
+      << plan->decisions[0].reason;
+  // Past the dwell the same state is re-planned and a gives b room.
+  plan = as.Decide(tasks, 8, ScaleTrigger::kInterval, 300);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->choice[0], IndexOf(tasks[0], 8));
+  EXPECT_GE(plan->choice[1], 0);
+  // Without a dwell the change is made at once.
+  AutoscalerOptions none;
+  none.dwell = 0;
+  Autoscaler eager(none);
+  std::vector<ScaleTask> fresh = {Linear("a", 1e6, {2, 4, 8})};
+  ASSERT_TRUE(eager.Decide(fresh, 8, ScaleTrigger::kArrival, 0).ok());
+  fresh[0].current = IndexOf(fresh[0], 8);
+  fresh.push_back(Linear("b", 1e5, {2, 4, 8}));
+  plan = eager.Decide(fresh, 8, ScaleTrigger::kArrival, 10);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_NE(plan->choice[0], IndexOf(fresh[0], 8));
 }
 
 TEST(AutoscalerTest, CapacityLossForcesShrink) {
@@ -141,11 +190,11 @@ TEST(AutoscalerTest, CapacityLossForcesShrink) {
   tasks[0].current = IndexOf(tasks[0], 8);
   auto plan = as.Decide(tasks, 4, ScaleTrigger::kCapacityChanged, 0);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->choice[0], IndexOf(tasks[0], 4));
+  EXPECT_LE(plan->gpus_used, 4);
   ASSERT_EQ(plan->decisions.size(), 1u);
   EXPECT_EQ(plan->decisions[0].action, ScaleDecision::Action::kRescale);
   EXPECT_EQ(plan->decisions[0].from_gpus, 8);
-  EXPECT_EQ(plan->decisions[0].to_gpus, 4);
+  EXPECT_LE(plan->decisions[0].to_gpus, 4);
   EXPECT_EQ(plan->decisions[0].reason.rfind("forced", 0), 0u) << plan->decisions[0].reason;
 }
 

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -239,12 +241,74 @@ struct Rng {
   }
 };
 
-// A random trace: cluster shape, kinds (compute- or communication-bound, narrow
-// or wide batch ranges), job sizes and load all drawn from the seed.
-ElasticTrace RandomTrace(uint64_t seed) {
-  Rng rng{seed};
+// Shapes of random traces. kMixed draws everything at random; the others push
+// one thing to an extreme, the cases where a policy's rules are most likely to
+// cost it a job or a higher mean completion time.
+enum class Shape {
+  kMixed,       // cluster, kinds, sizes and load all drawn
+  kBursty,      // most jobs arrive in a few bursts of many at once
+  kGiant,       // one job ten to forty times the others' size among small ones
+  kScaling,     // kinds that scale near-linearly beside kinds that saturate early
+  kTight,       // a short horizon: the last jobs to finish barely fit in it
+  kCapacity,    // the cluster loses and regains GPUs, once or twice
+  kExpensive,   // rescales cost minutes, decisions come often
+  kFixedBatch,  // some kinds cannot move their batch (elastic = gpu-only for them)
+};
+constexpr Shape kShapes[] = {Shape::kMixed,     Shape::kBursty,    Shape::kGiant,
+                             Shape::kScaling,   Shape::kTight,     Shape::kCapacity,
+                             Shape::kExpensive, Shape::kFixedBatch};
+const char* ShapeName(Shape s) {
+  switch (s) {
+    case Shape::kMixed: return "mixed";
+    case Shape::kBursty: return "bursty";
+    case Shape::kGiant: return "giant";
+    case Shape::kScaling: return "scaling";
+    case Shape::kTight: return "tight";
+    case Shape::kCapacity: return "capacity";
+    case Shape::kExpensive: return "expensive";
+    case Shape::kFixedBatch: return "fixed-batch";
+  }
+  return "?";
+}
+
+JobKind RandomKind(Rng& rng, const ElasticCluster& c, int k, Shape shape, double minutes_lo,
+                   double minutes_hi) {
+  JobKind kind;
+  kind.name = "k" + std::to_string(k);
+  kind.compute_s_per_sample = 0.0003 + 0.006 * rng.Unit();
+  kind.overhead_s = 0.005 + 0.03 * rng.Unit();
+  kind.gradient_mb = 20 + 600 * rng.Unit();
+  if (shape == Shape::kScaling) {
+    if (k % 2 == 0) {  // near-linear: heavy compute, tiny gradients
+      kind.compute_s_per_sample = 0.004 + 0.006 * rng.Unit();
+      kind.overhead_s = 0.001 + 0.004 * rng.Unit();
+      kind.gradient_mb = 2 + 10 * rng.Unit();
+    } else {  // saturating: light compute, large gradients
+      kind.compute_s_per_sample = 0.0002 + 0.0005 * rng.Unit();
+      kind.overhead_s = 0.02 + 0.04 * rng.Unit();
+      kind.gradient_mb = 500 + 1500 * rng.Unit();
+    }
+  }
+  kind.max_batch_per_gpu = rng.Pick({32, 64, 128, 256});
+  kind.min_batch = kind.max_batch_per_gpu / rng.Pick({1, 2, 4});
+  kind.base_batch = kind.min_batch * rng.Pick({1, 2});
+  kind.max_batch = kind.base_batch * rng.Pick({2, 4, 8, 16});
+  if (shape == Shape::kFixedBatch && k % 2 == 1) kind.max_batch = kind.base_batch;
+  kind.batch_step = kind.min_batch;
+  kind.requested_gpus = 0;
+  const int g = FewestGpus(kind, kind.base_batch, c.gpus());
+  kind.work = Throughput(kind, c, g, kind.base_batch) * 60 *
+              (minutes_lo + (minutes_hi - minutes_lo) * rng.Unit());
+  return kind;
+}
+
+// A random trace of `shape`: cluster shape, kinds (compute- or communication-bound,
+// narrow or wide batch ranges), job sizes and load all drawn from the seed.
+ElasticTrace RandomTrace(uint64_t seed, Shape shape = Shape::kMixed) {
+  Rng rng{seed * 0x100 + static_cast<uint64_t>(shape)};
+  if (shape == Shape::kMixed) rng.state = seed;  // the traces this test always had
   ElasticTrace t;
-  t.name = "random-" + std::to_string(seed);
+  t.name = std::string(ShapeName(shape)) + "-" + std::to_string(seed);
   t.cluster.gpus_per_node = rng.Pick({4, 8});
   t.cluster.nodes = rng.Pick({1, 2, 4});
   t.cluster.intra_node_gbps = 10 + 40 * rng.Unit();
@@ -252,56 +316,146 @@ ElasticTrace RandomTrace(uint64_t seed) {
   t.horizon_s = 3600 * rng.Pick({3, 6});
   t.rescale_cost_s = 20 + 100 * rng.Unit();
   t.interval_s = rng.Pick({300, 900});
-  const int kinds = rng.Pick({1, 2, 3, 4});
-  for (int k = 0; k < kinds; ++k) {
-    JobKind kind;
-    kind.name = "k" + std::to_string(k);
-    kind.compute_s_per_sample = 0.0003 + 0.006 * rng.Unit();
-    kind.overhead_s = 0.005 + 0.03 * rng.Unit();
-    kind.gradient_mb = 20 + 600 * rng.Unit();
-    kind.max_batch_per_gpu = rng.Pick({32, 64, 128, 256});
-    kind.min_batch = kind.max_batch_per_gpu / rng.Pick({1, 2, 4});
-    kind.base_batch = kind.min_batch * rng.Pick({1, 2});
-    kind.max_batch = kind.base_batch * rng.Pick({2, 4, 8, 16});
-    kind.batch_step = kind.min_batch;
-    kind.requested_gpus = 0;
-    // About 20 to 120 minutes on the fewest GPUs that hold its base batch.
-    const int g = FewestGpus(kind, kind.base_batch, t.cluster.gpus());
-    kind.work = Throughput(kind, t.cluster, g, kind.base_batch) * 60 * (20 + 100 * rng.Unit());
-    t.kinds.push_back(kind);
+  double minutes_lo = 20, minutes_hi = 120;
+  if (shape == Shape::kTight) {
+    t.horizon_s = 3600 * rng.Pick({1, 2});
+    minutes_lo = 10;
+    minutes_hi = 60 * t.horizon_s / 3600;
   }
+  if (shape == Shape::kExpensive) {
+    t.rescale_cost_s = 200 + 400 * rng.Unit();
+    t.interval_s = rng.Pick({60, 120, 300});
+  }
+  const int kinds = shape == Shape::kScaling || shape == Shape::kFixedBatch
+                        ? rng.Pick({2, 4})
+                        : rng.Pick({1, 2, 3, 4});
+  for (int k = 0; k < kinds; ++k)
+    t.kinds.push_back(RandomKind(rng, t.cluster, k, shape, minutes_lo, minutes_hi));
   PoissonArrivals a;
   a.seed = seed;
   a.size_spread = 1 + 3 * rng.Unit();
   // Load: jobs per hour per GPU from light to overloaded.
   a.rate_per_hour = t.cluster.gpus() * (0.1 + 0.6 * rng.Unit());
+  if (shape == Shape::kBursty) a.rate_per_hour *= 0.2;  // background between bursts
   auto jobs = DrawPoisson(t.kinds, a, t.horizon_s);
   EXPECT_TRUE(jobs.ok());
   if (jobs.ok()) t.jobs = *jobs;
   t.arrivals = a;
+  auto add = [&](double arrival, size_t kind, double factor) {
+    ElasticJob j;
+    j.kind = t.kinds[kind].name;
+    j.name = "x" + std::to_string(t.jobs.size());
+    j.arrival = arrival;
+    j.work = t.kinds[kind].work * factor;
+    t.jobs.push_back(j);
+  };
+  if (shape == Shape::kBursty) {
+    const int bursts = rng.Pick({1, 2, 3, 4});
+    for (int b = 0; b < bursts; ++b) {
+      const double at = b == 0 ? 0 : t.horizon_s * 0.7 * rng.Unit();
+      const int n = 2 + static_cast<int>(rng.Next() % static_cast<uint64_t>(t.cluster.gpus()));
+      for (int i = 0; i < n; ++i)
+        add(at + 60 * rng.Unit(), rng.Next() % t.kinds.size(), 0.5 + 1.5 * rng.Unit());
+    }
+  }
+  if (shape == Shape::kGiant)
+    add(t.horizon_s * 0.3 * rng.Unit(), rng.Next() % t.kinds.size(), 10 + 30 * rng.Unit());
+  if (shape == Shape::kCapacity) {
+    const int gpus = t.cluster.gpus();
+    const double down = t.horizon_s * 0.6 * rng.Unit();
+    const double up = down + t.horizon_s * (0.1 + 0.4 * rng.Unit());
+    t.capacity.push_back({down, std::max(gpus / rng.Pick({2, 4}), 1)});
+    if (rng.Unit() < 0.5) {
+      const double mid = (down + up) / 2;
+      t.capacity.push_back({mid, std::max(gpus / 4, 1)});
+    }
+    t.capacity.push_back({up, gpus});
+  }
+  EXPECT_TRUE(ValidateTrace(&t).ok()) << t.name;
   return t;
 }
 
-TEST(ElasticSimTest, ElasticBeatsBaselinesOnRandomTraces) {
-  for (uint64_t seed = 1; seed <= 40; ++seed) {
-    ElasticTrace t = RandomTrace(seed);
-    if (t.jobs.empty()) continue;
-    ElasticResult r[3];
-    const ElasticPolicy policies[] = {ElasticPolicy::kElastic, ElasticPolicy::kGpuOnly,
-                                      ElasticPolicy::kStatic};
-    for (int k = 0; k < 3; ++k) {
-      auto res = SimulateElastic(t, policies[k], {});
-      ASSERT_TRUE(res.ok()) << t.name << " " << ElasticPolicyName(policies[k]) << ": "
-                            << res.status();
-      r[k] = *res;
-    }
-    SCOPED_TRACE(t.name + " (" + std::to_string(t.cluster.gpus()) + " GPUs, " +
-                 std::to_string(t.jobs.size()) + " jobs)\n" + ElasticTable({r[0], r[1], r[2]}));
-    EXPECT_GE(r[0].completed_in_horizon, r[1].completed_in_horizon);
-    EXPECT_GE(r[0].completed_in_horizon, r[2].completed_in_horizon);
-    EXPECT_LT(r[0].mean_jct, r[1].mean_jct);
-    EXPECT_LT(r[0].mean_jct, r[2].mean_jct);
+// True when no job of `t` can move its batch: elastic's options are gpu-only's.
+bool ElasticIsGpuOnly(const ElasticTrace& t) {
+  for (const ElasticJob& j : t.jobs) {
+    const auto e = JobOptions(t, j, ElasticPolicy::kElastic);
+    const auto g = JobOptions(t, j, ElasticPolicy::kGpuOnly);
+    if (e.size() != g.size()) return false;
+    for (size_t k = 0; k < e.size(); ++k)
+      if (e[k].gpus != g[k].gpus || e[k].batch_size != g[k].batch_size) return false;
   }
+  return true;
+}
+
+// Every policy on `t`; an empty string when elastic meets the target, else why
+// not. Where elastic has nothing over gpu-only (no job can move its batch) the
+// target is that they do the same and elastic beats static.
+std::string Miss(const ElasticTrace& t) {
+  ElasticResult r[3];
+  const ElasticPolicy policies[] = {ElasticPolicy::kElastic, ElasticPolicy::kGpuOnly,
+                                    ElasticPolicy::kStatic};
+  for (int k = 0; k < 3; ++k) {
+    auto res = SimulateElastic(t, policies[k], {});
+    if (!res.ok())
+      return t.name + " " + ElasticPolicyName(policies[k]) + ": " + res.status().ToString();
+    r[k] = *res;
+  }
+  const bool same = ElasticIsGpuOnly(t);
+  const bool vs_gpu_only =
+      same
+          ? r[0].completed_in_horizon == r[1].completed_in_horizon && r[0].mean_jct == r[1].mean_jct
+          : r[0].completed_in_horizon >= r[1].completed_in_horizon && r[0].mean_jct < r[1].mean_jct;
+  if (vs_gpu_only && r[0].completed_in_horizon >= r[2].completed_in_horizon &&
+      r[0].mean_jct < r[2].mean_jct)
+    return "";
+  return t.name + " (" + std::to_string(t.cluster.gpus()) + " GPUs, " +
+         std::to_string(t.jobs.size()) + " jobs" + (same ? ", no batch can move" : "") + ")\n" +
+         ElasticTable({r[0], r[1], r[2]});
+}
+
+// Seeds per shape: ORRERY_ELASTIC_SEEDS overrides for a longer sweep by hand
+// (ORRERY_ELASTIC_SEEDS=1000 runs 8,000 traces in a few minutes).
+uint64_t Seeds(uint64_t fallback) {
+  const char* env = std::getenv("ORRERY_ELASTIC_SEEDS");
+  return env != nullptr && std::atoi(env) > 0 ? static_cast<uint64_t>(std::atoi(env)) : fallback;
+}
+
+// 100 seeds of each of 8 shapes (785 traces with jobs, about 10 s). The target
+// holds on every trace of the paper's kind (kMixed) here. Over all shapes it
+// does not hold everywhere yet: for seeds 1-400 (3,157 traces) it missed on 27
+// (0.9%; the previous autoscaler, an allocator re-run per probed task, missed on
+// 49), mostly where no batch of one kind can move (kFixedBatch, 11): elastic
+// completes one job fewer than gpu-only within the horizon while its mean
+// completion time is far lower, or one more with a mean a few percent higher.
+// So each shape may miss on at most 1 trace in 20 and all shapes together on
+// 1 in 100 (the previous autoscaler missed on 14 of these 785), and every miss
+// is printed.
+TEST(ElasticSimTest, ElasticBeatsBaselinesOnRandomTraces) {
+  const uint64_t seeds = Seeds(100);
+  int all_missed = 0, all_traces = 0;
+  for (Shape shape : kShapes) {
+    int missed = 0, traces = 0;
+    std::string report;
+    for (uint64_t seed = 1; seed <= seeds; ++seed) {
+      ElasticTrace t = RandomTrace(seed, shape);
+      if (t.jobs.empty()) continue;
+      ++traces;
+      const std::string miss = Miss(t);
+      if (miss.empty()) continue;
+      ++missed;
+      report += miss;
+    }
+    all_missed += missed;
+    all_traces += traces;
+    if (shape == Shape::kMixed) {
+      EXPECT_EQ(missed, 0) << report;
+    } else {
+      EXPECT_LE(missed, traces / 20) << ShapeName(shape) << "\n" << report;
+    }
+    std::printf("%-12s missed on %d of %d traces\n%s", ShapeName(shape), missed, traces,
+                report.c_str());
+  }
+  EXPECT_LE(all_missed, all_traces / 100);
 }
 
 TEST(ElasticSimTest, ShippedTracesParseAndMeetTheTarget) {

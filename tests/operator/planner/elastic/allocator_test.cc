@@ -93,6 +93,58 @@ TEST(ElasticAllocatorTest, MatchesBruteForceOnRandomSmallCases) {
   }
 }
 
+// Brute force over explicit values, task `held` fixed to option `to` (-2: free).
+double BruteForceValues(const std::vector<ElasticTask>& tasks,
+                        const std::vector<std::vector<double>>& values, int capacity, size_t held,
+                        int to) {
+  double best = -1e300;
+  std::function<void(size_t, int, double)> go = [&](size_t i, int used, double v) {
+    if (i == tasks.size()) {
+      best = std::max(best, v);
+      return;
+    }
+    if (i != held || to == -1) go(i + 1, used, v);  // queued
+    for (size_t j = 0; j < tasks[i].options.size(); ++j) {
+      if (i == held && to != -2 && static_cast<int>(j) != to) continue;
+      const int g = tasks[i].options[j].gpus;
+      if (used + g <= capacity) go(i + 1, used + g, v + values[i][j]);
+    }
+  };
+  go(0, 0, 0);
+  return best;
+}
+
+TEST(ElasticAllocatorTest, KnapsackProbesMatchBruteForce) {
+  // The autoscaler's per-task gains: the best total with one task held to one
+  // option, read off the prefix and suffix tables, against a brute force. Values
+  // may be negative (a change charged more than it gains).
+  Rng rng{7};
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = rng.Uniform(1, 5);
+    const int capacity = rng.Uniform(0, 14);
+    const auto tasks = RandomTasks(rng, n);
+    std::vector<std::vector<double>> values(tasks.size());
+    for (size_t i = 0; i < tasks.size(); ++i)
+      for (size_t j = 0; j < tasks[i].options.size(); ++j) values[i].push_back(rng.Unit() * 10 - 2);
+    auto k = Knapsack::Solve(tasks, values, capacity);
+    ASSERT_TRUE(k.ok()) << k.status();
+    const double want = BruteForceValues(tasks, values, capacity, tasks.size(), -2);
+    EXPECT_NEAR(k->allocation().value, want, 1e-9 * std::max(1.0, want)) << "trial " << trial;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      for (int j = -1; j < static_cast<int>(tasks[i].options.size()); ++j) {
+        const double got = k->BestWith(i, j);
+        const double brute = BruteForceValues(tasks, values, capacity, i, j);
+        if (brute < -1e299) {
+          EXPECT_TRUE(std::isinf(got) && got < 0) << "trial " << trial << " task " << i;
+        } else {
+          EXPECT_NEAR(got, brute, 1e-9 * std::max(1.0, std::abs(brute)))
+              << "trial " << trial << " task " << i << " option " << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(ElasticAllocatorTest, LargerBatchWinsWhenFixedBatchScalesPoorly) {
   // One task, 8 GPUs. At batch 32 it barely scales (communication-bound); at
   // batch 256 on 8 GPUs it is far faster. The allocator takes GPUs and batch
