@@ -1,7 +1,10 @@
 // The worker benchmark, in one run:
 //  1. samples/s of every template at 1 and 2 ranks on the same GPT (ranks are
 //     threads of this process meeting over a file store, one intra-op thread
-//     each: on a 2-core machine, 2 ranks can at best double the throughput);
+//     each: on a 2-core machine, 2 ranks can at best double the throughput),
+//     the pipeline under both schedules (GPipe and 1F1B), then both again at 2
+//     ranks with 8 micro-batches, with the most micro-batches' activations
+//     each stage held;
 //  2. spill's overhead against the unspilled loop, with and without double
 //     buffering, at a device budget of three times the largest layer;
 //  3. single-process throughput against PyTorch's eager Python loop on the same
@@ -51,7 +54,9 @@ double Median(std::vector<double> v) {
 }
 
 // Median step time of `config` on `world` ranks (the slowest rank's, per step).
-StatusOr<double> Measure(const Options& o, const parallel::StrategyConfig& config, int world) {
+// `infos`, if given, receives every rank's StrategyInfo after the run.
+StatusOr<double> Measure(const Options& o, const parallel::StrategyConfig& config, int world,
+                         std::vector<parallel::StrategyInfo>* infos = nullptr) {
   std::string dir =
       (std::filesystem::temp_directory_path() / ("orrery-bench-" + std::to_string(::getpid()) +
                                                  "-" + config.name + "-" + std::to_string(world)))
@@ -59,6 +64,7 @@ StatusOr<double> Measure(const Options& o, const parallel::StrategyConfig& confi
   std::filesystem::create_directories(dir);
   std::vector<std::vector<double>> times(static_cast<size_t>(world));
   std::vector<Status> statuses(static_cast<size_t>(world));
+  std::vector<parallel::StrategyInfo> rank_infos(static_cast<size_t>(world));
   parallel::OptimizerConfig opt;
   auto body = [&](int rank) -> Status {
     std::unique_ptr<dist::Rendezvous> rdv;
@@ -88,6 +94,7 @@ StatusOr<double> Measure(const Options& o, const parallel::StrategyConfig& confi
       if (all) ORRERY_RETURN_IF_ERROR(all->AllReduce(t, dist::ReduceOp::kMax));
       if (i >= o.warmup) times[static_cast<size_t>(rank)].push_back(t.item<double>());
     }
+    rank_infos[static_cast<size_t>(rank)] = strategy->Info();
     return orrery::OkStatus();
   };
   std::vector<std::thread> threads;
@@ -98,6 +105,7 @@ StatusOr<double> Measure(const Options& o, const parallel::StrategyConfig& confi
   for (const auto& s : statuses) {
     if (!s.ok()) return s;
   }
+  if (infos != nullptr) *infos = rank_infos;
   return Median(times[0]);
 }
 
@@ -189,28 +197,61 @@ int main(int argc, char** argv) {
 
   // 1. Templates at 1 and 2 ranks.
   int64_t spill_budget = 3 * LargestLayerBytes(o.model);
-  std::printf("\n%-10s %14s %14s %9s\n", "template", "1 rank (s/s)", "2 ranks (s/s)", "speedup");
+  std::printf("\n%-15s %12s %14s %9s\n", "template", "1 rank (s/s)", "2 ranks (s/s)", "speedup");
   Json templates = Json::object();
-  for (const char* name : {"single", "ddp", "fsdp", "tensor", "pipeline", "spill"}) {
+  // The pipeline template once under each schedule (template/schedule).
+  for (const char* label :
+       {"single", "ddp", "fsdp", "tensor", "pipeline/gpipe", "pipeline/1f1b", "spill"}) {
+    std::string name = label;
     parallel::StrategyConfig c;
+    if (auto slash = name.find('/'); slash != std::string::npos) {
+      c.pipeline_schedule = name.substr(slash + 1);
+      name = name.substr(0, slash);
+    }
     c.name = name;
     c.spill_budget_bytes = spill_budget;
     double sps[2] = {0, 0};
     for (int world : {1, 2}) {
-      if (std::string(name) == "single" && world == 2) continue;
+      if (name == "single" && world == 2) continue;
       auto t = Measure(o, c, world);
       if (!t.ok()) {
-        std::printf("  %s at %d ranks failed: %s\n", name, world, t.status().ToString().c_str());
+        std::printf("  %s at %d ranks failed: %s\n", label, world, t.status().ToString().c_str());
         ++failures;
         continue;
       }
       sps[world - 1] = static_cast<double>(o.batch) / *t;
     }
-    templates[name] = {{"samples_per_s_1", sps[0]}, {"samples_per_s_2", sps[1]}};
-    std::printf("%-10s %14.1f %14.1f %8.2fx\n", name, sps[0], sps[1],
+    templates[label] = {{"samples_per_s_1", sps[0]}, {"samples_per_s_2", sps[1]}};
+    std::printf("%-15s %12.1f %14.1f %8.2fx\n", label, sps[0], sps[1],
                 sps[0] > 0 && sps[1] > 0 ? sps[1] / sps[0] : 0.0);
   }
   report["templates"] = templates;
+
+  // 1b. The two pipeline schedules at 2 ranks with more micro-batches than
+  // stages, where 1F1B holds fewer activations (pp - stage instead of M).
+  constexpr int kScheduleMicroBatches = 8;
+  std::printf("\npipeline at 2 ranks, %d micro-batches:\n", kScheduleMicroBatches);
+  Json schedules = Json::object();
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    parallel::StrategyConfig c;
+    c.name = "pipeline";
+    c.pipeline_schedule = schedule;
+    c.micro_batches = kScheduleMicroBatches;
+    std::vector<parallel::StrategyInfo> infos;
+    auto t = Measure(o, c, 2, &infos);
+    if (!t.ok()) {
+      std::printf("  %s failed: %s\n", schedule, t.status().ToString().c_str());
+      ++failures;
+      continue;
+    }
+    double sps = static_cast<double>(o.batch) / *t;
+    std::vector<int> peaks;
+    for (const auto& info : infos) peaks.push_back(info.peak_live_micro_batches);
+    schedules[schedule] = {{"samples_per_s", sps}, {"peak_live_micro_batches", peaks}};
+    std::printf("  %-6s %8.1f samples/s, micro-batches held at once per stage: %d, %d\n", schedule,
+                sps, peaks[0], peaks[1]);
+  }
+  report["pipeline_schedules"] = schedules;
 
   // 2. Spill overhead.
   parallel::StrategyConfig single;

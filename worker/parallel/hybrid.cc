@@ -2,6 +2,7 @@
 // them (see strategy.h). Each rank builds the whole model from the seed, keeps
 // its pipeline stage's layers, and slices the blocks for its tensor-parallel
 // rank; data-parallel replicas all-reduce gradients in buckets.
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -307,6 +308,10 @@ class HybridStrategy final : public Strategy {
     micro_batches_ =
         layout_.pp > 1 ? (config.micro_batches > 0 ? config.micro_batches : 2 * layout_.pp) : 1;
     info_.micro_batches = micro_batches_;
+    if (layout_.pp > 1) {
+      schedule_ = config.pipeline_schedule;
+      info_.pipeline_schedule = schedule_;
+    }
     for (auto& [name, p] : stage_.NamedParameters()) params_.push_back(p);
     for (const auto& p : params_) info_.peak_device_parameter_bytes += 2 * Bytes(p);
     optimizer_ = std::make_unique<Optimizer>(opt, params_);
@@ -378,9 +383,11 @@ class HybridStrategy final : public Strategy {
     return loss.item<double>();
   }
 
-  // GPipe (Huang et al. 2019): all micro-batches forward, then all backward;
-  // gradients accumulate over micro-batches, each loss scaled by 1/M so the sum
-  // is the mean over the local batch. Activations travel with a shape header.
+  // One step of micro-batches in the configured schedule's order (see
+  // PipelineSchedule); gradients accumulate over micro-batches, each loss
+  // scaled by 1/M so the sum is the mean over the local batch. Activations
+  // travel with a shape header. A micro-batch's graph, input and outgoing
+  // activation are dropped as soon as its backward is done.
   StatusOr<double> PipelineStep(const model::Batch& local) {
     int m_count = micro_batches_;
     if (local.size() % m_count != 0) {
@@ -388,42 +395,56 @@ class HybridStrategy final : public Strategy {
                                   " does not split into " + std::to_string(m_count) +
                                   " micro-batches");
     }
+    ORRERY_ASSIGN_OR_RETURN(std::vector<PipelineOp> ops,
+                            PipelineSchedule(schedule_, layout_.pp, coords_.pp, m_count));
     int prev = coords_.pp - 1, next = coords_.pp + 1;
-    std::vector<at::Tensor> inputs(static_cast<size_t>(m_count)),
-        outputs(static_cast<size_t>(m_count));
-    std::vector<std::unique_ptr<dist::PendingOp>> sends;
+    auto count = static_cast<size_t>(m_count);
+    std::vector<at::Tensor> inputs(count), outputs(count);
+    // Activation sends per micro-batch (done once the next stage has returned
+    // that micro-batch's gradient); gradient sends until the end of the step.
+    std::vector<std::vector<std::unique_ptr<dist::PendingOp>>> activation_sends(count);
+    std::vector<std::unique_ptr<dist::PendingOp>> gradient_sends;
     double loss_sum = 0.0;
-    for (int m = 0; m < m_count; ++m) {
-      ORRERY_ASSIGN_OR_RETURN(model::Batch mb, model::SliceBatch(local, m, m_count));
-      at::Tensor x;
-      if (first_stage_) {
-        x = mb.inputs;
-      } else {
-        at::Tensor header = at::zeros({8}, at::kLong);
-        ORRERY_RETURN_IF_ERROR(pp_->Recv(header, prev, 4 * m));
-        std::vector<int64_t> shape(header.data_ptr<int64_t>() + 1,
-                                   header.data_ptr<int64_t>() + 1 + header[0].item<int64_t>());
-        x = at::empty(shape, at::kFloat);
-        ORRERY_RETURN_IF_ERROR(pp_->Recv(x, prev, 4 * m + 1));
-        x.requires_grad_(true);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      int m = ops[i].micro_batch;
+      auto mi = static_cast<size_t>(m);
+      if (ops[i].forward) {
+        ORRERY_ASSIGN_OR_RETURN(model::Batch mb, model::SliceBatch(local, m, m_count));
+        at::Tensor x;
+        if (first_stage_) {
+          x = mb.inputs;
+        } else {
+          at::Tensor header = at::zeros({8}, at::kLong);
+          ORRERY_RETURN_IF_ERROR(pp_->Recv(header, prev, 4 * m));
+          std::vector<int64_t> shape(header.data_ptr<int64_t>() + 1,
+                                     header.data_ptr<int64_t>() + 1 + header[0].item<int64_t>());
+          x = at::empty(shape, at::kFloat);
+          ORRERY_RETURN_IF_ERROR(pp_->Recv(x, prev, 4 * m + 1));
+          x.requires_grad_(true);
+        }
+        at::Tensor y = stage_.Forward(x);
+        if (last_stage_) {
+          y = model::Loss(y, mb.targets) / static_cast<double>(m_count);
+          loss_sum += y.item<double>();
+        } else {
+          at::Tensor header = at::zeros({8}, at::kLong);
+          header[0] = y.dim();
+          for (int64_t d = 0; d < y.dim(); ++d) header[d + 1] = y.size(d);
+          activation_sends[mi].push_back(pp_->SendAsync(header, next, 4 * m));
+          activation_sends[mi].push_back(pp_->SendAsync(y.detach().contiguous(), next, 4 * m + 1));
+        }
+        inputs[mi] = x;
+        outputs[mi] = y;
+        // The memory claim, counted from what is actually held.
+        int live = static_cast<int>(std::count_if(outputs.begin(), outputs.end(),
+                                                  [](const at::Tensor& t) { return t.defined(); }));
+        info_.peak_live_micro_batches = std::max(info_.peak_live_micro_batches, live);
+        continue;
       }
-      at::Tensor y = stage_.Forward(x);
-      if (last_stage_) {
-        y = model::Loss(y, mb.targets) / static_cast<double>(m_count);
-        loss_sum += y.item<double>();
-      } else {
-        at::Tensor header = at::zeros({8}, at::kLong);
-        header[0] = y.dim();
-        for (int64_t d = 0; d < y.dim(); ++d) header[d + 1] = y.size(d);
-        sends.push_back(pp_->SendAsync(header, next, 4 * m));
-        sends.push_back(pp_->SendAsync(y.detach().contiguous(), next, 4 * m + 1));
-      }
-      inputs[static_cast<size_t>(m)] = x;
-      outputs[static_cast<size_t>(m)] = y;
-    }
-    for (int m = m_count - 1; m >= 0; --m) {
-      if (ddp_) ddp_->Arm(m == 0);  // the last backward of the step syncs
-      at::Tensor& y = outputs[static_cast<size_t>(m)];
+      // Only the step's last backward syncs data-parallel gradients (earlier
+      // micro-batches just accumulate).
+      if (ddp_) ddp_->Arm(i + 1 == ops.size());
+      at::Tensor& y = outputs[mi];
       if (last_stage_) {
         y.backward();
       } else {
@@ -432,10 +453,14 @@ class HybridStrategy final : public Strategy {
         y.backward(g);
       }
       if (!first_stage_)
-        sends.push_back(pp_->SendAsync(inputs[static_cast<size_t>(m)].grad(), prev, 4 * m + 2));
-      outputs[static_cast<size_t>(m)] = at::Tensor();
+        gradient_sends.push_back(pp_->SendAsync(inputs[mi].grad(), prev, 4 * m + 2));
+      for (auto& s : activation_sends[mi])
+        ORRERY_RETURN_IF_ERROR(s->Wait().WithContext("pipeline send"));
+      activation_sends[mi].clear();
+      outputs[mi] = at::Tensor();
+      inputs[mi] = at::Tensor();
     }
-    for (auto& s : sends) ORRERY_RETURN_IF_ERROR(s->Wait().WithContext("pipeline send"));
+    for (auto& s : gradient_sends) ORRERY_RETURN_IF_ERROR(s->Wait().WithContext("pipeline send"));
     return loss_sum;
   }
 
@@ -449,6 +474,7 @@ class HybridStrategy final : public Strategy {
   std::unique_ptr<DdpBuckets> ddp_;
   bool first_stage_ = true, last_stage_ = true;
   int micro_batches_ = 1;
+  std::string schedule_ = "gpipe";
   StrategyInfo info_;
 };
 

@@ -253,6 +253,29 @@ StatusOr<std::vector<int>> BalanceStages(const std::vector<double>& costs, int s
   return starts;
 }
 
+StatusOr<std::vector<PipelineOp>> PipelineSchedule(const std::string& schedule, int stages,
+                                                   int stage, int micro_batches) {
+  if (schedule != "gpipe" && schedule != "1f1b") {
+    return InvalidArgumentError("unknown pipeline schedule '" + schedule + "' (gpipe, 1f1b)");
+  }
+  if (stages < 1 || stage < 0 || stage >= stages || micro_batches < 1) {
+    return InvalidArgumentError("no pipeline schedule for stage " + std::to_string(stage) + " of " +
+                                std::to_string(stages) + " with " + std::to_string(micro_batches) +
+                                " micro-batches");
+  }
+  // GPipe is 1F1B with every forward as warm-up.
+  int warmup = schedule == "gpipe" ? micro_batches : std::min(stages - stage - 1, micro_batches);
+  std::vector<PipelineOp> ops;
+  int forwards = 0, backwards = 0;
+  while (forwards < warmup) ops.push_back({true, forwards++});
+  while (forwards < micro_batches) {
+    ops.push_back({true, forwards++});
+    ops.push_back({false, backwards++});
+  }
+  while (backwards < micro_batches) ops.push_back({false, backwards++});
+  return ops;
+}
+
 StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model_config,
                                                  const StrategyConfig& config,
                                                  const OptimizerConfig& optimizer,
@@ -262,6 +285,10 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model
     return InvalidArgumentError("a multi-rank strategy needs a rendezvous");
   if (optimizer.kind != "sgd" && optimizer.kind != "adamw") {
     return InvalidArgumentError("unknown optimizer '" + optimizer.kind + "' (sgd, adamw)");
+  }
+  if (config.pipeline_schedule != "gpipe" && config.pipeline_schedule != "1f1b") {
+    return InvalidArgumentError("unknown pipeline schedule '" + config.pipeline_schedule +
+                                "' (gpipe, 1f1b)");
   }
   StrategyConfig c = config;
   const std::string& n = c.name;

@@ -10,8 +10,9 @@
 //             (in forward and again in backward) and freed after; gradients
 //             reduce-scattered
 //   tensor    Megatron column/row-parallel attention and MLP (GPT only)
-//   pipeline  contiguous stages balanced by measured layer time, GPipe
-//             micro-batches
+//   pipeline  contiguous stages balanced by measured layer time, micro-batches
+//             scheduled GPipe (all forwards, then all backwards) or 1F1B
+//             (PipeDream-Flush: the same gradients, fewer activations held)
 //   hybrid    any dp × tp × pp layout combining ddp, tensor and pipeline
 //   spill     Hydra model spilling: parameters in host memory, the model cut into
 //             shards that fit a device budget, each shard brought in for its
@@ -57,6 +58,8 @@ struct StrategyConfig {
   // pipeline: first layer of each stage after the first, e.g. {2} for two
   // stages split before layer 2; empty: balanced by measured layer time.
   std::vector<int> stage_starts;
+  // pipeline (and hybrid with pp > 1): "gpipe" or "1f1b" (see PipelineSchedule).
+  std::string pipeline_schedule = "gpipe";
   // ddp: gradient bucket size (PyTorch DDP's default is 25 MiB; small models
   // need small buckets to overlap at all).
   int64_t bucket_bytes = 1 << 20;
@@ -72,11 +75,16 @@ struct StrategyInfo {
   int micro_batches = 1;
   std::vector<int> stage_starts;      // pipeline
   std::vector<double> layer_cost_ms;  // pipeline: the measured costs it balanced
-  int64_t bucket_bytes = 0;           // ddp
-  int buckets = 0;                    // ddp
-  int spill_shards = 0;               // spill
-  int64_t spill_budget_bytes = 0;     // spill
-  bool spill_double_buffer = false;   // spill
+  std::string pipeline_schedule;      // pipeline: gpipe | 1f1b
+  // pipeline: the most micro-batches whose activations (autograd graphs) this
+  // stage held at once in any step so far: M under gpipe, at most pp - stage
+  // under 1f1b.
+  int peak_live_micro_batches = 0;
+  int64_t bucket_bytes = 0;          // ddp
+  int buckets = 0;                   // ddp
+  int spill_shards = 0;              // spill
+  int64_t spill_budget_bytes = 0;    // spill
+  bool spill_double_buffer = false;  // spill
   // Peak bytes of parameters (and gradients) resident on the device this rank
   // ever held: for spill what the accountant measured, else the local shard size.
   int64_t peak_device_parameter_bytes = 0;
@@ -123,6 +131,28 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model
                                                  const StrategyConfig& config,
                                                  const OptimizerConfig& optimizer,
                                                  dist::Rendezvous* rendezvous);
+
+// One unit of a pipeline stage's work in a step: the forward or the backward
+// of one micro-batch.
+struct PipelineOp {
+  bool forward = true;
+  int micro_batch = 0;
+  bool operator==(const PipelineOp&) const = default;
+};
+
+// The order in which `stage` of `stages` runs the forwards and backwards of
+// `micro_batches` micro-batches in one step. Both schedules flush (every
+// backward of a step ends before the optimizer step) and run the backwards in
+// micro-batch order, so gradients accumulate in the same order and the two
+// give bit-identical results:
+//   gpipe  (Huang et al. 2019) every forward, then every backward: M micro-
+//          batches' activations live at once on every stage;
+//   1f1b   (PipeDream-Flush, Narayanan et al. 2021) min(stages - stage - 1, M)
+//          warm-up forwards, then one forward and one backward alternately,
+//          then the remaining backwards: at most stages - stage live at once.
+// INVALID_ARGUMENT for an unknown schedule or counts out of range.
+StatusOr<std::vector<PipelineOp>> PipelineSchedule(const std::string& schedule, int stages,
+                                                   int stage, int micro_batches);
 
 // Contiguous partition of layer costs into `stages` parts minimising the largest
 // part; returns the first layer of every stage after the first.
