@@ -88,6 +88,13 @@ StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
          return OkStatus();
        }},
       {"micro-batches", int_into(&t.strategy.micro_batches)},
+      {"pipeline-schedule",
+       [&](const std::string& f, const std::string& v) -> Status {
+         if (v != "gpipe" && v != "1f1b")
+           return InvalidArgumentError("--" + f + " must be gpipe or 1f1b, not '" + v + "'");
+         t.strategy.pipeline_schedule = v;
+         return OkStatus();
+       }},
       {"stage-starts",
        [&](const std::string& f, const std::string& v) -> Status {
          t.strategy.stage_starts.clear();

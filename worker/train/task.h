@@ -8,6 +8,7 @@
 //              --torchscript PATH --torchscript-like gpt|mlp  --seed
 //   template   --template single|ddp|fsdp|tensor|pipeline|hybrid|spill
 //              --layout dp=2,tp=2,pp=1  --micro-batches N  --stage-starts 2,4
+//              --pipeline-schedule gpipe|1f1b
 //              --bucket-bytes N  --spill-budget-bytes N  --no-double-buffer
 //   optimizer  --optimizer sgd|adamw  --lr  --momentum  --weight-decay
 //   schedule   --warmup-steps N  --decay constant|cosine|linear  --min-lr-ratio R
