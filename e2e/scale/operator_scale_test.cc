@@ -336,11 +336,12 @@ void PrintFigures(const std::string& who, const OperatorProcess& op, const ProcS
 
 // Lists the job pods every second from its own client and records what must
 // never happen: a node holding more GPU requests of unfinished pods than it
-// has, a pod bound to a node other than its planned one.
+// has, a pod bound to a node other than its planned one, a job whose gangs hold
+// more GPUs than its gpuQuota.
 class Sampler {
  public:
-  Sampler(std::unique_ptr<kube::Client> client, int gpus_per_node)
-      : client_(std::move(client)), gpus_per_node_(gpus_per_node) {
+  Sampler(std::unique_ptr<kube::Client> client, int gpus_per_node, int quota)
+      : client_(std::move(client)), gpus_per_node_(gpus_per_node), quota_(quota) {
     thread_ = std::thread([this] { Run(); });
   }
   ~Sampler() { Stop(); }
@@ -353,6 +354,7 @@ class Sampler {
     int samples = 0;
     int max_node_gpus = 0;     // bound pods
     int max_planned_gpus = 0;  // bound pods, and unbound ones on their planned node
+    int max_job_gpus = 0;      // a job's unfinished gang pods
     double max_sample_s = 0;
     std::vector<std::string> violations;
     std::set<std::string> seen;
@@ -371,10 +373,11 @@ class Sampler {
       std::vector<PodView> pods = ListPods(*client_, &ok);
       double took = Seconds(SteadyClock::now() - start);
       if (ok) {
-        std::map<std::string, int> held, planned;
+        std::map<std::string, int> held, planned, by_job;
         std::vector<std::string> bad;
         for (const PodView& p : pods) {
           if (p.Finished()) continue;
+          if (!p.profile) by_job[p.job] += p.gpus;
           // What the operator promised: a pod not yet bound holds GPUs on its
           // planned node (the scheduler alone would never over-commit a node).
           std::string promised = p.node.empty() ? p.planned : p.node;
@@ -401,6 +404,13 @@ class Sampler {
                           " GPUs of unfinished pods planned or bound on it");
           }
         }
+        for (const auto& [job, gpus] : by_job) {
+          state_.max_job_gpus = std::max(state_.max_job_gpus, gpus);
+          if (gpus > quota_) {
+            bad.push_back("job " + job + " holds " + std::to_string(gpus) + " GPUs, quota " +
+                          std::to_string(quota_));
+          }
+        }
         for (std::string& b : bad) {
           if (state_.violations.size() < 50) state_.violations.push_back(std::move(b));
         }
@@ -416,6 +426,7 @@ class Sampler {
 
   std::unique_ptr<kube::Client> client_;
   int gpus_per_node_;
+  int quota_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   State state_;
@@ -593,7 +604,7 @@ TEST_F(OperatorScaleTest, PlacesEveryGangSurvivesNodeLossAndRestartAndFinishes) 
   std::cout << "[scale] " << scale.jobs << " jobs applied in "
             << Seconds(SteadyClock::now() - applied) << " s" << std::endl;
 
-  Sampler sampler(kube::testutil::PlaneClient(*plane()), scale.gpus);
+  Sampler sampler(kube::testutil::PlaneClient(*plane()), scale.gpus, scale.Quota());
   auto op =
       std::make_unique<OperatorProcess>(plane()->kubeconfig(), (dir_ / "operator-1.log").string());
   ASSERT_TRUE(op->started());
@@ -637,8 +648,8 @@ TEST_F(OperatorScaleTest, PlacesEveryGangSurvivesNodeLossAndRestartAndFinishes) 
   for (const PodView& p : wave) {
     if (wave_gangs.insert(p.job + "/" + p.gang).second) ++gangs_per_job[p.job];
   }
-  // Not every job need start at once: a job may plan over all the GPUs others
-  // leave free (gpuQuota is not enforced by the operator yet), so later jobs wait.
+  // Every job may start at once: quotas add up to 90% of the cluster. A job
+  // still waits while profiles or earlier gangs hold its share of the nodes.
   std::cout << "[scale] first wave: " << wave.size() << " pods in " << wave_gangs.size()
             << " gangs holding " << wave_gpus << " of " << scale.nodes * scale.gpus << " GPUs, "
             << gangs_per_job.size() << " of " << scale.jobs
@@ -796,6 +807,7 @@ TEST_F(OperatorScaleTest, PlacesEveryGangSurvivesNodeLossAndRestartAndFinishes) 
   std::cout << "[scale] sampler: " << s.samples << " samples, " << s.seen.size()
             << " pods seen, max GPUs held on one node " << s.max_node_gpus
             << ", max GPUs planned or bound on one node " << s.max_planned_gpus
+            << ", max GPUs held by one job " << s.max_job_gpus << " (quota " << scale.Quota() << ")"
             << ", slowest pod list " << s.max_sample_s << " s, test wall time "
             << Seconds(SteadyClock::now() - test_start) << " s" << std::endl;
 

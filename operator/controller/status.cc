@@ -254,14 +254,8 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
                               ? static_cast<double>(t.steps_total - t.steps_done) *
                                     static_cast<double>(batch) / p.samples_per_second
                               : 0;
-          if (p.checkpoint_step >= 0 &&
-              (!t.last_checkpoint || t.last_checkpoint->step != p.checkpoint_step)) {
-            api::CheckpointRef ref;
-            ref.step = p.checkpoint_step;
-            ref.path = CheckpointDir(job, task.name);
-            ref.time = in.now;
-            t.last_checkpoint = ref;
-          }
+          t.last_checkpoint =
+              LastCheckpoint(t.last_checkpoint, p, CheckpointDir(job, task.name), in.now);
           break;
         }
         case GangPhase::kSucceeded:
