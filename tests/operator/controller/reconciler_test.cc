@@ -229,13 +229,18 @@ TEST_F(ReconcilerPureTest, WorldViewMarksLiveGangsRunningAndProfilingTasksNotArr
   EXPECT_FALSE(BuildWorldView(in).tasks[0].running.has_value());
 }
 
-TEST_F(ReconcilerPureTest, LaunchesFollowPlannedOrderAndEarlierTasksKeepTheirClaim) {
+// Task 2 starts first on a:2; task 0 next on a:2 + b:1; task 1 last on b:1.
+planner::Plan ThreeTaskPlan() {
   planner::Plan plan;
   plan.assignments.resize(3);
-  // Task 2 starts first on a:2; task 0 next on a:2 + b:1; task 1 last on b:1.
   plan.assignments[2] = {0, {{0, 0}, {0, 1}}, 0, 10};
   plan.assignments[0] = {0, {{0, 2}, {0, 3}, {1, 0}}, 5, 20};
   plan.assignments[1] = {0, {{1, 1}}, 8, 30};
+  return plan;
+}
+
+TEST_F(ReconcilerPureTest, LaunchesFollowPlannedOrderAndEarlierTasksKeepTheirClaim) {
+  const planner::Plan plan = ThreeTaskPlan();
   std::vector<std::string> plan_nodes = {"a", "b"};
 
   auto launches = SelectLaunches(plan, plan_nodes, loaded_.tasks, {}, {{"a", 4}, {"b", 2}});
@@ -265,11 +270,7 @@ TEST_F(ReconcilerPureTest, LaunchesFollowPlannedOrderAndEarlierTasksKeepTheirCla
 }
 
 TEST_F(ReconcilerPureTest, LaunchesStopAtTheFirstTaskOverTheQuota) {
-  planner::Plan plan;
-  plan.assignments.resize(3);
-  plan.assignments[2] = {0, {{0, 0}, {0, 1}}, 0, 10};
-  plan.assignments[0] = {0, {{0, 2}, {0, 3}, {1, 0}}, 5, 20};
-  plan.assignments[1] = {0, {{1, 1}}, 8, 30};
+  const planner::Plan plan = ThreeTaskPlan();
   std::vector<std::string> plan_nodes = {"a", "b"};
   // 3 GPUs of quota left: task 2 (2 GPUs) starts; task 0 (3) is over what is
   // left, and task 1 (1 GPU, planned after it) does not overtake it.
