@@ -46,10 +46,13 @@ std::string Fmt(const char* format, double a, double b) {
 // Per-option values of every task under the options' objective, with and
 // without the rescale charges, and what each change costs.
 struct Values {
-  std::vector<std::vector<double>> raw;      // the allocator's objective (a rate)
-  std::vector<std::vector<double>> charged;  // less (1 + hysteresis) x each change's cost, spread
-  std::vector<std::vector<double>> cost;     // [i][j + 1]: cost of moving i to j (-1: queued)
-  std::vector<double> scale;                 // seconds over which task i's change pays
+  std::vector<std::vector<double>> raw;       // the allocator's objective (a rate)
+  std::vector<std::vector<double>> deadline;  // the deadline bonus an option earns, or 0
+  std::vector<std::vector<double>> free;      // raw + deadline: the allocator alone
+  std::vector<std::vector<double>> charged;   // free, less (1 + hysteresis) x each change's
+                                              // cost spread, plus the dwell bonus
+  std::vector<std::vector<double>> cost;      // [i][j + 1]: cost of moving i to j (-1: queued)
+  std::vector<double> scale;                  // seconds over which task i's change pays
 };
 
 // A bonus above the sum of every task's largest value, so that what earns it
@@ -73,12 +76,14 @@ Values Evaluate(const std::vector<ScaleTask>& tasks, int capacity, const Autosca
   v.charged.resize(n);
   v.cost.resize(n);
   v.scale.assign(n, o.horizon_s);
+  v.deadline.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const ScaleTask& t = tasks[i];
     const size_t m = t.options.size();
     for (const elastic::Option& opt : t.options)
       v.raw[i].push_back(elastic::OptionValue(t, opt, o.value));
     v.cost[i].assign(m + 1, 0);
+    v.deadline[i].assign(m, 0);
     v.charged[i] = v.raw[i];
     if (t.current < 0) continue;
     const size_t cur = static_cast<size_t>(t.current);
@@ -112,6 +117,7 @@ Values Evaluate(const std::vector<ScaleTask>& tasks, int capacity, const Autosca
         v.charged[i][j] += static_cast<int>(j) == tasks[i].current ? 2 * hold : hold;
     }
   }
+  v.free = v.raw;
   if (!std::isfinite(o.deadline_s) || now < o.deadline_s - o.horizon_s) return v;
   // The deadline: in the last horizon before it, an option under which a task
   // still finishes in time, rescale pause included, earns a bonus above every
@@ -129,7 +135,8 @@ Values Evaluate(const std::vector<ScaleTask>& tasks, int capacity, const Autosca
       const double finish =
           now + (paused ? o.rescale_cost_s : 0) + t.remaining_work / opt.throughput;
       if (finish > o.deadline_s) continue;
-      v.raw[i][j] += bonus;
+      v.deadline[i][j] = bonus;
+      v.free[i][j] += bonus;
       v.charged[i][j] += bonus;
     }
   }
@@ -174,12 +181,49 @@ StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks, int 
   // What the allocator alone would do: only needed to tell kept tasks apart.
   std::optional<elastic::Knapsack> free;
   if (running) {
-    ORRERY_ASSIGN_OR_RETURN(free, elastic::Knapsack::Solve(tasks, v.raw, capacity, true));
+    ORRERY_ASSIGN_OR_RETURN(free, elastic::Knapsack::Solve(tasks, v.free, capacity, true));
     ++out.allocator_runs;
   }
   const bool over = held > capacity;
   auto option = [&](size_t i, int j) -> const elastic::Option& {
     return tasks[i].options[static_cast<size_t>(j)];
+  };
+  // A plan's progress (the objective, no bonus), how many of its tasks are on
+  // course to finish by the deadline, and how many dwelling tasks it keeps.
+  auto progress = [&](const std::vector<int>& choice) {
+    double sum = 0;
+    for (size_t k = 0; k < n; ++k)
+      if (choice[k] >= 0) sum += v.raw[k][static_cast<size_t>(choice[k])];
+    return sum;
+  };
+  auto on_course = [&](const std::vector<int>& choice) {
+    int count = 0;
+    for (size_t k = 0; k < n; ++k)
+      if (choice[k] >= 0 && v.deadline[k][static_cast<size_t>(choice[k])] > 0) ++count;
+    return count;
+  };
+  auto kept_dwelling = [&](const std::vector<int>& choice) {
+    int count = 0;
+    for (size_t k = 0; k < n; ++k)
+      if (dwelling[k] && choice[k] == tasks[k].current) ++count;
+    return count;
+  };
+  // The bonuses that weighed in a choice of `chosen` over `other`, for the reason
+  // (the dwell bonus only where the plan weighed it).
+  auto bonuses = [&](const std::vector<int>& chosen, const std::vector<int>& other,
+                     bool with_dwell) {
+    std::string said;
+    const int deadline = on_course(chosen) - on_course(other);
+    if (deadline != 0)
+      said += "; deadline bonus: " + std::to_string(on_course(chosen)) +
+              " tasks on course to finish by the deadline against " +
+              std::to_string(on_course(other));
+    const int dwell_kept = kept_dwelling(chosen) - kept_dwelling(other);
+    if (with_dwell && dwell_kept != 0)
+      said += "; dwell bonus: " + std::to_string(kept_dwelling(chosen)) +
+              " tasks within their dwell time kept where they are against " +
+              std::to_string(kept_dwelling(other));
+    return said;
   };
   for (size_t i = 0; i < n; ++i) {
     const ScaleTask& t = tasks[i];
@@ -211,7 +255,10 @@ StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks, int 
       d.action = ScaleDecision::Action::kKeep;
       d.to_gpus = wanted >= 0 ? option(i, wanted).gpus : 0;
       d.to_batch = wanted >= 0 ? option(i, wanted).batch_size : 0;
-      d.gain = (free->allocation().value - free->BestWith(i, from)) * v.scale[i];
+      // The progress the allocator's plan makes over the horizon beyond the best
+      // plan that leaves this task where it is.
+      const std::vector<int> stay = free->PlanWith(i, from);
+      d.gain = (progress(free->allocation().choice) - progress(stay)) * v.scale[i];
       d.cost = v.cost[i][static_cast<size_t>(wanted) + 1];
       d.reason = dwelling[i]
                      ? Fmt("kept: changed %.0f s ago, within the dwell time %.0f s",
@@ -219,22 +266,32 @@ StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks, int 
                      : Fmt("kept: gain %.4g over the horizon does not beat the rescale cost %.4g",
                            d.gain, d.cost) +
                            " with hysteresis";
+      d.reason += bonuses(free->allocation().choice, stay, false);
       out.decisions.push_back(std::move(d));
       continue;
     }
     d.action = to >= 0 ? ScaleDecision::Action::kRescale : ScaleDecision::Action::kPreempt;
     d.cost = v.cost[i][static_cast<size_t>(to) + 1];
-    // The cluster's gain from this change: the plan against the best plan that
-    // holds this task where it is (exact, from the DP's tables), charges added back.
-    const double hold = plan.BestWith(i, from);
-    d.gain = std::isfinite(hold) ? (plan.allocation().value - hold) * v.scale[i] + charge * d.cost
-                                 : std::numeric_limits<double>::infinity();
+    // The cluster's gain from this change: the progress of the plan over the
+    // horizon against the best plan that holds this task where it is (exact, from
+    // the DP's tables), without the deadline and dwell bonuses, which the reason
+    // states apart.
+    const std::vector<int> stay = plan.PlanWith(i, from);
+    d.gain = stay.empty() ? std::numeric_limits<double>::infinity()
+                          : (progress(plan.allocation().choice) - progress(stay)) * v.scale[i];
     if (over && d.to_gpus < d.from_gpus) {
       d.reason = "forced: capacity " + std::to_string(capacity) + " is below the " +
                  std::to_string(held) + " GPUs running tasks hold";
     } else {
-      d.reason = Fmt("gain %.4g over the horizon beats the rescale cost %.4g", d.gain, d.cost) +
-                 " with hysteresis";
+      d.reason =
+          d.gain > charge * d.cost
+              ? Fmt("gain %.4g over the horizon beats the rescale cost %.4g", d.gain, d.cost) +
+                    " with hysteresis"
+              : Fmt("gain %.4g over the horizon, rescale cost %.4g", d.gain, d.cost);
+      const std::string why = bonuses(plan.allocation().choice, stay, true);
+      d.reason += why.empty() && !(d.gain > charge * d.cost)
+                      ? "; holding it would cost the other tasks more in rescales"
+                      : why;
     }
     out.decisions.push_back(std::move(d));
   }

@@ -82,7 +82,10 @@ struct ScaleDecision {
   Action action = Action::kKeep;
   int from_gpus = 0, from_batch = 0;  // 0: queued
   int to_gpus = 0, to_batch = 0;
-  double gain = 0;  // objective gained over the horizon by this change
+  // Progress (the objective, no bonus) the cluster gains over the horizon by this
+  // change, against the best plan that leaves the task where it is. The deadline
+  // and dwell bonuses that may have outweighed it are stated in the reason.
+  double gain = 0;
   double cost = 0;  // objective lost to the rescale pause (before hysteresis)
   std::string reason;
 };

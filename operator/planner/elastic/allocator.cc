@@ -172,6 +172,45 @@ double Knapsack::BestWith(size_t i, int j) const {
   return v + best;
 }
 
+std::vector<int> Knapsack::PlanWith(size_t i, int j) const {
+  const size_t capacity = width_ - 1;
+  const size_t n = gpus_.size();
+  const size_t g = j >= 0 ? static_cast<size_t>(gpus_[i][static_cast<size_t>(j)]) : 0;
+  if (g > capacity) return {};
+  const size_t budget = capacity - g;
+  const double* before = &prefix_[i * width_];
+  const double* after = &suffix_[(i + 1) * width_];
+  size_t split = 0;  // GPUs of the tasks before i, as in BestWith's maximum
+  for (size_t c = 1; c <= budget; ++c)
+    if (before[c] + after[budget - c] > before[split] + after[budget - split]) split = c;
+  std::vector<int> plan(n, -1);
+  plan[i] = j;
+  // Which option of task k turns row `from` (budget c) into the entry `target`.
+  auto pick = [&](size_t k, const double* from, double target, size_t c) -> int {
+    if (target <= from[c] + kEps) return -1;
+    for (size_t m = 0; m < gpus_[k].size(); ++m) {
+      const size_t gm = static_cast<size_t>(gpus_[k][m]);
+      if (gm > c || !(values_[k][m] > 0)) continue;
+      if (std::abs(from[c - gm] + values_[k][m] - target) <= 1e-9 * std::max(1.0, std::abs(target)))
+        return static_cast<int>(m);
+    }
+    return -1;  // unreachable: the entry came from some option
+  };
+  size_t c = split;
+  for (size_t k = i; k-- > 0;) {
+    const int m = pick(k, &prefix_[k * width_], prefix_[(k + 1) * width_ + c], c);
+    plan[k] = m;
+    if (m >= 0) c -= static_cast<size_t>(gpus_[k][static_cast<size_t>(m)]);
+  }
+  c = budget - split;
+  for (size_t k = i + 1; k < n; ++k) {
+    const int m = pick(k, &suffix_[(k + 1) * width_], suffix_[k * width_ + c], c);
+    plan[k] = m;
+    if (m >= 0) c -= static_cast<size_t>(gpus_[k][static_cast<size_t>(m)]);
+  }
+  return plan;
+}
+
 StatusOr<Allocation> Allocate(const std::vector<ElasticTask>& tasks, int capacity, Value value) {
   ORRERY_RETURN_IF_ERROR(Validate(tasks, capacity));
   std::vector<std::vector<double>> values(tasks.size());

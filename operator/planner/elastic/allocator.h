@@ -86,6 +86,11 @@ class Knapsack {
   // The best total with task i held to option j (-1: queued), the others
   // chosen freely; -infinity when option j does not fit the capacity.
   double BestWith(size_t i, int j) const;
+  // The plan behind BestWith(i, j): per task an option index or -1, task i at j,
+  // within the capacity; empty when option j does not fit. O(tasks x options +
+  // capacity). What a change is worth in another currency than the values the
+  // DP weighed (the autoscaler's progress without its bonuses) is read off it.
+  std::vector<int> PlanWith(size_t i, int j) const;
 
  private:
   std::vector<std::vector<int>> gpus_;

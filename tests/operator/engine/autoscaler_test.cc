@@ -182,6 +182,32 @@ TEST(AutoscalerTest, ChangedTaskDwellsBeforeAnotherChange) {
   EXPECT_NE(plan->choice[0], IndexOf(fresh[0], 8));
 }
 
+TEST(AutoscalerTest, RecordedGainIsProgressWithBonusesStatedApart) {
+  AutoscalerOptions o;
+  o.deadline_s = 1000;  // within the horizon: the deadline bonus is on
+  Autoscaler as(o);
+  // a finishes in 12.5 s on 8 GPUs, or in 85 s on 4 after its pause; b, queued,
+  // finishes by the deadline only if it starts now on 4. Two tasks on course
+  // outweigh a's progress, so a shrinks although the shrink itself loses progress.
+  std::vector<ScaleTask> tasks = {Linear("a", 1000, {4, 8}), Linear("b", 20000, {4})};
+  tasks[0].current = IndexOf(tasks[0], 8);
+  auto plan = as.Decide(tasks, 8, ScaleTrigger::kArrival, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->choice[0], IndexOf(tasks[0], 4));
+  const ScaleDecision& d = plan->decisions[0];
+  ASSERT_EQ(d.action, ScaleDecision::Action::kRescale);
+  // The progress a plan makes over the 12.5 s a would still run: 0.042 per second
+  // (a at 40/1000, b at 40/20000) against 0.08 with a kept on 8 GPUs. The bonus
+  // that outweighed it is not in the gain.
+  EXPECT_NEAR(d.gain, (0.042 - 0.08) * 12.5, 1e-9);
+  EXPECT_NEAR(d.cost, 60 * 0.04, 1e-9);
+  EXPECT_NE(d.reason.find("deadline bonus: 2 tasks on course to finish by the deadline "
+                          "against 1"),
+            std::string::npos)
+      << d.reason;
+  EXPECT_EQ(d.reason.find("beats"), std::string::npos) << d.reason;
+}
+
 TEST(AutoscalerTest, CapacityLossForcesShrink) {
   AutoscalerOptions o;
   o.rescale_cost_s = 1e6;  // even a prohibitive cost cannot keep GPUs that are gone

@@ -420,23 +420,39 @@ uint64_t Seeds(uint64_t fallback) {
   return env != nullptr && std::atoi(env) > 0 ? static_cast<uint64_t>(std::atoi(env)) : fallback;
 }
 
+// The first seed: ORRERY_ELASTIC_SEED_FROM=401 with ORRERY_ELASTIC_SEEDS=600
+// runs seeds 401-1000, a range the method was not tuned on.
+uint64_t SeedFrom() {
+  const char* env = std::getenv("ORRERY_ELASTIC_SEED_FROM");
+  return env != nullptr && std::atoi(env) > 0 ? static_cast<uint64_t>(std::atoi(env)) : 1;
+}
+
 // 100 seeds of each of 8 shapes (785 traces with jobs, about 10 s). The target
-// holds on every trace of the paper's kind (kMixed) here. Over all shapes it
-// does not hold everywhere yet: for seeds 1-400 (3,157 traces) it missed on 27
-// (0.9%; the previous autoscaler, an allocator re-run per probed task, missed on
-// 49), mostly where no batch of one kind can move (kFixedBatch, 11): elastic
-// completes one job fewer than gpu-only within the horizon while its mean
-// completion time is far lower, or one more with a mean a few percent higher.
-// So each shape may miss on at most 1 trace in 20 and all shapes together on
-// 1 in 100 (the previous autoscaler missed on 14 of these 785), and every miss
-// is printed.
+// holds on every trace of the paper's kind (kMixed) here, not everywhere: at
+// these seeds it misses on 4 fixed-batch traces. Measured on 2026-11-23: seeds
+// 1-400 (3,157 traces) miss on 27 (0.9%: fixed-batch 11, scaling 4, expensive 4,
+// bursty 3, mixed 2, giant, tight and capacity 1 each); seeds 401-1000
+// (ORRERY_ELASTIC_SEED_FROM=401 ORRERY_ELASTIC_SEEDS=600, 4,758 traces, not
+// tuned on) on 47 (1.0%: fixed-batch 15, expensive 11, bursty 8, scaling 6,
+// capacity 3, mixed 2, giant and tight 1 each). A miss is elastic completing one
+// job fewer than gpu-only within the horizon while its mean completion time is
+// far lower, or one more with a mean a few percent higher: the same autoscaler
+// over nearly the same options (gpu-only's are a subset), whose objective (each
+// task's throughput over its remaining work, plus a deadline bonus in the last
+// horizon) is not the metric. Neither dwell (2-6 x the rescale cost),
+// hysteresis (0.1-1), the gain horizon (900-3600 s), the value's exponent on
+// remaining work (0.5-2), a longer deadline window, the dwell bonus above the
+// deadline bonus, nor crediting queued tasks that can still finish by the
+// deadline after waiting brought the 27 down (28-120). So each shape may miss on
+// at most 1 trace in 20 and all shapes together on 1 in 100, and every miss is
+// printed.
 TEST(ElasticSimTest, ElasticBeatsBaselinesOnRandomTraces) {
-  const uint64_t seeds = Seeds(100);
+  const uint64_t seeds = Seeds(100), from = SeedFrom();
   int all_missed = 0, all_traces = 0;
   for (Shape shape : kShapes) {
     int missed = 0, traces = 0;
     std::string report;
-    for (uint64_t seed = 1; seed <= seeds; ++seed) {
+    for (uint64_t seed = from; seed < from + seeds; ++seed) {
       ElasticTrace t = RandomTrace(seed, shape);
       if (t.jobs.empty()) continue;
       ++traces;

@@ -134,10 +134,25 @@ TEST(ElasticAllocatorTest, KnapsackProbesMatchBruteForce) {
       for (int j = -1; j < static_cast<int>(tasks[i].options.size()); ++j) {
         const double got = k->BestWith(i, j);
         const double brute = BruteForceValues(tasks, values, capacity, i, j);
+        const std::vector<int> plan = k->PlanWith(i, j);
         if (brute < -1e299) {
           EXPECT_TRUE(std::isinf(got) && got < 0) << "trial " << trial << " task " << i;
+          EXPECT_TRUE(plan.empty());
         } else {
           EXPECT_NEAR(got, brute, 1e-9 * std::max(1.0, std::abs(brute)))
+              << "trial " << trial << " task " << i << " option " << j;
+          // The plan behind it holds task i at j, fits, and is worth exactly that.
+          ASSERT_EQ(plan.size(), tasks.size());
+          EXPECT_EQ(plan[i], j);
+          int used = 0;
+          double worth = 0;
+          for (size_t t = 0; t < tasks.size(); ++t) {
+            if (plan[t] < 0) continue;
+            used += tasks[t].options[static_cast<size_t>(plan[t])].gpus;
+            worth += values[t][static_cast<size_t>(plan[t])];
+          }
+          EXPECT_LE(used, capacity);
+          EXPECT_NEAR(worth, brute, 1e-9 * std::max(1.0, std::abs(brute)))
               << "trial " << trial << " task " << i << " option " << j;
         }
       }
