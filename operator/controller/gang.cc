@@ -194,6 +194,8 @@ StatusOr<Gang> BuildGang(const GangRequest& r) {
   launch.keep = job.spec.checkpoints.keep;
   launch.report_every = r.options.report_every;
   launch.threads = r.options.threads;
+  // NCCL talks between GPUs: a gang on the nccl backend computes on CUDA.
+  launch.device = r.options.backend == "nccl" ? "cuda" : "cpu";
   launch.lr_scaling = job.spec.elasticity.enabled ? job.spec.elasticity.learning_rate_scaling
                                                   : api::LrScaling::kNone;
   const int64_t own_batch = r.task->task.training.batch_size;

@@ -94,6 +94,7 @@ StatusOr<ProfileGang> BuildProfileGang(const ProfileRequest& r) {
   launch.template_name = g.key.template_name;
   launch.gpus = r.gpus;
   launch.batch_size = g.key.batch_size;
+  launch.device = r.backend == "nccl" ? "cuda" : "cpu";
   std::vector<std::string> args = {"profile"};
   for (std::string& f : engine::ProfileFlags(*r.task, launch, job.spec.profiling.trial_steps)) {
     args.push_back(std::move(f));

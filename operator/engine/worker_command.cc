@@ -92,7 +92,14 @@ std::vector<std::string> CommonFlags(const api::ExpandedTask& expanded, const La
   f.push_back(Flag("decay", std::string(api::EnumName(tr.schedule))));
   f.push_back(Flag("batch", batch));
   f.push_back(Flag("template", WorkerTemplate(c.template_name, c.gpus)));
+  // Pipelines run 1F1B (PipeDream-Flush, Narayanan et al. 2021): the same
+  // gradients as GPipe with at most pp - stage micro-batches of activations held
+  // instead of all of them, so the memory a profile measures is 1F1B's too.
+  if (WorkerTemplate(c.template_name, c.gpus) == "pipeline") {
+    f.push_back(Flag("pipeline-schedule", "1f1b"));
+  }
   f.push_back(Flag("threads", c.threads));
+  if (!c.device.empty()) f.push_back(Flag("device", c.device));
   return f;
 }
 

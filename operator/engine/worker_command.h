@@ -32,6 +32,10 @@ struct LaunchConfig {
   // folder of the job file locally, the volume root in a pod); "" leaves them.
   std::string base_dir;
   api::LrScaling lr_scaling = api::LrScaling::kNone;
+  // What each rank computes on: "cpu", "cuda" (rank r of a pod or process uses
+  // the one GPU it was given), or "" to pass no --device (the worker's CPU
+  // default). Pods that talk NCCL must say "cuda".
+  std::string device;
 };
 
 // The worker's template name for a plan's template on `gpus` ranks: on one rank

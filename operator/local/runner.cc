@@ -339,6 +339,7 @@ StatusOr<std::optional<ProfileEntry>> Runner::ProfileOne(const TaskRun& task,
   lc.gpus = gpus;
   lc.batch_size = batch;
   lc.base_dir = opt_.job_dir;
+  lc.device = opt_.devices.kind;
   std::vector<std::string> argv = {opt_.worker, "profile"};
   for (auto& f : engine::ProfileFlags(task.spec, lc, job_.job.spec.profiling.trial_steps)) {
     argv.push_back(f);
@@ -671,6 +672,7 @@ Status Runner::Launch(size_t t, int config, const std::vector<int>& devices) {
   lc.keep = spec.checkpoints.keep;
   lc.report_every = opt_.report_every;
   lc.base_dir = opt_.job_dir;
+  lc.device = opt_.devices.kind;
   lc.lr_scaling =
       spec.elasticity.enabled ? spec.elasticity.learning_rate_scaling : api::LrScaling::kNone;
   // The worker resumes from the newest checkpoint and counts steps on from it,

@@ -99,9 +99,34 @@ TEST_F(GangTest, ArgsAreTheEngineTrainFlags) {
   launch.checkpoint_dir = "/ckpt/sweep/mlp-lr-1e-3";
   launch.checkpoint_every = loaded_.job.spec.checkpoints.interval_steps;
   launch.keep = loaded_.job.spec.checkpoints.keep;
+  launch.device = "cuda";  // the default backend is nccl: the ranks compute on their GPU
   std::vector<std::string> want = {"train"};
   for (const auto& f : engine::TrainFlags(loaded_.tasks[0], launch)) want.push_back(f);
   EXPECT_EQ(gang->pods[1]["spec"]["containers"][0]["args"].get<std::vector<std::string>>(), want);
+}
+
+TEST_F(GangTest, TheDeviceFollowsTheBackend) {
+  auto device_args = [&](const std::string& backend) {
+    GangRequest r = Request(2, {"n1", "n2"});
+    r.options.backend = backend;
+    auto gang = BuildGang(r);
+    EXPECT_TRUE(gang.ok()) << gang.status();
+    std::vector<std::string> found;
+    if (!gang.ok()) return found;
+    for (const auto& pod : gang->pods) {
+      for (const auto& a : pod["spec"]["containers"][0]["args"]) {
+        if (a.get<std::string>().rfind("--device", 0) == 0) found.push_back(a);
+      }
+      for (const auto& e : pod["spec"]["containers"][0]["env"]) {
+        if (e["name"] == "ORRERY_BACKEND") {
+          EXPECT_EQ(e["value"], backend);
+        }
+      }
+    }
+    return found;
+  };
+  EXPECT_EQ(device_args("nccl"), (std::vector<std::string>{"--device=cuda", "--device=cuda"}));
+  EXPECT_EQ(device_args("gloo"), (std::vector<std::string>{"--device=cpu", "--device=cpu"}));
 }
 
 TEST_F(GangTest, OwnerReferenceIsTheControllingJob) {

@@ -50,6 +50,7 @@ TEST_F(ProfilePodTest, GangRunsTheProfilerWithLabelsAndADeadline) {
   launch.template_name = "ddp";
   launch.gpus = 2;
   launch.batch_size = 16;
+  launch.device = "cuda";  // the request's backend is nccl: the trial runs on the GPUs
   std::vector<std::string> want = {"profile"};
   for (const auto& f :
        engine::ProfileFlags(loaded_.tasks[0], launch, loaded_.job.spec.profiling.trial_steps)) {

@@ -167,6 +167,35 @@ TEST(WorkerCommand, ProfileFlagsTimeTheTrialSteps) {
                            [](const std::string& s) { return s.rfind("--checkpoint", 0) == 0; }));
 }
 
+TEST(WorkerCommand, DeviceIsPassedOnlyWhenChosen) {
+  api::LoadedJob job = Load(kJob);
+  LaunchConfig c;
+  c.template_name = "ddp";
+  c.gpus = 2;
+  auto none = TrainFlags(job.tasks[0], c);
+  EXPECT_FALSE(std::any_of(none.begin(), none.end(),
+                           [](const std::string& s) { return s.rfind("--device", 0) == 0; }));
+  c.device = "cuda";
+  EXPECT_TRUE(Has(TrainFlags(job.tasks[0], c), "--device=cuda"));
+  EXPECT_TRUE(Has(ProfileFlags(job.tasks[0], c, 9), "--device=cuda"));
+  c.device = "cpu";
+  EXPECT_TRUE(Has(TrainFlags(job.tasks[0], c), "--device=cpu"));
+}
+
+TEST(WorkerCommand, PipelinesRunOneForwardOneBackward) {
+  api::LoadedJob job = Load(kJob);
+  LaunchConfig c;
+  c.template_name = "pipeline";
+  c.gpus = 2;
+  EXPECT_TRUE(Has(TrainFlags(job.tasks[0], c), "--pipeline-schedule=1f1b"));
+  EXPECT_TRUE(Has(ProfileFlags(job.tasks[0], c, 9), "--pipeline-schedule=1f1b"));
+  c.gpus = 1;  // one rank is the plain loop: no schedule
+  auto single = TrainFlags(job.tasks[0], c);
+  EXPECT_FALSE(std::any_of(single.begin(), single.end(), [](const std::string& s) {
+    return s.rfind("--pipeline-schedule", 0) == 0;
+  }));
+}
+
 TEST(WorkerCommand, SignatureIgnoresLearningRateButNotShapeOrBatch) {
   api::LoadedJob job = Load(kJob);
   EXPECT_EQ(ModelSignature(job.tasks[0].task), ModelSignature(job.tasks[1].task));
