@@ -2,6 +2,13 @@
 // nccl_group.cc on the GPU path) and the rendezvous that creates them from a file
 // store or a TCP store. c10d and gloo report failures by throwing; every throw is
 // caught here and becomes a Status, so none crosses into the templates.
+//
+// Each backend moves tensors of one kind: gloo host tensors, NCCL CUDA tensors.
+// A tensor of the other kind (a CUDA gradient bucket under gloo; a host scalar
+// the trainer or profiler agrees on under NCCL) is staged: copied to a buffer
+// the backend moves, the operation run to completion, the result copied back.
+// Correct everywhere, but synchronous and one copy each way, so the templates
+// keep their bulk traffic native (NCCL for --device cuda).
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -88,6 +95,14 @@ class C10dCommunicator final : public Communicator {
       : group_(std::move(group)), backend_(std::move(backend)) {}
 
   int rank() const override { return group_->getRank(); }
+
+  // True when the backend moves `t` where it is.
+  bool Native(const at::Tensor& t) const { return backend_ == "nccl" ? t.is_cuda() : t.is_cpu(); }
+  // A contiguous copy of `t` where the backend moves tensors (NCCL: the current
+  // CUDA device, which UseDevice set for this rank).
+  at::Tensor Staged(const at::Tensor& t) const {
+    return (backend_ == "nccl" ? t.to(at::Device(at::kCUDA)) : t.to(at::kCPU)).contiguous();
+  }
   int size() const override { return group_->getSize(); }
   std::string backend() const override { return backend_; }
 
@@ -99,6 +114,16 @@ class C10dCommunicator final : public Communicator {
     if (!tensor.is_contiguous())
       return std::make_unique<C10dPendingOp>(
           InvalidArgumentError("all_reduce: tensor not contiguous"));
+    if (!Native(tensor)) {
+      try {
+        at::Tensor staged = Staged(tensor);
+        Status s = AllReduceAsync(staged, op)->Wait();
+        if (s.ok()) tensor.copy_(staged);
+        return std::make_unique<C10dPendingOp>(s);
+      } catch (const std::exception& e) {
+        return std::make_unique<C10dPendingOp>(StatusFromException(e, "all_reduce"));
+      }
+    }
     try {
       std::vector<at::Tensor> tensors{tensor};
       c10d::AllreduceOptions opts;
@@ -117,6 +142,16 @@ class C10dCommunicator final : public Communicator {
     if (output.numel() != n * size() || !output.is_contiguous()) {
       return InvalidArgumentError(
           "all_gather: output must be contiguous with size()*input.numel() elements");
+    }
+    if (!Native(input) || !Native(output)) {
+      try {
+        at::Tensor out = Staged(output);
+        ORRERY_RETURN_IF_ERROR(AllGather(Staged(input), out));
+        output.copy_(out);
+        return OkStatus();
+      } catch (const std::exception& e) {
+        return StatusFromException(e, "all_gather");
+      }
     }
     try {
       at::Tensor in = input.contiguous();
@@ -146,6 +181,16 @@ class C10dCommunicator final : public Communicator {
       output.copy_(tmp.view({-1}).narrow(0, rank() * n, n).view(output.sizes()));
       return OkStatus();
     }
+    if (!Native(input) || !Native(output)) {
+      try {
+        at::Tensor out = Staged(output);
+        ORRERY_RETURN_IF_ERROR(ReduceScatter(Staged(input), out, op));
+        output.copy_(out);
+        return OkStatus();
+      } catch (const std::exception& e) {
+        return StatusFromException(e, "reduce_scatter");
+      }
+    }
     try {
       at::Tensor in = input.contiguous();
       std::vector<at::Tensor> outputs{output};
@@ -164,6 +209,16 @@ class C10dCommunicator final : public Communicator {
   }
 
   Status Broadcast(at::Tensor& tensor, int root) override {
+    if (!Native(tensor)) {
+      try {
+        at::Tensor staged = Staged(tensor);
+        ORRERY_RETURN_IF_ERROR(Broadcast(staged, root));
+        tensor.copy_(staged);
+        return OkStatus();
+      } catch (const std::exception& e) {
+        return StatusFromException(e, "broadcast");
+      }
+    }
     try {
       std::vector<at::Tensor> tensors{tensor};
       c10d::BroadcastOptions opts;
@@ -181,7 +236,8 @@ class C10dCommunicator final : public Communicator {
 
   std::unique_ptr<PendingOp> SendAsync(const at::Tensor& tensor, int dst, int tag) override {
     try {
-      at::Tensor t = tensor.contiguous();
+      // The pending op keeps the (possibly staged) copy alive until Wait().
+      at::Tensor t = Native(tensor) ? tensor.contiguous() : Staged(tensor);
       std::vector<at::Tensor> tensors{t};
       auto work = group_->send(tensors, dst, tag);
       return std::make_unique<C10dPendingOp>(std::move(work), "send", t, 1.0);
@@ -192,6 +248,16 @@ class C10dCommunicator final : public Communicator {
 
   Status Recv(at::Tensor& tensor, int src, int tag) override {
     if (!tensor.is_contiguous()) return InvalidArgumentError("recv: tensor not contiguous");
+    if (!Native(tensor)) {
+      try {
+        at::Tensor staged = Staged(tensor);
+        ORRERY_RETURN_IF_ERROR(Recv(staged, src, tag));
+        tensor.copy_(staged);
+        return OkStatus();
+      } catch (const std::exception& e) {
+        return StatusFromException(e, "recv");
+      }
+    }
     try {
       std::vector<at::Tensor> tensors{tensor};
       group_->recv(tensors, src, tag)->wait();

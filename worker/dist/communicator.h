@@ -4,6 +4,8 @@
 // gloo (c10d's ProcessGroupGloo, CPU tensors) here, NCCL (CUDA tensors) compiled
 // only with the GPU path. A communicator spans one group of ranks (the whole
 // world, or one data/tensor/pipeline group of a layout, see topology.h).
+// Tensors of the kind the backend does not move (CUDA under gloo, host under
+// NCCL) are accepted and staged through a copy, synchronously: correct, not fast.
 //
 // Failure contract: every operation returns a Status instead of throwing. A peer
 // that dies closes its sockets, and the surviving ranks' pending operations fail

@@ -2,11 +2,16 @@
 // their CUDA and NCCL versions come from the headers the build found.
 #include "worker/dist/device.h"
 
+#include <cstdlib>
+
 #include <torch/cuda.h>
 
 #ifdef ORRERY_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #endif
 
 namespace orrery::dist {
@@ -79,10 +84,76 @@ Status CheckDevice(const std::string& device, const std::string& backend) {
         ") but no CUDA device is visible on this machine (no NVIDIA GPU or driver: check "
         "nvidia-smi, and the pod's nvidia.com/gpu limit); " +
         std::string(kCpuFix));
-  return UnimplementedError("--device cuda: " + std::to_string(gpus) +
-                            " CUDA devices are visible, but the training templates "
-                            "(worker/parallel) compute on CPU tensors only so far; " +
-                            std::string(kCpuFix));
+  return OkStatus();
+}
+
+StatusOr<c10::Device> RankDevice(const std::string& device, int rank, const char* local_rank) {
+  if (device == "cpu" || device.empty()) return c10::Device(c10::kCPU);
+  if (device != "cuda")
+    return InvalidArgumentError("--device '" + device + "': expected cpu or cuda");
+  if (!BuiltWithCuda())
+    return FailedPreconditionError(
+        "--device cuda: this orrery-worker was built without the GPU path");
+  auto visible = static_cast<int64_t>(torch::cuda::device_count());
+  int64_t index = 0;
+  if (local_rank != nullptr && *local_rank != '\0') {
+    char* end = nullptr;
+    long long v = std::strtoll(local_rank, &end, 10);
+    if (*end != '\0' || v < 0)
+      return InvalidArgumentError(std::string("LOCAL_RANK='") + local_rank +
+                                  "' is not a non-negative integer");
+    index = v;
+  } else {
+    if (visible == 0)
+      return FailedPreconditionError("--device cuda: no CUDA device is visible; " +
+                                     std::string(kCpuFix));
+    index = rank % visible;
+  }
+  if (index >= visible)
+    return FailedPreconditionError("--device cuda: this rank wants cuda:" + std::to_string(index) +
+                                   " but " + std::to_string(visible) +
+                                   " CUDA devices are visible (LOCAL_RANK, CUDA_VISIBLE_DEVICES)");
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+Status UseDevice(c10::Device device) {
+  if (!device.is_cuda()) return OkStatus();
+#ifdef ORRERY_HAVE_CUDA
+  try {
+    c10::cuda::set_device(device.index() < 0 ? 0 : device.index());
+    return OkStatus();
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    return FailedPreconditionError("selecting " + device.str() + ": " +
+                                   msg.substr(0, msg.find('\n')));
+  }
+#else
+  return FailedPreconditionError(device.str() +
+                                 ": this orrery-worker was built without the GPU path");
+#endif
+}
+
+void SynchronizeDevice(c10::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+int64_t PeakDeviceMemory(c10::Device device) {
+#ifdef ORRERY_HAVE_CUDA
+  if (device.is_cuda()) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+        .peak;
+  }
+#endif
+  (void)device;
+  return -1;
+}
+
+void ResetPeakDeviceMemory(c10::Device device) {
+#ifdef ORRERY_HAVE_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#endif
+  (void)device;
 }
 
 }  // namespace orrery::dist

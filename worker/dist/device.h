@@ -1,12 +1,18 @@
 // The device a rank computes on: `orrery-worker train|profile --device cpu|cuda`. Every build runs
 // on CPU (gloo). "cuda" needs a binary built with the GPU path (ORRERY_WITH_CUDA: CUDA + NCCL,
-// ORRERY_HAVE_CUDA), a visible NVIDIA GPU, and templates that put their tensors there, which
-// worker/parallel does not do yet. CheckDevice decides before any model is built, so an unusable
-// choice is one clear error naming the device and the fix, never a crash mid-step.
+// ORRERY_HAVE_CUDA) and a visible NVIDIA GPU; the templates (worker/parallel) then keep the
+// model, its gradients, the optimizer state and every batch on the rank's GPU (RankDevice), NCCL
+// moves them, and spill streams host shards in on a side CUDA stream. CheckDevice decides before
+// any model is built, so an unusable choice is one clear error naming the device and the fix,
+// never a crash mid-step. The CUDA runtime calls below are compiled only with the GPU path; in the
+// CPU build they refuse a CUDA device with a Status.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include <c10/core/Device.h>
 
 #include "common/status.h"
 
@@ -21,8 +27,7 @@ std::string GpuPathSummary();
 
 // Removes `--device X` or `--device=X` from args and returns X; "" when the flag
 // is absent (the worker then runs on CPU and checks nothing, as before the flag
-// existed: the operator sets ORRERY_BACKEND=nccl for GPU runs but no --device
-// yet). INVALID_ARGUMENT for a missing value.
+// existed). INVALID_ARGUMENT for a missing value.
 StatusOr<std::string> TakeDeviceFlag(std::vector<std::string>& args);
 
 // OK when a rank of this binary on this machine can compute on `device` ("cpu"
@@ -30,7 +35,30 @@ StatusOr<std::string> TakeDeviceFlag(std::vector<std::string>& args);
 // error that names the device and says what to do instead:
 //   INVALID_ARGUMENT     an unknown device or backend, or nccl with --device cpu
 //   FAILED_PRECONDITION  cuda on a binary without the GPU path, or with no GPU visible
-//   UNIMPLEMENTED        cuda with a GPU visible (the templates compute on CPU)
+// cuda with gloo is allowed (the communicator stages CUDA tensors through host
+// memory, see communicator.h); nccl is what a GPU job should use.
 Status CheckDevice(const std::string& device, const std::string& backend);
+
+// The device `rank` computes on: CPU for "cpu"; for "cuda", cuda:LOCAL_RANK when
+// that variable is set (torchrun and the operator set it per pod), else
+// cuda:(rank % visible devices). `local_rank` is LOCAL_RANK's value (nullptr:
+// unset). FAILED_PRECONDITION when the index is not a visible device (or the build
+// has no GPU path), INVALID_ARGUMENT for a malformed LOCAL_RANK or device.
+StatusOr<c10::Device> RankDevice(const std::string& device, int rank, const char* local_rank);
+
+// Makes `device` the calling thread's current CUDA device (NCCL binds its
+// communicator to it, and allocations without an index land there); a no-op for
+// CPU. Call before creating NCCL groups.
+Status UseDevice(c10::Device device);
+
+// Waits for all work queued on `device` (CUDA kernels are asynchronous: timing a
+// step needs it). A no-op for CPU.
+void SynchronizeDevice(c10::Device device);
+
+// The most bytes of tensors the CUDA caching allocator had allocated on `device`
+// since the last ResetPeakDeviceMemory (torch.cuda.max_memory_allocated); -1 for
+// CPU, which has no such pool.
+int64_t PeakDeviceMemory(c10::Device device);
+void ResetPeakDeviceMemory(c10::Device device);
 
 }  // namespace orrery::dist

@@ -149,7 +149,7 @@ class GptBlock final : public ParamLayer {
     at::Tensor v = heads(at::linear(a, p_["attn.v.weight"], p_["attn.v.bias"]));
     at::Tensor scores =
         at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-    at::Tensor mask = at::ones({s, s}, at::kBool).triu(1);
+    at::Tensor mask = at::ones({s, s}, x.options().dtype(at::kBool)).triu(1);
     scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
     at::Tensor ctx =
         at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({b, s, local_heads * hd});
@@ -215,6 +215,8 @@ class ScriptLayer final : public Layer {
   }
   std::string name() const override { return "script"; }
   at::Tensor Forward(const at::Tensor& x) override { return module_.forward({x}).toTensor(); }
+  // The module's own move: parameters and buffers, in place (set_data).
+  void To(c10::Device device) override { module_.to(device); }
   NamedTensors NamedParameters() override {
     NamedTensors out;
     for (const auto& p : module_.named_parameters(/*recurse=*/true))
@@ -236,6 +238,30 @@ Status ValidateGpt(const GptConfig& c) {
 }
 
 }  // namespace
+
+void Layer::To(c10::Device device) {
+  torch::NoGradGuard no_grad;
+  for (auto& [name, p] : NamedParameters()) {
+    if (p.device() != device) p.set_data(p.data().to(device));
+  }
+}
+
+Status MoveToDevice(Model& model, c10::Device device) {
+  try {
+    for (auto& l : model.layers) l->To(device);
+    return OkStatus();
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    return InvalidArgumentError("moving the " + model.kind + " model to " + device.str() + ": " +
+                                msg.substr(0, msg.find('\n')));
+  }
+}
+
+Batch BatchOn(const Batch& batch, c10::Device device) {
+  // non_blocking: a pinned host batch overlaps its copy with queued kernels.
+  return Batch{batch.inputs.to(device, /*non_blocking=*/true),
+               batch.targets.to(device, /*non_blocking=*/true)};
+}
 
 NamedTensors Model::NamedParameters() const {
   NamedTensors out;

@@ -12,7 +12,9 @@
 // model root ("blocks.0.attn.q.weight"), so a full model and a tensor-parallel
 // slice of it have the same names, and checkpoints address them by name.
 // Initialisation draws from a generator seeded by ModelConfig::seed, not from the
-// global one, so threads that build models concurrently (tests) agree.
+// global one, so threads that build models concurrently (tests) agree. Models are
+// built on the host (the same numbers on every device) and moved with
+// MoveToDevice; a layer computes on whatever device its input and parameters are.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "common/status.h"
 
@@ -41,6 +44,10 @@ class Layer {
   // parallel collective failed); templates catch at their step boundary.
   virtual at::Tensor Forward(const at::Tensor& x) = 0;
   virtual NamedTensors NamedParameters() = 0;
+  // Moves the layer's parameters (and buffers) to `device` in place: the same
+  // autograd variables, their data on the device (Tensor::set_data, as
+  // torch.nn.Module.to does), so every handle the layer holds follows.
+  virtual void To(c10::Device device);
 };
 
 struct GptConfig {
@@ -83,6 +90,10 @@ struct Model {
 
 StatusOr<Model> BuildModel(const ModelConfig& config);
 
+// Layer::To for every layer. INVALID_ARGUMENT (not a throw) when the device
+// cannot hold tensors (no such CUDA device, a build without CUDA).
+Status MoveToDevice(Model& model, c10::Device device);
+
 // The same GPT with its attention and MLP split Megatron-style over tp_size ranks:
 // query/key/value and the first MLP projection column-parallel (heads and hidden
 // units split), the attention output and second MLP projection row-parallel and
@@ -111,6 +122,10 @@ struct Batch {
 Batch SyntheticBatch(const ModelConfig& config, int64_t batch_size, int64_t step);
 // Rows [part*n/parts, (part+1)*n/parts) of a batch (n must divide evenly).
 StatusOr<Batch> SliceBatch(const Batch& batch, int part, int parts);
+// The batch on `device` (the same tensors when already there). Batches are
+// built on the host; each template moves its rows to its device before its
+// forward.
+Batch BatchOn(const Batch& batch, c10::Device device);
 
 // The largest relative difference ||a-b|| / max(||b||, 1e-3·sqrt(numel)) over
 // two named parameter sets with equal names (error otherwise); the worst

@@ -1,11 +1,14 @@
 // The ddp, tensor and pipeline templates, and any dp × tp × pp composition of
 // them (see strategy.h). Each rank builds the whole model from the seed, keeps
 // its pipeline stage's layers, and slices the blocks for its tensor-parallel
-// rank; data-parallel replicas all-reduce gradients in buckets.
+// rank; data-parallel replicas all-reduce gradients in buckets. The stage's
+// layers, the buckets and the activations and gradients the stages exchange live
+// on the configured device.
 #include <algorithm>
 #include <chrono>
 #include <map>
 
+#include "worker/dist/device.h"
 #include "worker/parallel/internal.h"
 
 namespace orrery::parallel::internal {
@@ -107,6 +110,11 @@ class DdpBuckets {
 
   int count() const { return static_cast<int>(buckets_.size()); }
 
+  void AppendPlacement(std::vector<PlacedTensor>& out) const {
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      out.push_back({"comm/bucket/" + std::to_string(b), buckets_[b].flat.device(), false});
+  }
+
  private:
   struct Bucket {
     std::vector<size_t> members;
@@ -201,12 +209,12 @@ class HybridStrategy final : public Strategy {
         if (fp.stage == coords_.pp) {
           t = local.at(fp.name);
         } else {
-          t = at::empty(fp.shape, at::kFloat);
+          t = at::empty(fp.shape, at::TensorOptions().dtype(at::kFloat).device(device_));
         }
         if (layout_.pp > 1) ORRERY_RETURN_IF_ERROR(pp_->Broadcast(t, fp.stage));
         out.emplace_back(fp.name, t);
       }
-      return out;
+      return OnHost(std::move(out));
     } catch (const std::exception& e) {
       return StatusFromException(e, "gathering parameters");
     }
@@ -227,6 +235,18 @@ class HybridStrategy final : public Strategy {
 
   StrategyInfo Info() const override { return info_; }
 
+  std::vector<PlacedTensor> Placement() const override {
+    std::vector<PlacedTensor> out;
+    model::NamedTensors named = stage_.NamedParameters();
+    AppendParameterPlacement(named, out);
+    std::vector<std::string> names;
+    for (const auto& [name, p] : named) names.push_back(name);
+    optimizer_->AppendPlacement(names, false, out);
+    if (ddp_) ddp_->AppendPlacement(out);
+    AppendBatchPlacement(last_batch_, out);
+    return out;
+  }
+
  private:
   HybridStrategy() = default;
 
@@ -237,6 +257,9 @@ class HybridStrategy final : public Strategy {
     coords_ = dist::CoordinatesOf(layout_, rank);
     info_.name = config.name;
     info_.layout = layout_;
+    device_ = config.device;
+    // Built on the host; only this rank's stage (and tensor slice) moves to the
+    // device, below.
     ORRERY_ASSIGN_OR_RETURN(model::Model full, model::BuildModel(mc));
     if (!full.supports_surgery && (layout_.tp > 1 || layout_.pp > 1)) {
       return FailedPreconditionError(
@@ -303,6 +326,7 @@ class HybridStrategy final : public Strategy {
          l < bounds[static_cast<size_t>(coords_.pp) + 1]; ++l) {
       stage_.layers.push_back(sliced.layers[static_cast<size_t>(l)]);
     }
+    ORRERY_RETURN_IF_ERROR(model::MoveToDevice(stage_, device_));
     first_stage_ = coords_.pp == 0;
     last_stage_ = coords_.pp == layout_.pp - 1;
     micro_batches_ =
@@ -338,12 +362,20 @@ class HybridStrategy final : public Strategy {
     at::Tensor costs = at::zeros({static_cast<int64_t>(n)}, at::kDouble);
     if (world_ == nullptr || world_->rank() == 0) {
       torch::NoGradGuard no_grad;
-      model::Batch probe = model::SyntheticBatch(mc, 2, 0);
+      // Measured where the stages will run (kernels are asynchronous on CUDA:
+      // each layer's time ends when the device is done). The model goes back to
+      // the host afterwards, so only this rank's stage stays on the device.
+      // (A Model copy shares its layers: this moves `full`'s own layers.)
+      model::Model on_device = full;
+      ORRERY_RETURN_IF_ERROR(model::MoveToDevice(on_device, device_));
+      model::Batch probe = model::BatchOn(model::SyntheticBatch(mc, 2, 0), device_);
       for (int rep = 0; rep < 3; ++rep) {
         at::Tensor x = probe.inputs;
         for (size_t l = 0; l < n; ++l) {
+          dist::SynchronizeDevice(device_);
           auto t0 = std::chrono::steady_clock::now();
           x = full.layers[l]->Forward(x);
+          dist::SynchronizeDevice(device_);
           double ms =
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                   .count() *
@@ -352,6 +384,7 @@ class HybridStrategy final : public Strategy {
           c = rep == 0 ? ms : std::min(c, ms);
         }
       }
+      ORRERY_RETURN_IF_ERROR(model::MoveToDevice(on_device, at::kCPU));
     }
     if (world_ != nullptr) ORRERY_RETURN_IF_ERROR(world_->Broadcast(costs, 0));
     std::vector<double> v(costs.data_ptr<double>(), costs.data_ptr<double>() + n);
@@ -360,8 +393,10 @@ class HybridStrategy final : public Strategy {
   }
 
   StatusOr<double> StepImpl(const model::Batch& global_batch) {
-    ORRERY_ASSIGN_OR_RETURN(model::Batch local,
+    ORRERY_ASSIGN_OR_RETURN(model::Batch rows,
                             model::SliceBatch(global_batch, coords_.dp, layout_.dp));
+    model::Batch local = model::BatchOn(rows, device_);
+    last_batch_ = local;
     for (auto& p : params_) p.mutable_grad().reset();
     double local_loss = 0.0;
     if (layout_.pp == 1) {
@@ -377,7 +412,8 @@ class HybridStrategy final : public Strategy {
     for (auto& p : params_) grads.push_back(p.grad());
     optimizer_->Step(grads);
     // The loss is known on the last stage; average over replicas, then share it.
-    at::Tensor loss = at::full({1}, local_loss, at::kDouble);
+    at::Tensor loss =
+        at::full({1}, local_loss, at::TensorOptions().dtype(at::kDouble).device(device_));
     if (dp_ && last_stage_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(loss, dist::ReduceOp::kAvg));
     if (pp_) ORRERY_RETURN_IF_ERROR(pp_->Broadcast(loss, layout_.pp - 1));
     return loss.item<double>();
@@ -414,11 +450,12 @@ class HybridStrategy final : public Strategy {
         if (first_stage_) {
           x = mb.inputs;
         } else {
-          at::Tensor header = at::zeros({8}, at::kLong);
+          at::Tensor header = at::zeros({8}, at::TensorOptions().dtype(at::kLong).device(device_));
           ORRERY_RETURN_IF_ERROR(pp_->Recv(header, prev, 4 * m));
+          header = header.to(at::kCPU);
           std::vector<int64_t> shape(header.data_ptr<int64_t>() + 1,
                                      header.data_ptr<int64_t>() + 1 + header[0].item<int64_t>());
-          x = at::empty(shape, at::kFloat);
+          x = at::empty(shape, at::TensorOptions().dtype(at::kFloat).device(device_));
           ORRERY_RETURN_IF_ERROR(pp_->Recv(x, prev, 4 * m + 1));
           x.requires_grad_(true);
         }
@@ -430,7 +467,7 @@ class HybridStrategy final : public Strategy {
           at::Tensor header = at::zeros({8}, at::kLong);
           header[0] = y.dim();
           for (int64_t d = 0; d < y.dim(); ++d) header[d + 1] = y.size(d);
-          activation_sends[mi].push_back(pp_->SendAsync(header, next, 4 * m));
+          activation_sends[mi].push_back(pp_->SendAsync(header.to(device_), next, 4 * m));
           activation_sends[mi].push_back(pp_->SendAsync(y.detach().contiguous(), next, 4 * m + 1));
         }
         inputs[mi] = x;
@@ -475,6 +512,8 @@ class HybridStrategy final : public Strategy {
   bool first_stage_ = true, last_stage_ = true;
   int micro_batches_ = 1;
   std::string schedule_ = "gpipe";
+  c10::Device device_{c10::kCPU};
+  model::Batch last_batch_;
   StrategyInfo info_;
 };
 

@@ -35,6 +35,9 @@ class Optimizer {
   // Installs a state: slots[k][i] is slot k of params[i] (same shapes).
   Status SetState(const std::vector<std::vector<at::Tensor>>& slots, int64_t steps);
   const std::vector<at::Tensor>& params() const { return params_; }
+  // "optim/<slot>/<names[i]>" for each slot tensor (names[i] names params[i]).
+  void AppendPlacement(const std::vector<std::string>& names, bool host_by_design,
+                       std::vector<PlacedTensor>& out) const;
 
  private:
   OptimizerConfig config_;
@@ -67,6 +70,18 @@ Status CopyNamed(const model::NamedTensors& full, const model::NamedTensors& par
                  int tp_size);
 
 int64_t Bytes(const at::Tensor& t);
+
+// Placement entries: "param/<name>" and, where defined, "grad/<name>"; and
+// "batch/inputs", "batch/targets" (nothing before the first step).
+void AppendParameterPlacement(const model::NamedTensors& params, std::vector<PlacedTensor>& out);
+void AppendBatchPlacement(const model::Batch& batch, std::vector<PlacedTensor>& out);
+
+// Every tensor of `params` copied to host memory (what GatherFullParameters
+// returns on any device).
+model::NamedTensors OnHost(model::NamedTensors params);
+
+// Builds the model on the host and moves it to the configured device.
+StatusOr<model::Model> BuildOn(const model::ModelConfig& mc, c10::Device device);
 
 // Optimizer state through a template's own full-parameter gather and scatter,
 // so every template's sharding (tp slices, pipeline stages, fsdp flat shards,

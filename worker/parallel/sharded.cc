@@ -7,11 +7,13 @@
 // again with autograd and its backward. So each unit is resident twice per step
 // (once for its forward, once for its backward), exactly as both papers
 // describe, and the computed losses and gradients equal the plain loop's.
-#include <future>
+// Models are built on the host; fsdp's shards, gathers and gradient buffers live
+// on the configured device, spill's masters on the host (see below).
 #include <map>
 
 #include "worker/parallel/internal.h"
 #include "worker/parallel/memory_accountant.h"
+#include "worker/parallel/shard_copier.h"
 
 namespace orrery::parallel::internal {
 namespace {
@@ -49,10 +51,11 @@ void BindShaped(Unit& u, const at::Tensor& flat, const std::vector<std::vector<i
   }
 }
 
-void Unbind(Unit& u) {
+// Leaves each variable an empty tensor on `device` (where it is bound next).
+void Unbind(Unit& u, c10::Device device) {
   for (auto& [name, p] : u.params) {
     p.mutable_grad().reset();
-    p.set_data(at::empty({0}, p.options().requires_grad(false)));
+    p.set_data(at::empty({0}, p.options().device(device).requires_grad(false)));
   }
 }
 
@@ -141,11 +144,13 @@ class FsdpStrategy final : public Strategy, private Residency {
 
   StatusOr<double> Step(const model::Batch& global_batch) override {
     try {
-      ORRERY_ASSIGN_OR_RETURN(model::Batch local,
+      ORRERY_ASSIGN_OR_RETURN(model::Batch rows,
                               model::SliceBatch(global_batch, dp_rank_, dp_size_));
+      model::Batch local = model::BatchOn(rows, device_);
+      last_batch_ = local;
       ORRERY_ASSIGN_OR_RETURN(double loss, RunRecomputed(units_, local, *this));
       optimizer_->Step(shard_grads_);
-      at::Tensor l = at::full({1}, loss, at::kDouble);
+      at::Tensor l = at::full({1}, loss, Options().dtype(at::kDouble));
       if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(l, dist::ReduceOp::kAvg));
       return l.item<double>();
     } catch (const std::exception& e) {
@@ -169,7 +174,7 @@ class FsdpStrategy final : public Strategy, private Residency {
           off += n;
         }
       }
-      return out;
+      return OnHost(std::move(out));
     } catch (const std::exception& e) {
       return StatusFromException(e, "gathering fsdp parameters");
     }
@@ -208,11 +213,31 @@ class FsdpStrategy final : public Strategy, private Residency {
 
   StrategyInfo Info() const override { return info_; }
 
+  std::vector<PlacedTensor> Placement() const override {
+    std::vector<PlacedTensor> out;
+    std::vector<std::string> names;
+    for (size_t u = 0; u < shards_.size(); ++u) {
+      names.push_back("unit" + std::to_string(u));
+      out.push_back({"param/shard/" + names.back(), shards_[u].device(), false});
+      out.push_back({"grad/shard/" + names.back(), shard_grads_[u].device(), false});
+    }
+    optimizer_->AppendPlacement(names, false, out);
+    // The unbound variables autograd sees (bound to gathered buffers in a step).
+    for (const auto& u : units_) {
+      for (const auto& [name, p] : u.params) out.push_back({"param/" + name, p.device(), false});
+    }
+    AppendBatchPlacement(last_batch_, out);
+    return out;
+  }
+
  private:
   FsdpStrategy() = default;
 
+  at::TensorOptions Options() const { return at::TensorOptions().device(device_); }
+
   Status Init(const model::ModelConfig& mc, const StrategyConfig& config,
               const OptimizerConfig& opt, dist::Rendezvous* rdv) {
+    device_ = config.device;
     dp_size_ = config.layout.dp;
     dp_rank_ = rdv == nullptr ? 0 : rdv->config().rank;
     info_.name = "fsdp";
@@ -237,12 +262,14 @@ class FsdpStrategy final : public Strategy, private Residency {
       at::Tensor flat = at::zeros({padded});
       if (u.numel > 0) flat.narrow(0, 0, u.numel).copy_(at::cat(pieces));
       int64_t each = padded / dp_size_;
-      shards_.push_back(flat.narrow(0, dp_rank_ * each, each).clone());
-      shard_grads_.push_back(at::zeros({each}));
+      shards_.push_back(flat.narrow(0, dp_rank_ * each, each)
+                            .to(device_, at::kFloat, false,
+                                /*copy=*/true));
+      shard_grads_.push_back(at::zeros({each}, Options()));
       padded_.push_back(padded);
       largest = std::max(largest, padded * 4);
       shard_bytes += each * 4 * 2;
-      Unbind(u);
+      Unbind(u, device_);
       shapes_.by_unit.push_back(std::move(shapes));
       units_.push_back(std::move(u));
     }
@@ -253,7 +280,7 @@ class FsdpStrategy final : public Strategy, private Residency {
   }
 
   StatusOr<at::Tensor> Gather(size_t u) {
-    at::Tensor full = at::empty({padded_[u]});
+    at::Tensor full = at::empty({padded_[u]}, Options());
     if (dp_) {
       ORRERY_RETURN_IF_ERROR(dp_->AllGather(shards_[u], full));
     } else {
@@ -270,7 +297,7 @@ class FsdpStrategy final : public Strategy, private Residency {
 
   Status Release(size_t u, bool backward) override {
     if (backward) {
-      at::Tensor flat = at::zeros({padded_[u]});
+      at::Tensor flat = at::zeros({padded_[u]}, Options());
       FlattenGrads(units_[u], shapes_.by_unit[u], flat);
       if (dp_) {
         ORRERY_RETURN_IF_ERROR(dp_->ReduceScatter(flat, shard_grads_[u], dist::ReduceOp::kAvg));
@@ -278,10 +305,12 @@ class FsdpStrategy final : public Strategy, private Residency {
         shard_grads_[u].copy_(flat);
       }
     }
-    Unbind(units_[u]);
+    Unbind(units_[u], device_);
     return OkStatus();
   }
 
+  c10::Device device_{c10::kCPU};
+  model::Batch last_batch_;
   int dp_size_ = 1, dp_rank_ = 0;
   std::unique_ptr<dist::Communicator> dp_;
   model::Model model_;
@@ -297,15 +326,17 @@ class FsdpStrategy final : public Strategy, private Residency {
 // spill (Nagrecha & Kumar, "Hydra", 2022): the master copy of every parameter
 // lives in host memory; the model is cut into shards whose parameters fit the
 // device budget; a shard is copied in before its forward and again before its
-// backward, its gradients copied out and accumulated on the host after its
-// backward. With double buffering, the copy of the next shard in visit order
-// runs on a second thread while the current one computes. Budget per shard:
-// current parameters + current gradients + next parameters must fit, so a
-// shard may hold a third of the budget (half without double buffering).
+// backward, its gradients copied out to the host after its backward (all-reduced
+// over data-parallel replicas first, on the device). With double buffering, the
+// copy of the next shard in visit order runs while the current one computes
+// (ShardCopier: a side CUDA stream on a GPU, another thread on CPU). Budget per
+// shard: current parameters + current gradients + next parameters must fit, so a
+// shard may hold a third of the budget (half without double buffering). The
+// optimizer steps the host masters with the host gradient sums, as Hydra does.
 //
-// On this CPU build the "device" is a separate pool of host tensors charged to
-// a MemoryAccountant; a CUDA build would copy on a side stream into device
-// memory (not written yet: see the report).
+// Every device buffer is charged to a MemoryAccountant before it exists. On CPU
+// the "device" is a separate pool of host tensors; on CUDA the buffers are real
+// device memory and the host masters are pinned.
 class SpillStrategy final : public Strategy, private Residency {
  public:
   static StatusOr<std::unique_ptr<Strategy>> Create(const model::ModelConfig& mc,
@@ -317,22 +348,22 @@ class SpillStrategy final : public Strategy, private Residency {
     return std::unique_ptr<Strategy>(std::move(s));
   }
 
-  ~SpillStrategy() override {
-    if (prefetch_.valid()) prefetch_.wait();
-  }
-
   StatusOr<double> Step(const model::Batch& global_batch) override {
     try {
-      ORRERY_ASSIGN_OR_RETURN(model::Batch local,
+      ORRERY_ASSIGN_OR_RETURN(model::Batch rows,
                               model::SliceBatch(global_batch, dp_rank_, dp_size_));
+      model::Batch local = model::BatchOn(rows, device_);
+      last_batch_ = local;
+      shard_devices_.clear();
       StatusOr<double> loss = RunRecomputed(units_, local, *this);
-      if (prefetch_.valid()) {
-        auto leftover = prefetch_.get();
-        if (leftover.ok()) accountant_.Release(Bytes(*leftover));
+      if (copier_->pending()) {
+        // Only after an error: a successful step's last visit prefetches nothing.
+        (void)copier_->Finish();
+        accountant_.Release(Bytes(host_[prefetched_]));
       }
       if (!loss.ok()) return loss.status();
       optimizer_->Step(host_grad_views_);
-      at::Tensor l = at::full({1}, *loss, at::kDouble);
+      at::Tensor l = at::full({1}, *loss, at::TensorOptions().dtype(at::kDouble).device(device_));
       if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(l, dist::ReduceOp::kAvg));
       info_.peak_device_parameter_bytes = accountant_.peak();
       return l.item<double>();
@@ -387,11 +418,26 @@ class SpillStrategy final : public Strategy, private Residency {
 
   StrategyInfo Info() const override { return info_; }
 
+  std::vector<PlacedTensor> Placement() const override {
+    std::vector<PlacedTensor> out;
+    std::vector<std::string> names;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      names.push_back("unit" + std::to_string(u));
+      out.push_back({"param/host/" + names.back(), host_[u].device(), true});
+      out.push_back({"grad/host/" + names.back(), host_grad_[u].device(), true});
+    }
+    optimizer_->AppendPlacement(names, true, out);
+    out.insert(out.end(), shard_devices_.begin(), shard_devices_.end());
+    AppendBatchPlacement(last_batch_, out);
+    return out;
+  }
+
  private:
   explicit SpillStrategy(int64_t budget) : accountant_(budget) {}
 
   Status Init(const model::ModelConfig& mc, const StrategyConfig& config,
               const OptimizerConfig& opt, dist::Rendezvous* rdv) {
+    device_ = config.device;
     dp_size_ = config.layout.dp;
     dp_rank_ = rdv == nullptr ? 0 : rdv->config().rank;
     double_buffer_ = config.spill_double_buffer;
@@ -399,6 +445,7 @@ class SpillStrategy final : public Strategy, private Residency {
     info_.layout = config.layout;
     info_.spill_budget_bytes = config.spill_budget_bytes;
     info_.spill_double_buffer = double_buffer_;
+    ORRERY_ASSIGN_OR_RETURN(copier_, MakeShardCopier(device_));
     ORRERY_ASSIGN_OR_RETURN(model_, model::BuildModel(mc));
     if (dp_size_ > 1) {
       ORRERY_ASSIGN_OR_RETURN(dp_, rdv->NewGroup("spill", AllRanks(dp_size_)));
@@ -438,13 +485,14 @@ class SpillStrategy final : public Strategy, private Residency {
         pieces.push_back(p.detach().reshape({-1}));
         u.numel += p.numel();
       }
-      at::Tensor host = u.numel > 0 ? at::cat(pieces).clone() : at::zeros({0});
-      at::Tensor grad = at::zeros({u.numel});
+      at::Tensor host = HostBuffer(u.numel, device_);
+      if (u.numel > 0) host.copy_(at::cat(pieces));
+      at::Tensor grad = HostBuffer(u.numel, device_);
       host_.push_back(host);
       host_grad_.push_back(grad);
       host_grad_views_.push_back(grad);
       host_views.push_back(host);
-      Unbind(u);
+      Unbind(u, device_);
       shapes_.by_unit.push_back(std::move(shapes));
     }
     resident_.resize(units_.size());
@@ -456,47 +504,54 @@ class SpillStrategy final : public Strategy, private Residency {
     return OkStatus();
   }
 
-  // The device copy of a shard's parameters, charged to the accountant.
-  StatusOr<at::Tensor> CopyIn(size_t u) {
-    ORRERY_RETURN_IF_ERROR(
-        accountant_.Reserve(Bytes(host_[u]), "shard " + std::to_string(u) + " parameters"));
-    return host_[u].clone();
+  Status Reserve(size_t u, const char* what) {
+    return accountant_.Reserve(Bytes(host_[u]), "shard " + std::to_string(u) + " " + what);
   }
 
   Status Acquire(size_t visit, size_t u, bool backward) override {
     at::Tensor device;
-    if (prefetch_.valid()) {
-      StatusOr<at::Tensor> got = prefetch_.get();
-      if (!got.ok()) return got.status();
-      device = *got;
+    if (copier_->pending()) {
+      ORRERY_ASSIGN_OR_RETURN(device, copier_->Finish());
     } else {
-      ORRERY_ASSIGN_OR_RETURN(device, CopyIn(u));
+      ORRERY_RETURN_IF_ERROR(Reserve(u, "parameters"));
+      device = copier_->CopyNow(host_[u]);
     }
     if (double_buffer_ && visit + 1 < visits_.size()) {
-      size_t next = visits_[visit + 1];
-      prefetch_ = std::async(std::launch::async, [this, next]() { return CopyIn(next); });
+      // The next shard's buffer is charged now, before its copy starts.
+      prefetched_ = visits_[visit + 1];
+      ORRERY_RETURN_IF_ERROR(Reserve(prefetched_, "parameters (prefetch)"));
+      copier_->Start(host_[prefetched_]);
     }
     resident_[u] = device;
+    shard_devices_.push_back({"shard/" + std::to_string(u) + "/parameters", device.device()});
     BindShaped(units_[u], device, shapes_.by_unit[u]);
     if (backward) {
       // Autograd will allocate this shard's gradients on the device.
-      ORRERY_RETURN_IF_ERROR(
-          accountant_.Reserve(Bytes(host_[u]), "shard " + std::to_string(u) + " gradients"));
+      ORRERY_RETURN_IF_ERROR(Reserve(u, "gradients"));
     }
     return OkStatus();
   }
 
   Status Release(size_t u, bool backward) override {
     if (backward) {
-      FlattenGrads(units_[u], shapes_.by_unit[u], host_grad_[u]);
-      if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(host_grad_[u], dist::ReduceOp::kAvg));
+      // On CPU the host sum is written directly; on CUDA the gradients are
+      // flattened and all-reduced on the device, then copied out (a blocking
+      // copy: the optimizer reads them, and the shard's memory is freed next).
+      at::Tensor flat = device_.is_cpu() ? host_grad_[u]
+                                         : at::empty({host_grad_[u].numel()},
+                                                     at::TensorOptions().device(device_));
+      FlattenGrads(units_[u], shapes_.by_unit[u], flat);
+      if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(flat, dist::ReduceOp::kAvg));
+      shard_devices_.push_back({"shard/" + std::to_string(u) + "/gradients", flat.device()});
+      if (!device_.is_cpu()) host_grad_[u].copy_(flat);
     }
-    Unbind(units_[u]);
+    Unbind(units_[u], device_);
     resident_[u] = at::Tensor();
     accountant_.Release(Bytes(host_[u]) * (backward ? 2 : 1));
     return OkStatus();
   }
 
+  c10::Device device_{c10::kCPU};
   int dp_size_ = 1, dp_rank_ = 0;
   bool double_buffer_ = true;
   std::unique_ptr<dist::Communicator> dp_;
@@ -505,9 +560,12 @@ class SpillStrategy final : public Strategy, private Residency {
   Shapes shapes_;
   std::vector<at::Tensor> host_, host_grad_, host_grad_views_, resident_;
   std::vector<size_t> visits_;
-  std::future<StatusOr<at::Tensor>> prefetch_;
+  std::unique_ptr<ShardCopier> copier_;
+  size_t prefetched_ = 0;
   MemoryAccountant accountant_;
   std::unique_ptr<Optimizer> optimizer_;
+  model::Batch last_batch_;
+  std::vector<PlacedTensor> shard_devices_;  // the last step's device buffers
   StrategyInfo info_;
 };
 

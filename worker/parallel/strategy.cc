@@ -52,6 +52,39 @@ void Optimizer::Step(const std::vector<at::Tensor>& grads) {
   }
 }
 
+void Optimizer::AppendPlacement(const std::vector<std::string>& names, bool host_by_design,
+                                std::vector<PlacedTensor>& out) const {
+  std::vector<std::string> slots = SlotNames();
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const std::vector<at::Tensor>& slot = k == 0 ? m_ : v_;
+    for (size_t i = 0; i < slot.size() && i < names.size(); ++i)
+      out.push_back({"optim/" + slots[k] + "/" + names[i], slot[i].device(), host_by_design});
+  }
+}
+
+void AppendParameterPlacement(const model::NamedTensors& params, std::vector<PlacedTensor>& out) {
+  for (const auto& [name, p] : params) {
+    out.push_back({"param/" + name, p.device(), false});
+    if (p.grad().defined()) out.push_back({"grad/" + name, p.grad().device(), false});
+  }
+}
+
+void AppendBatchPlacement(const model::Batch& batch, std::vector<PlacedTensor>& out) {
+  if (batch.inputs.defined()) out.push_back({"batch/inputs", batch.inputs.device(), false});
+  if (batch.targets.defined()) out.push_back({"batch/targets", batch.targets.device(), false});
+}
+
+model::NamedTensors OnHost(model::NamedTensors params) {
+  for (auto& [name, t] : params) t = t.to(at::kCPU);
+  return params;
+}
+
+StatusOr<model::Model> BuildOn(const model::ModelConfig& mc, c10::Device device) {
+  ORRERY_ASSIGN_OR_RETURN(model::Model m, model::BuildModel(mc));
+  ORRERY_RETURN_IF_ERROR(model::MoveToDevice(m, device));
+  return m;
+}
+
 std::vector<std::string> Optimizer::SlotNames() const {
   if (config_.kind == "adamw") return {"exp_avg", "exp_avg_sq"};
   return {"momentum"};
@@ -163,13 +196,19 @@ namespace {
 // The plain loop: forward, loss, backward, step. Every template must equal it.
 class SingleStrategy final : public Strategy {
  public:
-  SingleStrategy(model::Model m, const OptimizerConfig& opt) : model_(std::move(m)) {
-    for (auto& [name, p] : model_.NamedParameters()) params_.push_back(p);
+  SingleStrategy(model::Model m, const OptimizerConfig& opt, c10::Device device)
+      : model_(std::move(m)), device_(device) {
+    for (auto& [name, p] : model_.NamedParameters()) {
+      params_.push_back(p);
+      names_.push_back(name);
+    }
     optimizer_ = std::make_unique<Optimizer>(opt, params_);
   }
 
-  StatusOr<double> Step(const model::Batch& batch) override {
+  StatusOr<double> Step(const model::Batch& global_batch) override {
     try {
+      model::Batch batch = model::BatchOn(global_batch, device_);
+      last_batch_ = batch;
       for (auto& p : params_) p.mutable_grad().reset();
       at::Tensor loss = model::Loss(model_.Forward(batch.inputs), batch.targets);
       loss.backward();
@@ -185,7 +224,7 @@ class SingleStrategy final : public Strategy {
   StatusOr<model::NamedTensors> GatherFullParameters() override {
     model::NamedTensors out;
     for (auto& [name, p] : model_.NamedParameters()) out.emplace_back(name, p.detach().clone());
-    return out;
+    return OnHost(std::move(out));
   }
   Status LoadFullParameters(const model::NamedTensors& full) override {
     optimizer_->Reset();
@@ -204,9 +243,19 @@ class SingleStrategy final : public Strategy {
     for (const auto& p : params_) info.peak_device_parameter_bytes += 2 * Bytes(p);
     return info;
   }
+  std::vector<PlacedTensor> Placement() const override {
+    std::vector<PlacedTensor> out;
+    AppendParameterPlacement(model_.NamedParameters(), out);
+    optimizer_->AppendPlacement(names_, false, out);
+    AppendBatchPlacement(last_batch_, out);
+    return out;
+  }
 
  private:
   model::Model model_;
+  c10::Device device_;
+  std::vector<std::string> names_;
+  model::Batch last_batch_;
   std::vector<at::Tensor> params_;
   std::unique_ptr<Optimizer> optimizer_;
 };
@@ -295,9 +344,9 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model
   if (n == "single") {
     if (world != 1)
       return InvalidArgumentError("template single runs on one rank, not " + std::to_string(world));
-    ORRERY_ASSIGN_OR_RETURN(model::Model m, model::BuildModel(model_config));
+    ORRERY_ASSIGN_OR_RETURN(model::Model m, internal::BuildOn(model_config, config.device));
     return std::unique_ptr<Strategy>(
-        std::make_unique<internal::SingleStrategy>(std::move(m), optimizer));
+        std::make_unique<internal::SingleStrategy>(std::move(m), optimizer, config.device));
   }
   if (n == "ddp" || n == "fsdp" || n == "spill") {
     c.layout = {world, 1, 1};

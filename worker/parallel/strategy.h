@@ -17,8 +17,19 @@
 //   spill     Hydra model spilling: parameters in host memory, the model cut into
 //             shards that fit a device budget, each shard brought in for its
 //             forward and again for its backward (activations checkpointed at
-//             shard boundaries), the next shard prefetched on another thread
-//             while the current one computes; composes with data parallelism
+//             shard boundaries), the next shard prefetched while the current
+//             one computes (on CUDA: non-blocking copies from pinned host
+//             memory on a side stream, ordered by events; on CPU: another
+//             thread); composes with data parallelism
+//
+// Device (StrategyConfig::device): every template builds the model on the host
+// from the seed (so every device starts from the same numbers) and moves what it
+// computes with to the device: parameters, gradients, optimizer state,
+// communication buffers and each step's rows of the batch. Spill is the one
+// exception by design: its master parameters, their gradient sums and the
+// optimizer state live in host memory, and only the resident shards are on the
+// device. Losses are read back to the host; GatherFullParameters returns host
+// tensors (checkpoints and comparisons need no device).
 //
 // Every rank passes the same global batch to Step(); each takes its own rows.
 // Step() returns the mean loss over the global batch, identical on every rank.
@@ -66,6 +77,18 @@ struct StrategyConfig {
   // spill: device-memory budget for resident parameters and their gradients.
   int64_t spill_budget_bytes = 64 << 20;
   bool spill_double_buffer = true;
+  // Where this rank computes: CPU, or its GPU (dist::RankDevice). With NCCL the
+  // rank's CUDA device must also be current (dist::UseDevice) before groups are
+  // made.
+  c10::Device device{c10::kCPU};
+};
+
+// The device of one tensor a template computed with (see Strategy::Placement).
+struct PlacedTensor {
+  std::string name;  // "param/<name>", "grad/<name>", "optim/<slot>/<name>", "batch/inputs", ...
+  c10::Device device{c10::kCPU};
+  // True where the template keeps it in host memory by design (spill's masters).
+  bool host_by_design = false;
 };
 
 // Facts a strategy reports about itself (the profiler prints them as its knobs).
@@ -104,6 +127,11 @@ class Strategy {
   // collective. Optimizer state is reset.
   virtual Status LoadFullParameters(const model::NamedTensors& full) = 0;
   virtual StrategyInfo Info() const = 0;
+  // Where every tensor this rank's template holds or used in its last Step()
+  // lives: parameters, their gradients, the optimizer's state and the batch rows
+  // it computed on (spill: also the device buffers its shards passed through).
+  // Not collective. Tests assert each is on the configured device.
+  virtual std::vector<PlacedTensor> Placement() const = 0;
 
   // The optimizer's state gathered to full tensors like the parameters: for
   // every slot (sgd "momentum"; adamw "exp_avg", "exp_avg_sq") and parameter,

@@ -55,22 +55,60 @@ TEST(CheckDeviceTest, UnknownDevicesAndBackendsAndNcclOnCpuAreRejected) {
   EXPECT_NE(s.message().find("gloo"), std::string::npos) << s;
 }
 
-TEST(CheckDeviceTest, CudaSaysWhatThisBuildAndMachineLack) {
+TEST(CheckDeviceTest, CudaIsUsableWithTheGpuPathAndAVisibleGpuElseSaysWhatIsMissing) {
   Status s = CheckDevice("cuda", "nccl");
+  if (BuiltWithCuda() && torch::cuda::device_count() > 0) {
+    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(CheckDevice("cuda", "gloo").ok());  // staged through host memory
+    return;
+  }
   ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("--device cuda"), std::string::npos) << s;
   EXPECT_NE(s.message().find("--device cpu"), std::string::npos) << s;  // the fix
   if (!BuiltWithCuda()) {
-    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(s.message().find("ORRERY_WITH_CUDA=ON"), std::string::npos) << s;
     EXPECT_EQ(GpuPathSummary(), "CPU only (built without the GPU path)");
-  } else if (torch::cuda::device_count() == 0) {
-    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  } else {
     EXPECT_NE(s.message().find("no CUDA device is visible"), std::string::npos) << s;
     EXPECT_NE(GpuPathSummary().find("NCCL "), std::string::npos) << GpuPathSummary();
-  } else {
-    EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   }
+}
+
+TEST(RankDeviceTest, CpuIsTheHostAndCudaFollowsLocalRankElseTheRank) {
+  auto d = RankDevice("cpu", 3, "1");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->is_cpu());
+  EXPECT_TRUE(UseDevice(*d).ok());
+  EXPECT_EQ(PeakDeviceMemory(*d), -1);  // no allocator pool to ask
+  EXPECT_EQ(RankDevice("tpu", 0, nullptr).status().code(), StatusCode::kInvalidArgument);
+
+  const int64_t gpus = BuiltWithCuda() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  if (!BuiltWithCuda()) {
+    EXPECT_EQ(RankDevice("cuda", 0, nullptr).status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(UseDevice(c10::Device(c10::kCUDA, 0)).code(), StatusCode::kFailedPrecondition);
+    return;
+  }
+  EXPECT_EQ(RankDevice("cuda", 0, "-1").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RankDevice("cuda", 0, "one").status().code(), StatusCode::kInvalidArgument);
+  // LOCAL_RANK naming a GPU that is not there.
+  auto past = RankDevice("cuda", 0, std::to_string(gpus).c_str());
+  EXPECT_EQ(past.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(past.status().message().find("cuda:" + std::to_string(gpus)), std::string::npos)
+      << past.status();
+  if (gpus == 0) {
+    auto none = RankDevice("cuda", 0, nullptr);
+    EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(none.status().message().find("--device cpu"), std::string::npos) << none.status();
+    return;
+  }
+  d = RankDevice("cuda", 5, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(*d, c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(5 % gpus)));
+  d = RankDevice("cuda", 5, "0");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(*d, c10::Device(c10::kCUDA, 0));
+  EXPECT_TRUE(UseDevice(*d).ok());
 }
 
 // The NCCL communicator: not built in the CPU build; in the GPU-path build it is

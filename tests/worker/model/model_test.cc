@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 namespace orrery::model {
@@ -34,6 +35,39 @@ TEST(ModelTest, GptHasEmbeddingBlocksAndHead) {
   EXPECT_EQ(logits.sizes().vec(), (std::vector<int64_t>{3, 16, 64}));
   double loss = Loss(logits, b.targets).item<double>();
   EXPECT_NEAR(loss, std::log(64.0), 0.5);  // near-uniform predictions at init
+}
+
+// MoveToDevice keeps the variables (the handles layers compute with) and moves
+// their data, so a layer's forward runs on the device. Where no GPU is visible a
+// CUDA device is refused as a Status, not a throw; the in-place move itself runs
+// with a GPU (the CUDA build on a GPU machine).
+TEST(ModelTest, MoveToDeviceMovesEveryParameterInPlaceOrSaysWhy) {
+  const c10::Device gpu(c10::kCUDA, 0);
+  for (const char* kind : {"gpt", "mlp"}) {
+    ModelConfig c = Gpt();
+    c.kind = kind;
+    auto m = BuildModel(c);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_TRUE(MoveToDevice(*m, c10::kCPU).ok());  // already there: a no-op
+    if (!torch::cuda::is_available()) {
+      Status s = MoveToDevice(*m, gpu);
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+      EXPECT_NE(s.message().find("cuda:0"), std::string::npos) << s;
+      continue;
+    }
+    std::vector<const c10::TensorImpl*> before;
+    for (const auto& [name, p] : m->NamedParameters()) before.push_back(p.unsafeGetTensorImpl());
+    ASSERT_TRUE(MoveToDevice(*m, gpu).ok());
+    size_t i = 0;
+    for (const auto& [name, p] : m->NamedParameters()) {
+      EXPECT_EQ(p.device(), gpu) << kind << " " << name;
+      EXPECT_TRUE(p.requires_grad()) << kind << " " << name;
+      EXPECT_EQ(p.unsafeGetTensorImpl(), before[i++]) << kind << " " << name << " was replaced";
+    }
+    Batch b = BatchOn(SyntheticBatch(c, 2, 0), gpu);
+    EXPECT_EQ(b.inputs.device(), gpu);
+    EXPECT_EQ(m->Forward(b.inputs).device(), gpu);
+  }
 }
 
 TEST(ModelTest, GptIsCausal) {

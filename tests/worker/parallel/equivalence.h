@@ -18,6 +18,7 @@ struct RunResult {
   std::vector<double> losses;
   model::NamedTensors params;
   parallel::StrategyInfo info;
+  std::vector<parallel::PlacedTensor> placement;  // after the last step
 };
 
 inline model::ModelConfig TinyGpt() {
@@ -47,15 +48,18 @@ inline StatusOr<RunResult> TrainOn(const model::ModelConfig& mc, const parallel:
     ORRERY_ASSIGN_OR_RETURN(double loss, strategy->Step(model::SyntheticBatch(mc, kBatch, step)));
     r.losses.push_back(loss);
   }
+  r.placement = strategy->Placement();
   ORRERY_ASSIGN_OR_RETURN(r.params, strategy->GatherFullParameters());
   r.info = strategy->Info();
   return r;
 }
 
-inline RunResult Reference(const model::ModelConfig& mc, const parallel::OptimizerConfig& oc = {}) {
+inline RunResult Reference(const model::ModelConfig& mc, const parallel::OptimizerConfig& oc = {},
+                           c10::Device device = c10::kCPU) {
   at::set_num_threads(1);
   parallel::StrategyConfig sc;
   sc.name = "single";
+  sc.device = device;
   auto r = TrainOn(mc, sc, oc, nullptr);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : RunResult{};
