@@ -5,7 +5,9 @@
 //   orrery-worker checkpoint inspect|reshard ...   (worker/checkpoint/cli.h)
 //
 // Task flags are listed in worker/train/task.h; --device cpu|cuda, when given,
-// is checked here first (worker/dist/device.h). Rendezvous comes from RANK,
+// is checked here first (worker/dist/device.h); with cuda each rank computes on
+// cuda:LOCAL_RANK (else cuda:RANK % visible GPUs), made current before any NCCL
+// group exists. Rendezvous comes from RANK,
 // WORLD_SIZE, MASTER_ADDR, MASTER_PORT (or ORRERY_STORE_PATH for a file store on
 // one machine); ORRERY_BACKEND=nccl selects NCCL on GPU builds.
 // ORRERY_METRICS_ADDRESS (or --metrics-address), with ORRERY_MSJ and ORRERY_TASK
@@ -65,6 +67,15 @@ int RunTask(const std::string& mode, std::vector<std::string> args) {
     std::cerr << "orrery-worker: " << env.status() << "\n";
     return 2;
   }
+  auto rank_device = orrery::dist::RankDevice(*device, env->rank, std::getenv("LOCAL_RANK"));
+  if (rank_device.ok()) {
+    if (auto used = orrery::dist::UseDevice(*rank_device); !used.ok()) rank_device = used;
+  }
+  if (!rank_device.ok()) {
+    std::cerr << "orrery-worker " << mode << ": " << rank_device.status() << "\n";
+    return 1;
+  }
+  task->strategy.device = *rank_device;
   std::unique_ptr<orrery::dist::Rendezvous> rdv;
   if (env->world_size > 1) {
     auto connected = orrery::dist::Connect(*env, backend);

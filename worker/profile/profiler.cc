@@ -12,6 +12,8 @@
 #include <sys/resource.h>
 #include <torch/torch.h>
 
+#include "worker/dist/device.h"
+
 namespace orrery::profile {
 namespace {
 
@@ -63,8 +65,13 @@ class Profiler {
         }
       }
     }
+    const c10::Device device = task_.strategy.device;
+    // The measured configuration's own peak, not the tuning runs'.
+    dist::SynchronizeDevice(device);
+    dist::ResetPeakDeviceMemory(device);
     ORRERY_ASSIGN_OR_RETURN(Measurement m,
                             Measure(best, task_.profile_warmup, task_.profile_steps));
+    dist::SynchronizeDevice(device);
     ProfileSummary summary;
     summary.median_s = Percentile(m.step_times, 0.5);
     summary.p90_s = Percentile(m.step_times, 0.9);
@@ -75,9 +82,10 @@ class Profiler {
         summary.median_s > 0 ? static_cast<double>(task_.global_batch) / summary.median_s : 0.0;
     ORRERY_ASSIGN_OR_RETURN(auto built, model::BuildModel(task_.model));
     // Peak memory: the largest over ranks (the planner sizes GPUs by the worst).
-    at::Tensor peaks = at::tensor({static_cast<double>(m.info.peak_device_parameter_bytes),
-                                   static_cast<double>(HostPeakRss())},
-                                  at::kDouble);
+    at::Tensor peaks = at::tensor(
+        {static_cast<double>(m.info.peak_device_parameter_bytes),
+         static_cast<double>(HostPeakRss()), static_cast<double>(dist::PeakDeviceMemory(device))},
+        at::kDouble);
     if (world_comm_) ORRERY_RETURN_IF_ERROR(world_comm_->AllReduce(peaks, dist::ReduceOp::kMax));
     Json doc = {
         {"event", "profile"},
@@ -87,7 +95,8 @@ class Profiler {
         {"model", task_.model.kind},
         {"parameters", built.NumParameters()},
         {"global_batch", task_.global_batch},
-        {"device", "cpu"},
+        {"device", device.is_cuda() ? "cuda" : "cpu"},
+        {"device_name", device.str()},
         {"threads", task_.threads},
         {"warmup_steps", task_.profile_warmup},
         {"timed_steps", task_.profile_steps},
@@ -99,9 +108,7 @@ class Profiler {
                       ? 0.0
                       : *std::min_element(m.step_times.begin(), m.step_times.end())}}},
         {"samples_per_s", summary.samples_per_s},
-        {"peak_memory_bytes",
-         {{"device_parameters", static_cast<int64_t>(peaks[0].item<double>())},
-          {"host_rss", static_cast<int64_t>(peaks[1].item<double>())}}},
+        {"peak_memory_bytes", PeakMemory(peaks, device)},
         {"knobs", KnobsOf(m.info)},
         {"tuning", tuning},
         {"loss_first", m.loss_first},
@@ -116,6 +123,16 @@ class Profiler {
   }
 
  private:
+  // The largest over ranks of: parameter (and gradient) bytes the template held
+  // on the device, the process's peak resident set, and on CUDA the caching
+  // allocator's peak of allocated bytes (torch.cuda.max_memory_allocated).
+  static Json PeakMemory(const at::Tensor& peaks, c10::Device device) {
+    Json j = {{"device_parameters", static_cast<int64_t>(peaks[0].item<double>())},
+              {"host_rss", static_cast<int64_t>(peaks[1].item<double>())}};
+    if (device.is_cuda()) j["device_allocated"] = static_cast<int64_t>(peaks[2].item<double>());
+    return j;
+  }
+
   static Json KnobsOf(const parallel::StrategyInfo& info) {
     return {{"micro_batches", info.micro_batches},
             {"stage_starts", info.stage_starts},
@@ -165,8 +182,12 @@ class Profiler {
     for (int i = 0; i < warmup + steps; ++i) {
       ORRERY_ASSIGN_OR_RETURN(model::Batch batch, batches_->Next());
       if (world_comm_) ORRERY_RETURN_IF_ERROR(world_comm_->Barrier());
+      dist::SynchronizeDevice(config.device);
       auto t0 = std::chrono::steady_clock::now();
       ORRERY_ASSIGN_OR_RETURN(double loss, strategy->Step(batch));
+      // Step() read its loss back, but work queued after that (the optimizer)
+      // belongs to this step too.
+      dist::SynchronizeDevice(config.device);
       at::Tensor t = at::full(
           {1}, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
           at::kDouble);

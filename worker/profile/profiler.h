@@ -4,15 +4,18 @@
 //
 //   {"event":"profile","template":"pipeline","layout":"dp=1,tp=1,pp=2",
 //    "world_size":2,"model":"gpt","parameters":123456,"global_batch":8,
-//    "device":"cpu","threads":1,"warmup_steps":3,"timed_steps":10,
+//    "device":"cpu","device_name":"cpu","threads":1,"warmup_steps":3,"timed_steps":10,
 //    "step_time_s":{"median":0.012,"p90":0.014,"mean":0.0125,"min":0.011},
 //    "samples_per_s":666.7,
 //    "peak_memory_bytes":{"device_parameters":40960,"host_rss":123456789},
+//        (with --device cuda also "device_allocated": the CUDA caching
+//        allocator's peak of allocated bytes over the measured steps)
 //    "knobs":{"micro_batches":4,"stage_starts":[2],"bucket_bytes":0,
 //             "spill_shards":0,"spill_budget_bytes":0,"spill_double_buffer":false},
 //    "tuning":[{"micro_batches":2,"step_time_s":0.013}, ...],
 //    "loss_first":4.1,"loss_last":3.9}
 //
+// "device" is "cpu" or "cuda" (--device; "device_name" says which, "cuda:1").
 // A step's time is the slowest rank's (all ranks agree by an all-reduce of the
 // maximum). With --tune the profiler first tries the template's knobs
 // (micro-batches for pipelines, bucket size for ddp, double buffering for spill)

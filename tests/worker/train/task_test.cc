@@ -51,6 +51,25 @@ TEST(TaskFlagsTest, RejectsBadInput) {
   EXPECT_FALSE(ParseTaskFlags({"--layers=-2"}).ok());
 }
 
+TEST(TaskFlagsTest, PipelineScheduleIsGpipeOr1f1b) {
+  auto t = ParseTaskFlags({});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->strategy.pipeline_schedule, "gpipe");  // the default
+  t = ParseTaskFlags({"--template=pipeline", "--pipeline-schedule", "1f1b"});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->strategy.pipeline_schedule, "1f1b");
+  t = ParseTaskFlags({"--pipeline-schedule=gpipe"});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->strategy.pipeline_schedule, "gpipe");
+  Status bad = ParseTaskFlags({"--pipeline-schedule=interleaved"}).status();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("--pipeline-schedule"), std::string::npos) << bad;
+  EXPECT_NE(bad.message().find("'interleaved'"), std::string::npos) << bad;
+  EXPECT_NE(bad.message().find("gpipe or 1f1b"), std::string::npos) << bad;
+  EXPECT_EQ(ParseTaskFlags({"--pipeline-schedule"}).status().code(),
+            StatusCode::kInvalidArgument);  // no value
+}
+
 TEST(TaskFlagsTest, MetricsFlagsWinOverTheEnvironment) {
   const std::map<std::string, std::string> env = {
       {"ORRERY_METRICS_ADDRESS", ":9400"}, {"ORRERY_MSJ", "ns/sweep"}, {"ORRERY_TASK", "from-env"}};
