@@ -32,16 +32,19 @@
 #include "operator/controller/profile_pod.h"
 #include "operator/controller/reconciler.h"
 #include "operator/local/process.h"
+#include "tests/operator/controller/plane_setup.h"
 #include "tests/operator/kube/test_util.h"
 #include "tests/testing/control_plane.h"
 #include "tests/testing/node_agent.h"
 #include "tests/testing/prometheus.h"
+#include "tests/testing/wait.h"
 
 namespace orrery::e2e {
 namespace {
 
 using orrery::testing::CommandResult;
 using orrery::testing::RunCommand;
+using orrery::testing::WaitUntil;
 using Json = nlohmann::json;
 const std::string kSource = ORRERY_SOURCE_DIR;
 const std::string kOrrery = std::string(ORRERY_BINARY_DIR) + "/bin/orrery";
@@ -49,6 +52,8 @@ const std::string kWorker = ORRERY_WORKER_BINARY;
 const char* kNamespace = "e2e-full";
 const char* kOperatorNamespace = "orrery-system";
 constexpr int kSteps = 1000;
+// Polls read the job through a new API client each time: four a second is plenty.
+constexpr std::chrono::milliseconds kPoll{250};
 
 std::string DataPath() { return "/var/tmp/orrery-e2e-" + std::to_string(getpid()) + "/corpus.txt"; }
 
@@ -90,16 +95,6 @@ spec:
 )";
 }
 
-template <typename F>
-bool WaitUntil(F done, std::chrono::seconds limit) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
-  return done();
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -127,35 +122,12 @@ class FullPathTest : public orrery::testing::ControlPlaneTestWith<false, true, f
   static void SetUpTestSuite() {
     ControlPlaneTestWith::SetUpTestSuite();
     if (!plane()) return;
-    CommandResult r = plane()->Kubectl("apply --server-side -f " + kSource +
-                                       "/crds/orrery.dev_modelselectionjobs.yaml");
-    setup_output_ = r.output;
-    if (r.exit_code != 0) return;
-    r = plane()->Kubectl(
-        "wait --for condition=established --timeout=60s crd/modelselectionjobs.orrery.dev");
-    setup_output_ += r.output;
-    if (r.exit_code != 0) return;
+    if (!controller::testutil::InstallJobCrd(*plane(), &setup_output_)) return;
     // The chart's service account and RBAC; its own operator pod is not needed
     // (the test runs the operator), so it is pinned to no node.
-    r = RunCommand(plane()->bin_dir() + "/helm --kubeconfig " + plane()->kubeconfig() +
-                   " install orrery " + kSource + "/helm/orrery --namespace " + kOperatorNamespace +
-                   " --create-namespace --set nodeSelector.orrery-e2e=no-such-node");
-    setup_output_ += r.output;
-    if (r.exit_code != 0) return;
-    r = plane()->Kubectl(std::string("-n ") + kOperatorNamespace +
-                         " create token orrery --duration 1h");
-    setup_output_ += r.output;
-    if (r.exit_code != 0) return;
-    std::string token = r.output.substr(0, r.output.find('\n'));
-    sa_kubeconfig_ = plane()->dir() + "/orrery-sa.kubeconfig";
-    std::ofstream(sa_kubeconfig_) << "apiVersion: v1\nkind: Config\n"
-                                  << "clusters:\n- name: plane\n  cluster:\n    server: "
-                                  << plane()->server()
-                                  << "\n    certificate-authority: " << plane()->ca_file() << "\n"
-                                  << "users:\n- name: orrery\n  user:\n    token: " << token
-                                  << "\ncontexts:\n- name: orrery\n  context:\n    cluster: "
-                                     "plane\n    user: orrery\n"
-                                  << "current-context: orrery\n";
+    sa_kubeconfig_ = controller::testutil::InstallChartAsServiceAccount(
+        *plane(), kOperatorNamespace, "--set nodeSelector.orrery-e2e=no-such-node", &setup_output_);
+    if (sa_kubeconfig_.empty()) return;
     ready_ = true;
   }
 
@@ -216,25 +188,14 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
   {
     auto loaded = api::LoadJobText(JobYaml());
     ASSERT_TRUE(loaded.ok()) << loaded.status();
-    controller::ProfileRequest r;
-    r.job = &loaded->job;
-    r.task = &loaded->tasks[0];
-    r.template_ = api::Template::kDdp;
-    r.gpus = 2;
-    r.device = "cpu";
-    controller::CachedProfile p;
-    p.entry = controller::ProfileKey(r);
-    p.entry.samples_per_s = 1e6;
-    p.entry.step_time_s = 1e-5;
-    p.entry.measured_at = "2026-01-01T00:00:00Z";
-    controller::ProfileTable table;
-    table[controller::ProfileDataKey(p.entry)] = p;
     auto client = kube::testutil::PlaneClient(*plane());
     ASSERT_NE(client, nullptr);
-    auto created = client->Create(
-        kube::ConfigMaps(), kOperatorNamespace,
-        kube::Object::parse(controller::EncodeProfileConfigMap(table, kOperatorNamespace).dump()));
-    ASSERT_TRUE(created.ok()) << created.status();
+    ASSERT_TRUE(
+        controller::testutil::StoreProfiles(*client,
+                                            controller::testutil::DdpProfiles(
+                                                *loaded, {2}, [](int) { return 1e6; }, "cpu"),
+                                            kOperatorNamespace)
+            .ok());
   }
 
   // The operator, started again after a SIGKILL on the same metrics port (so
@@ -267,8 +228,8 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
     return true;
   };
   int metrics_port = 0;
-  ASSERT_TRUE(
-      WaitUntil([&] { return serving_port(op_log, &metrics_port); }, std::chrono::seconds(30)))
+  ASSERT_TRUE(WaitUntil([&] { return serving_port(op_log, &metrics_port); },
+                        std::chrono::seconds(30), kPoll))
       << describe();
 
   CommandResult applied = plane()->Kubectl("apply -f -", JobYaml());
@@ -281,7 +242,7 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
         for (const Json& p : GangPods()) running += p["status"].value("phase", "") == "Running";
         return running == 2;
       },
-      std::chrono::seconds(240)))
+      std::chrono::seconds(240), kPoll))
       << describe();
   std::string rank0_ip;
   for (const Json& p : GangPods()) {
@@ -308,7 +269,7 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
         Json t = Job()["status"]["tasks"][0];
         return t.contains("lastCheckpoint") && t["lastCheckpoint"].value("step", 0) >= 100;
       },
-      std::chrono::seconds(120)))
+      std::chrono::seconds(120), kPoll))
       << describe();
   Json before = Job()["status"]["tasks"][0];
   EXPECT_GT(before.value("stepsDone", 0), 0);
@@ -344,14 +305,14 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
   op = start_operator(op_log, metrics_port);
   ASSERT_TRUE(op.ok()) << op.status();
   int restarted_port = 0;
-  ASSERT_TRUE(
-      WaitUntil([&] { return serving_port(op_log, &restarted_port); }, std::chrono::seconds(30)))
+  ASSERT_TRUE(WaitUntil([&] { return serving_port(op_log, &restarted_port); },
+                        std::chrono::seconds(30), kPoll))
       << describe();
   EXPECT_EQ(restarted_port, metrics_port);
   // Progress moving again in the status shows the new leader reconciles the job.
   ASSERT_TRUE(
       WaitUntil([&] { return Job()["status"]["tasks"][0].value("stepsDone", 0) > steps_at_kill; },
-                std::chrono::seconds(60)))
+                std::chrono::seconds(60), kPoll))
       << describe();
   EXPECT_EQ(pod_uids(), gang_before) << "the restarted operator replaced the running gang";
   EXPECT_EQ(ReadFile(op_log).find("Created gang"), std::string::npos) << ReadFile(op_log);
@@ -361,7 +322,7 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
 
   // The task resumes on the node left, on one rank, and the job succeeds.
   ASSERT_TRUE(WaitUntil([&] { return Job()["status"].value("phase", "") == "Succeeded"; },
-                        std::chrono::seconds(600)))
+                        std::chrono::seconds(600), kPoll))
       << describe();
   Json status = Job()["status"];
   Json task = status["tasks"][0];
@@ -410,7 +371,7 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
           last_answer = *data;
           return !(*data)["result"].empty();
         },
-        std::chrono::seconds(60));
+        std::chrono::seconds(60), kPoll);
     EXPECT_TRUE(has_data) << "no data for: " << q << "\n" << last_answer.dump();
   }
 

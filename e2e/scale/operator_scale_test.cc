@@ -44,15 +44,17 @@
 #include "operator/controller/profile_pod.h"
 #include "operator/controller/reconciler.h"
 #include "operator/local/process.h"
+#include "tests/operator/controller/plane_setup.h"
 #include "tests/operator/kube/test_util.h"
 #include "tests/testing/control_plane.h"
+#include "tests/testing/wait.h"
 
 namespace orrery::controller {
 namespace {
 
 using orrery::testing::RunCommand;
+using orrery::testing::WaitUntil;
 using SteadyClock = std::chrono::steady_clock;
-const std::string kSource = ORRERY_SOURCE_DIR;
 const std::string kOrrery = std::string(ORRERY_BINARY_DIR) + "/bin/orrery";
 const char* kNamespace = "orrery-scale";
 const char* kOperatorNamespace = "orrery-system";
@@ -77,17 +79,6 @@ struct Scale {
 };
 
 double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-template <typename F>
-bool WaitUntil(F done, double limit_s, double poll_s = 1.0) {
-  auto end = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
-                                      std::chrono::duration<double>(limit_s));
-  while (SteadyClock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::duration<double>(poll_s));
-  }
-  return done();
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -440,18 +431,7 @@ class OperatorScaleTest : public orrery::testing::ControlPlaneTestWith<false, tr
   static void SetUpTestSuite() {
     ControlPlaneTestWith::SetUpTestSuite();
     if (!plane()) return;
-    auto r = plane()->Kubectl("apply --server-side -f " + kSource +
-                              "/crds/orrery.dev_modelselectionjobs.yaml");
-    setup_output_ = r.output;
-    if (r.exit_code != 0) return;
-    // `kubectl wait` fails at once while the CRD has no conditions yet: retry.
-    for (int i = 0; i < 20 && !ready_; ++i) {
-      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      r = plane()->Kubectl(
-          "wait --for condition=established --timeout=60s crd/modelselectionjobs.orrery.dev");
-      setup_output_ += r.output;
-      ready_ = r.exit_code == 0;
-    }
+    ready_ = controller::testutil::InstallJobCrd(*plane(), &setup_output_);
   }
 
   void SetUp() override {
@@ -558,7 +538,7 @@ TEST_F(OperatorScaleTest, PlacesEveryGangSurvivesNodeLossAndRestartAndFinishes) 
   for (int n = 0; n < scale.nodes; ++n) {
     ASSERT_NO_FATAL_FAILURE(CreateKwokNode(NodeName(n), scale.gpus));
   }
-  ASSERT_TRUE(WaitUntil([&] { return ReadyGpuNodes() == scale.nodes; }, 120))
+  ASSERT_TRUE(WaitUntil([&] { return ReadyGpuNodes() == scale.nodes; }, 120, 1.0))
       << ReadyGpuNodes() << " of " << scale.nodes << " nodes Ready";
   std::cout << "[scale] nodes created and Ready in " << Seconds(SteadyClock::now() - t0) << " s"
             << std::endl;
@@ -571,34 +551,18 @@ TEST_F(OperatorScaleTest, PlacesEveryGangSurvivesNodeLossAndRestartAndFinishes) 
     auto loaded = api::LoadJobText(job_texts.back());
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     ASSERT_EQ(static_cast<int>(loaded->tasks.size()), scale.tasks);
-    for (const api::ExpandedTask& task : loaded->tasks) {
-      for (int g = 1; g <= 8; ++g) {
-        ProfileRequest r;
-        r.task = &task;
-        r.template_ = api::Template::kDdp;
-        r.gpus = g;
-        CachedProfile p;
-        p.entry = ProfileKey(r);
-        // Sub-linear scaling, as real data-parallel training shows.
-        p.entry.samples_per_s = 640.0 * std::pow(g, 0.8);
-        p.entry.step_time_s = 64.0 / p.entry.samples_per_s;
-        p.entry.measured_at = "2026-01-01T00:00:00Z";
-        table[ProfileDataKey(p.entry)] = p;
-      }
-    }
+    // Sub-linear scaling, as real data-parallel training shows.
+    ProfileTable job_table = testutil::DdpProfiles(*loaded, {1, 2, 3, 4, 5, 6, 7, 8},
+                                                   [](int g) { return 640.0 * std::pow(g, 0.8); });
+    table.merge(job_table);
   }
-  Json cm = EncodeProfileConfigMap(table, kOperatorNamespace);
-  auto created_cm =
-      client_->Create(kube::ConfigMaps(), kOperatorNamespace, kube::Object::parse(cm.dump()));
-  ASSERT_TRUE(created_cm.ok()) << created_cm.status();
+  ASSERT_TRUE(testutil::StoreProfiles(*client_, table, kOperatorNamespace).ok());
 
   auto applied = SteadyClock::now();
   for (const std::string& text : job_texts) {
     auto loaded = api::LoadJobText(text);
     ASSERT_TRUE(loaded.ok());
-    Json body = api::EncodeJob(loaded->job);
-    body.erase("status");
-    auto job = client_->Create(ModelSelectionJobs(), kNamespace, kube::Object::parse(body.dump()));
+    auto job = testutil::CreateJob(*client_, loaded->job, kNamespace);
     ASSERT_TRUE(job.ok()) << job.status();
   }
   std::cout << "[scale] " << scale.jobs << " jobs applied in "

@@ -29,16 +29,18 @@
 #include "operator/controller/reconciler.h"
 #include "operator/local/process.h"
 #include "tests/operator/cli/run_orrery.h"
+#include "tests/operator/controller/plane_setup.h"
 #include "tests/operator/kube/test_util.h"
 #include "tests/testing/control_plane.h"
 #include "tests/testing/prometheus.h"
+#include "tests/testing/wait.h"
 
 namespace orrery::controller {
 namespace {
 
 using orrery::testing::CommandResult;
 using orrery::testing::RunCommand;
-const std::string kSource = ORRERY_SOURCE_DIR;
+using orrery::testing::WaitUntil;
 const std::string kOrrery = std::string(ORRERY_BINARY_DIR) + "/bin/orrery";
 const char* kNamespace = "op-cmd";
 const char* kOperatorNamespace = "orrery-system";
@@ -67,16 +69,6 @@ spec:
   profiling:
     gpuCounts: [1, 2]
 )";
-
-template <typename F>
-bool WaitUntil(F done, std::chrono::seconds limit = std::chrono::seconds(60)) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return done();
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -145,43 +137,17 @@ class OperatorCommandTest : public orrery::testing::ControlPlaneTest {
   static void SetUpTestSuite() {
     ControlPlaneTest::SetUpTestSuite();
     if (!plane()) return;
-    CommandResult r = plane()->Kubectl("apply --server-side -f " + kSource +
-                                       "/crds/orrery.dev_modelselectionjobs.yaml");
-    setup_output_ = r.output;
-    if (r.exit_code != 0) return;
-    r = plane()->Kubectl(
-        "wait --for condition=established --timeout=60s crd/modelselectionjobs.orrery.dev");
-    setup_output_ += r.output;
-    if (r.exit_code != 0) return;
+    if (!testutil::InstallJobCrd(*plane(), &setup_output_)) return;
     // The chart's service account and RBAC. Its Deployment's pod never runs
     // here (no scheduler, no kubelet): the test runs the operator itself, under
     // that account's token.
-    r = RunCommand(plane()->bin_dir() + "/helm --kubeconfig " + plane()->kubeconfig() +
-                   " install orrery " + kSource + "/helm/orrery --namespace " + kOperatorNamespace +
-                   " --create-namespace");
-    setup_output_ += r.output;
-    if (r.exit_code != 0) return;
-    r = plane()->Kubectl(std::string("-n ") + kOperatorNamespace +
-                         " create token orrery --duration 1h");
-    setup_output_ += r.output;
-    if (r.exit_code != 0) return;
-    std::string token = r.output.substr(0, r.output.find('\n'));
-    sa_kubeconfig_ = plane()->dir() + "/orrery-sa.kubeconfig";
-    std::ofstream(sa_kubeconfig_) << "apiVersion: v1\nkind: Config\n"
-                                  << "clusters:\n- name: plane\n  cluster:\n    server: "
-                                  << plane()->server()
-                                  << "\n    certificate-authority: " << plane()->ca_file() << "\n"
-                                  << "users:\n- name: orrery\n  user:\n    token: " << token
-                                  << "\ncontexts:\n- name: orrery\n  context:\n    cluster: "
-                                     "plane\n    user: orrery\n    namespace: "
-                                  << kOperatorNamespace << "\ncurrent-context: orrery\n";
+    sa_kubeconfig_ =
+        testutil::InstallChartAsServiceAccount(*plane(), kOperatorNamespace, "", &setup_output_);
+    if (sa_kubeconfig_.empty()) return;
     ready_ = true;
   }
   static void TearDownTestSuite() {
-    if (plane()) {
-      RunCommand(plane()->bin_dir() + "/helm --kubeconfig " + plane()->kubeconfig() +
-                 " uninstall orrery --namespace " + kOperatorNamespace + " --wait");
-    }
+    if (plane()) testutil::UninstallChart(*plane(), kOperatorNamespace);
     ControlPlaneTest::TearDownTestSuite();
   }
 
@@ -200,50 +166,15 @@ class OperatorCommandTest : public orrery::testing::ControlPlaneTest {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   void CreateGpuNode(const std::string& name, int gpus) {
-    kube::Object node = {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}};
-    auto created = client_->Create(kube::Nodes(), "", node);
-    ASSERT_TRUE(created.ok()) << created.status();
-    kube::Object with_status = *created;
-    kube::Object resources = {
-        {kGpu, std::to_string(gpus)}, {"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}};
-    with_status["status"] = {
-        {"capacity", resources},
-        {"allocatable", resources},
-        {"conditions", kube::Object::array({{{"type", "Ready"},
-                                             {"status", "True"},
-                                             {"reason", "KubeletReady"},
-                                             {"message", "test node"},
-                                             {"lastHeartbeatTime", "2026-01-01T00:00:00Z"},
-                                             {"lastTransitionTime", "2026-01-01T00:00:00Z"}}})}};
-    auto updated = client_->UpdateStatus(kube::Nodes(), "", with_status);
-    ASSERT_TRUE(updated.ok()) << updated.status();
+    ASSERT_TRUE(testutil::CreateReadyGpuNode(*client_, name, gpus, kGpu).ok());
   }
 
   void SeedProfilesAndApplyJob() {
     auto loaded = api::LoadJobText(kJob);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
-    ProfileTable table;
-    for (const api::ExpandedTask& task : loaded->tasks) {
-      for (int g : {1, 2}) {
-        ProfileRequest r;
-        r.task = &task;
-        r.template_ = api::Template::kDdp;
-        r.gpus = g;
-        CachedProfile p;
-        p.entry = ProfileKey(r);
-        p.entry.samples_per_s = 100.0 * g;
-        p.entry.step_time_s = 0.1;
-        p.entry.measured_at = "2026-01-01T00:00:00Z";
-        table[ProfileDataKey(p.entry)] = p;
-      }
-    }
-    Json cm = EncodeProfileConfigMap(table, kOperatorNamespace);
-    auto created =
-        client_->Create(kube::ConfigMaps(), kOperatorNamespace, kube::Object::parse(cm.dump()));
-    ASSERT_TRUE(created.ok()) << created.status();
-    Json body = api::EncodeJob(loaded->job);
-    body.erase("status");
-    auto job = client_->Create(ModelSelectionJobs(), kNamespace, kube::Object::parse(body.dump()));
+    ProfileTable table = testutil::DdpProfiles(*loaded, {1, 2}, [](int g) { return 100.0 * g; });
+    ASSERT_TRUE(testutil::StoreProfiles(*client_, table, kOperatorNamespace).ok());
+    auto job = testutil::CreateJob(*client_, loaded->job, kNamespace);
     ASSERT_TRUE(job.ok()) << job.status();
   }
 

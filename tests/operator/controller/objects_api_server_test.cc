@@ -12,6 +12,7 @@
 #include "operator/controller/profile_pod.h"
 #include "operator/controller/status.h"
 #include "operator/kube/api_error.h"
+#include "tests/operator/controller/plane_setup.h"
 #include "tests/operator/controller/test_objects.h"
 #include "tests/operator/kube/test_util.h"
 #include "tests/testing/control_plane.h"
@@ -20,7 +21,6 @@ namespace orrery::controller {
 namespace {
 
 using orrery::testing::CommandResult;
-const std::string kSource = ORRERY_SOURCE_DIR;
 const char* kNamespace = "ctl-objects";
 
 kube::Resource Jobs() { return {"orrery.dev", "v1alpha1", "modelselectionjobs", true}; }
@@ -31,15 +31,8 @@ class ObjectsApiServerTest : public orrery::testing::ControlPlaneTest {
   static void SetUpTestSuite() {
     ControlPlaneTest::SetUpTestSuite();
     if (!plane()) return;
-    CommandResult r = plane()->Kubectl("apply --server-side -f " + kSource +
-                                       "/crds/orrery.dev_modelselectionjobs.yaml");
-    setup_output_ = r.output;
-    if (r.exit_code != 0) return;
-    r = plane()->Kubectl(
-        "wait --for condition=established --timeout=60s crd/modelselectionjobs.orrery.dev");
-    setup_output_ += r.output;
-    if (r.exit_code != 0) return;
-    r = plane()->Kubectl(std::string("create namespace ") + kNamespace);
+    if (!testutil::InstallJobCrd(*plane(), &setup_output_)) return;
+    CommandResult r = plane()->Kubectl(std::string("create namespace ") + kNamespace);
     setup_output_ += r.output;
     r = plane()->Kubectl(std::string("label namespace ") + kNamespace +
                          " pod-security.kubernetes.io/enforce=restricted"

@@ -21,14 +21,15 @@
 #include "operator/kube/api_error.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
+#include "tests/operator/controller/plane_setup.h"
 #include "tests/operator/kube/test_util.h"
 #include "tests/testing/control_plane.h"
+#include "tests/testing/wait.h"
 
 namespace orrery::controller {
 namespace {
 
-using orrery::testing::CommandResult;
-const std::string kSource = ORRERY_SOURCE_DIR;
+using orrery::testing::WaitUntil;
 const char* kNamespace = "ctl-reconcile";
 const char* kProfileNamespace = "orrery-system";
 const char* kGpu = "nvidia.com/gpu";
@@ -63,31 +64,12 @@ spec:
     gpuCounts: [1, 2]
 )";
 
-// Waits (real time) for `done`, polling; the API server and the informers run
-// on their own, so this is a bounded wait for a condition, not a timed assertion.
-template <typename F>
-bool WaitUntil(F done, std::chrono::seconds limit = std::chrono::seconds(30)) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return done();
-}
-
 class ReconcilerIntegrationTest : public orrery::testing::ControlPlaneTest {
  protected:
   static void SetUpTestSuite() {
     ControlPlaneTest::SetUpTestSuite();
     if (!plane()) return;
-    CommandResult r = plane()->Kubectl("apply --server-side -f " + kSource +
-                                       "/crds/orrery.dev_modelselectionjobs.yaml");
-    setup_output_ = r.output;
-    if (r.exit_code != 0) return;
-    r = plane()->Kubectl(
-        "wait --for condition=established --timeout=60s crd/modelselectionjobs.orrery.dev");
-    setup_output_ += r.output;
-    ready_ = r.exit_code == 0;
+    ready_ = testutil::InstallJobCrd(*plane(), &setup_output_);
   }
 
   void SetUp() override {
@@ -99,60 +81,18 @@ class ReconcilerIntegrationTest : public orrery::testing::ControlPlaneTest {
       ASSERT_TRUE(kube::testutil::CreateNamespace(*client_, ns).ok());
     }
     for (const char* node : {"gpu-a", "gpu-b"}) CreateGpuNode(node, 2);
-    SeedProfiles();
     auto loaded = api::LoadJobText(kSmallJob);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     loaded_ = *loaded;
-    Json body = api::EncodeJob(loaded_.job);
-    body.erase("status");
-    auto created =
-        client_->Create(ModelSelectionJobs(), kNamespace, kube::Object::parse(body.dump()));
+    // Every (signature, ddp, 1 or 2 GPUs) the job needs, so nothing is profiled.
+    ProfileTable table = testutil::DdpProfiles(loaded_, {1, 2}, [](int g) { return 100.0 * g; });
+    ASSERT_TRUE(testutil::StoreProfiles(*client_, table, kProfileNamespace).ok());
+    auto created = testutil::CreateJob(*client_, loaded_.job, kNamespace);
     ASSERT_TRUE(created.ok()) << created.status();
   }
 
   void CreateGpuNode(const std::string& name, int gpus) {
-    kube::Object node = {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}};
-    auto created = client_->Create(kube::Nodes(), "", node);
-    ASSERT_TRUE(created.ok()) << created.status();
-    kube::Object with_status = *created;
-    kube::Object resources = {
-        {kGpu, std::to_string(gpus)}, {"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}};
-    with_status["status"] = {
-        {"capacity", resources},
-        {"allocatable", resources},
-        {"conditions", kube::Object::array({{{"type", "Ready"},
-                                             {"status", "True"},
-                                             {"reason", "KubeletReady"},
-                                             {"message", "test node"},
-                                             {"lastHeartbeatTime", "2026-01-01T00:00:00Z"},
-                                             {"lastTransitionTime", "2026-01-01T00:00:00Z"}}})}};
-    auto updated = client_->UpdateStatus(kube::Nodes(), "", with_status);
-    ASSERT_TRUE(updated.ok()) << updated.status();
-  }
-
-  // Every (signature, ddp, 1 or 2 GPUs) the job needs, so nothing is profiled.
-  void SeedProfiles() {
-    auto loaded = api::LoadJobText(kSmallJob);
-    ASSERT_TRUE(loaded.ok());
-    ProfileTable table;
-    for (const api::ExpandedTask& task : loaded->tasks) {
-      for (int g : {1, 2}) {
-        ProfileRequest r;
-        r.task = &task;
-        r.template_ = api::Template::kDdp;
-        r.gpus = g;
-        CachedProfile p;
-        p.entry = ProfileKey(r);
-        p.entry.samples_per_s = 100.0 * g;
-        p.entry.step_time_s = 0.1;
-        p.entry.measured_at = "2026-01-01T00:00:00Z";
-        table[ProfileDataKey(p.entry)] = p;
-      }
-    }
-    Json cm = EncodeProfileConfigMap(table, kProfileNamespace);
-    auto created =
-        client_->Create(kube::ConfigMaps(), kProfileNamespace, kube::Object::parse(cm.dump()));
-    ASSERT_TRUE(created.ok()) << created.status();
+    ASSERT_TRUE(testutil::CreateReadyGpuNode(*client_, name, gpus, kGpu).ok());
   }
 
   // The job's gang pods as the server holds them now.

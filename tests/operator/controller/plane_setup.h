@@ -1,0 +1,141 @@
+// Setting up a real control plane for the operator's integration and e2e tests:
+// the ModelSelectionJob CRD, the Helm chart with a token of its service account,
+// GPU nodes, seeded profiles and jobs. One implementation, so every suite runs
+// the operator against the same objects a user's cluster would hold.
+#pragma once
+
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "operator/api/codec.h"
+#include "operator/api/load.h"
+#include "operator/controller/profile_configmap.h"
+#include "operator/controller/profile_pod.h"
+#include "operator/controller/reconciler.h"
+#include "operator/kube/client.h"
+#include "tests/testing/control_plane.h"
+
+namespace orrery::controller::testutil {
+
+inline std::string SourceDir() { return ORRERY_SOURCE_DIR; }
+
+// Applies the repository's ModelSelectionJob CRD and waits until the server
+// has established it. `kubectl wait` fails at once while the CRD has no
+// conditions yet, so it is retried. The commands' output goes to `output`.
+inline bool InstallJobCrd(const orrery::testing::ControlPlane& plane, std::string* output) {
+  auto r = plane.Kubectl("apply --server-side -f " + SourceDir() +
+                         "/crds/orrery.dev_modelselectionjobs.yaml");
+  *output += r.output;
+  if (r.exit_code != 0) return false;
+  for (int i = 0; i < 20; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    r = plane.Kubectl(
+        "wait --for condition=established --timeout=60s crd/modelselectionjobs.orrery.dev");
+    *output += r.output;
+    if (r.exit_code == 0) return true;
+  }
+  return false;
+}
+
+// `helm install orrery` from the repository's chart into `ns` (created), with
+// `helm_flags` added, then a kubeconfig that authenticates with a token of the
+// chart's service account (TokenRequest), so a permission the chart's RBAC
+// lacks fails the test. Returns the kubeconfig's path, or "" on failure.
+inline std::string InstallChartAsServiceAccount(const orrery::testing::ControlPlane& plane,
+                                                const std::string& ns,
+                                                const std::string& helm_flags,
+                                                std::string* output) {
+  auto r = orrery::testing::RunCommand(
+      plane.bin_dir() + "/helm --kubeconfig " + plane.kubeconfig() + " install orrery " +
+      SourceDir() + "/helm/orrery --namespace " + ns + " --create-namespace " + helm_flags);
+  *output += r.output;
+  if (r.exit_code != 0) return "";
+  r = plane.Kubectl("-n " + ns + " create token orrery --duration 1h");
+  *output += r.output;
+  if (r.exit_code != 0) return "";
+  const std::string token = r.output.substr(0, r.output.find('\n'));
+  const std::string path = plane.dir() + "/orrery-sa.kubeconfig";
+  std::ofstream(path) << "apiVersion: v1\nkind: Config\n"
+                      << "clusters:\n- name: plane\n  cluster:\n    server: " << plane.server()
+                      << "\n    certificate-authority: " << plane.ca_file() << "\n"
+                      << "users:\n- name: orrery\n  user:\n    token: " << token
+                      << "\ncontexts:\n- name: orrery\n  context:\n    cluster: plane\n"
+                      << "    user: orrery\n    namespace: " << ns << "\ncurrent-context: orrery\n";
+  return path;
+}
+
+inline void UninstallChart(const orrery::testing::ControlPlane& plane, const std::string& ns) {
+  orrery::testing::RunCommand(plane.bin_dir() + "/helm --kubeconfig " + plane.kubeconfig() +
+                              " uninstall orrery --namespace " + ns + " --wait");
+}
+
+// A Node with `gpus` of `resource` whose status says Ready. No kubelet keeps
+// it so: the status is written once, which is all the reconciler reads.
+inline Status CreateReadyGpuNode(kube::Client& client, const std::string& name, int gpus,
+                                 const std::string& resource = "nvidia.com/gpu") {
+  kube::Object node = {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}};
+  auto created = client.Create(kube::Nodes(), "", node);
+  if (!created.ok()) return created.status();
+  kube::Object with_status = *created;
+  kube::Object resources = {
+      {resource, std::to_string(gpus)}, {"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}};
+  with_status["status"] = {
+      {"capacity", resources},
+      {"allocatable", resources},
+      {"conditions", kube::Object::array({{{"type", "Ready"},
+                                           {"status", "True"},
+                                           {"reason", "KubeletReady"},
+                                           {"message", "test node"},
+                                           {"lastHeartbeatTime", "2026-01-01T00:00:00Z"},
+                                           {"lastTransitionTime", "2026-01-01T00:00:00Z"}}})}};
+  auto updated = client.UpdateStatus(kube::Nodes(), "", with_status);
+  return updated.ok() ? OkStatus() : updated.status();
+}
+
+// A measured ddp profile of every task of `job` at each of `gpus`, as if
+// profiling had run: samples/s from `samples_per_s(g)`, the step time that
+// follows from the task's batch.
+inline ProfileTable DdpProfiles(const api::LoadedJob& job, const std::vector<int>& gpus,
+                                const std::function<double(int)>& samples_per_s,
+                                const std::string& device = "cuda") {
+  ProfileTable table;
+  for (const api::ExpandedTask& task : job.tasks) {
+    for (int g : gpus) {
+      ProfileRequest r;
+      r.job = &job.job;
+      r.task = &task;
+      r.template_ = api::Template::kDdp;
+      r.gpus = g;
+      r.device = device;
+      CachedProfile p;
+      p.entry = ProfileKey(r);
+      p.entry.samples_per_s = samples_per_s(g);
+      p.entry.step_time_s =
+          static_cast<double>(task.task.training.batch_size) / p.entry.samples_per_s;
+      p.entry.measured_at = "2026-01-01T00:00:00Z";
+      table[ProfileDataKey(p.entry)] = p;
+    }
+  }
+  return table;
+}
+
+// Stores `table` as the profile ConfigMap of namespace `ns`.
+inline Status StoreProfiles(kube::Client& client, const ProfileTable& table,
+                            const std::string& ns) {
+  auto created = client.Create(kube::ConfigMaps(), ns,
+                               kube::Object::parse(EncodeProfileConfigMap(table, ns).dump()));
+  return created.ok() ? OkStatus() : created.status();
+}
+
+// Creates `job` in `ns` as `kubectl apply` would: the spec, no status.
+inline StatusOr<kube::Object> CreateJob(kube::Client& client, const api::ModelSelectionJob& job,
+                                        const std::string& ns) {
+  Json body = api::EncodeJob(job);
+  body.erase("status");
+  return client.Create(ModelSelectionJobs(), ns, kube::Object::parse(body.dump()));
+}
+
+}  // namespace orrery::controller::testutil
