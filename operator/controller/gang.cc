@@ -198,10 +198,16 @@ StatusOr<Gang> BuildGang(const GangRequest& r) {
   launch.device = r.options.backend == "nccl" ? "cuda" : "cpu";
   launch.lr_scaling = job.spec.elasticity.enabled ? job.spec.elasticity.learning_rate_scaling
                                                   : api::LrScaling::kNone;
-  const int64_t own_batch = r.task->task.training.batch_size;
-  if (job.spec.elasticity.enabled && c.batch_size > 0 && c.batch_size != own_batch) {
-    launch.steps = engine::StepsForBudget(engine::SampleBudget(r.task->task), r.resume_step,
-                                          r.resume_samples, c.batch_size);
+  // An elastic task's budget is its samples, whatever batches it runs at: the
+  // worker counts the steps that finish them from its checkpoint's exact
+  // cursor. The operator's own view of that checkpoint may lag (a gang stopped
+  // for a rescale writes its last one on SIGTERM, after the last progress poll),
+  // and a task back at its own batch after another one must not run its own
+  // step count again. An epoch budget on data of unknown size stays --epochs:
+  // the worker converts it at each batch from the samples it has consumed.
+  const api::TaskSpec& spec = r.task->task;
+  if (job.spec.elasticity.enabled && (!spec.training.epochs || spec.data.synthetic)) {
+    launch.samples = engine::SampleBudget(spec);
   }
   std::vector<std::string> args = {"train"};
   for (std::string& f : engine::TrainFlags(*r.task, launch)) args.push_back(std::move(f));

@@ -63,11 +63,6 @@ struct GangRequest {
   std::vector<std::string> placement;  // node per rank; size == config.gpus
   int generation = 0;                  // 0 at first launch, +1 per relaunch
   GangOptions options;
-  // The checkpoint the gang will resume from (0: a fresh start) and the samples
-  // consumed by then; an elastic task at another batch than its own runs the
-  // optimizer steps that finish its sample budget from there.
-  int64_t resume_step = 0;
-  int64_t resume_samples = 0;
 };
 
 struct Gang {

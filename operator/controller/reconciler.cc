@@ -1006,23 +1006,6 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
       r.placement = l.placement;
       r.generation = generation;
       r.options = options_.gang;
-      if (job.status) {
-        // Where the relaunch resumes: the last committed checkpoint and the samples
-        // consumed there as rank 0 reported them (exact across batch changes); a
-        // status without them (an older worker) falls back to step x the batch the
-        // task ran when it was written, wrong once the batch changed before it.
-        for (const api::TaskStatus& ts : job.status->tasks) {
-          if (ts.name != task.name || !ts.last_checkpoint) continue;
-          r.resume_step = ts.last_checkpoint->step;
-          if (ts.last_checkpoint->samples > 0) {
-            r.resume_samples = ts.last_checkpoint->samples;
-          } else {
-            int64_t ran_at = ts.config && ts.config->batch_size > 0 ? ts.config->batch_size
-                                                                    : task.task.training.batch_size;
-            r.resume_samples = r.resume_step * ran_at;
-          }
-        }
-      }
       ORRERY_ASSIGN_OR_RETURN(Gang gang, BuildGang(r));
       ORRERY_RETURN_IF_ERROR(CreateObjects(ns, gang.service, gang.pods));
       LiveGang created;

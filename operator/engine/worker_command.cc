@@ -125,7 +125,9 @@ std::string WorkerTemplate(const std::string& template_name, int gpus) {
 std::vector<std::string> TrainFlags(const api::ExpandedTask& task, const LaunchConfig& config) {
   std::vector<std::string> f = CommonFlags(task, config);
   const api::TrainingSpec& tr = task.task.training;
-  if (config.steps > 0) {
+  if (config.samples > 0) {
+    f.push_back(Flag("samples", config.samples));
+  } else if (config.steps > 0) {
     f.push_back(Flag("steps", config.steps));
   } else if (tr.epochs) {
     f.push_back(Flag("epochs", *tr.epochs));

@@ -20,9 +20,14 @@ struct LaunchConfig {
   int gpus = 1;               // ranks
   int64_t batch_size = 0;     // global; 0 = the task's own
   // Optimizer steps in all (the worker's count carries on across a resume, also
-  // one at another batch); 0 = the task's own budget (--steps or --epochs). An
-  // elastic task at another batch gets StepsForBudget (profile_configs.h).
+  // one at another batch); 0 = the task's own budget (--steps or --epochs). The
+  // local runner gives an elastic task at another batch StepsForBudget
+  // (profile_configs.h), from the checkpoint its worker last reported.
   int64_t steps = 0;
+  // Samples in all (--samples, counted across resumes at any batch); > 0 takes
+  // the place of steps and epochs. The worker computes the steps that finish
+  // them from the samples its checkpoint recorded, exactly.
+  int64_t samples = 0;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // steps; 0 = only on signal and at the end
   int keep = 2;

@@ -127,6 +127,7 @@ StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
       {"batch", int_into(&t.global_batch)},
       {"steps", int_into(&t.steps)},
       {"epochs", int_into(&t.epochs)},
+      {"samples", int_into(&t.samples)},
       {"report-every", int_into(&t.report_every)},
       {"checkpoint-dir", string_into(&t.checkpoint_dir)},
       {"checkpoint-every", int_into(&t.checkpoint_every)},

@@ -16,7 +16,9 @@
 //              the checkpoint's, the checkpoint's base rate times (new/old)^1 or ^0.5)
 //   data       --data synthetic|tokens|text  --data-path PATH  --token-bytes 2|4
 //              --data-samples N (synthetic)  --batch N (global batch)
-//   budget     --steps N | --epochs N   --report-every N
+//   budget     --steps N | --epochs N | --samples N   --report-every N
+//              (--samples: train until N samples in all, counted across resumes at
+//              any batch, from the checkpoint's own exact count)
 //   checkpoint --checkpoint-dir DIR  --checkpoint-every N  --keep K  --no-resume
 //   profile    --profile-warmup N  --profile-steps N  --tune  --termination-message-path P
 //   process    --threads N (intra-op threads; default 1 per rank)
@@ -75,6 +77,9 @@ struct TaskConfig {
   int64_t global_batch = 8;
   int64_t steps = 100;
   int64_t epochs = 0;  // > 0 overrides steps: epochs × samples / batch
+  // > 0 overrides steps and epochs: the samples the whole run trains on, so a
+  // resume at another batch runs exactly the steps that finish them.
+  int64_t samples = 0;
   int64_t report_every = 10;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;

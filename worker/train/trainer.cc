@@ -171,7 +171,13 @@ class Run {
   // The run's budget in optimizer steps, counted from step 0 across resumes.
   // --epochs: the steps that finish the epochs' samples at this batch; after a
   // change of batch, from the samples consumed at the old one.
+  // --samples: the steps that reach the budget from the samples consumed so far
+  // (the resumed checkpoint's exact cursor, whatever batch it ran at).
   int64_t TotalSteps() const {
+    if (task_.samples > 0) {
+      const int64_t left = std::max<int64_t>(0, task_.samples - batches_->cursor().Position());
+      return step_ + (left + task_.global_batch - 1) / task_.global_batch;
+    }
     if (task_.epochs <= 0) return task_.steps;
     const int64_t budget = task_.epochs * batches_->NumSamples();
     auto saved = resumed_schedule_.find("global_batch");

@@ -21,7 +21,7 @@ TEST(TaskFlagsTest, ParsesEveryKind) {
   auto t = ParseTaskFlags({"--model=gpt", "--layers", "3", "--template=hybrid",
                            "--layout=dp=2,pp=2", "--stage-starts=2", "--lr=0.01", "--optimizer",
                            "adamw", "--no-double-buffer", "--batch=16", "--decay=cosine",
-                           "--warmup-steps=5", "--tune", "--lr-scaling=sqrt"});
+                           "--warmup-steps=5", "--tune", "--lr-scaling=sqrt", "--samples=96"});
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->model.gpt.layers, 3);
   EXPECT_EQ(t->strategy.name, "hybrid");
@@ -33,6 +33,7 @@ TEST(TaskFlagsTest, ParsesEveryKind) {
   EXPECT_TRUE(t->tune);
   EXPECT_EQ(t->global_batch, 16);
   EXPECT_EQ(t->schedule.lr_scaling, "sqrt");
+  EXPECT_EQ(t->samples, 96);
   auto plain = ParseTaskFlags({});
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->schedule.lr_scaling, "none");
@@ -49,6 +50,8 @@ TEST(TaskFlagsTest, RejectsBadInput) {
   EXPECT_FALSE(ParseTaskFlags({"--token-bytes=3"}).ok());
   EXPECT_FALSE(ParseTaskFlags({"positional"}).ok());
   EXPECT_FALSE(ParseTaskFlags({"--layers=-2"}).ok());
+  EXPECT_NE(ParseTaskFlags({"--samples=-1"}).status().message().find("--samples"),
+            std::string::npos);
 }
 
 TEST(TaskFlagsTest, PipelineScheduleIsGpipeOr1f1b) {

@@ -353,5 +353,40 @@ TEST(ElasticResumeTest, EpochsAfterABatchChangeFinishTheEpochsSamples) {
   EXPECT_EQ(second->positions, (std::vector<int64_t>{32, 48}));
 }
 
+// The operator's budget for an elastic task: samples in all. The worker counts
+// the steps that finish them from its checkpoint's own cursor, so a resume at
+// another batch and a return to the first one each train exactly the rest.
+TEST(ElasticResumeTest, SampleBudgetIsExactAcrossBatchChangesBothWays) {
+  testing_worker::TempDir dir;
+  TaskConfig t = SmallGpt();
+  t.data.samples = 1024;
+  t.samples = 96;  // 12 steps of 8
+  t.checkpoint_dir = dir.path();
+  t.checkpoint_every = 4;
+  t.keep = 10;
+  std::ostringstream out;
+  auto first = Train(t, nullptr, out, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->steps, 12);
+  checkpoint::CheckpointStore store(dir.path(), 10);
+  for (int64_t step : {8, 12}) std::filesystem::remove_all(store.StepDir(step));  // at 32
+
+  t.global_batch = 16;  // 64 samples left: 4 steps of 16
+  t.checkpoint_every = 2;
+  auto second = Train(t, nullptr, out, nullptr);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->resumed_from_step, 4);
+  EXPECT_EQ(second->steps, 8);
+  EXPECT_EQ(second->positions, (std::vector<int64_t>{32, 48, 64, 80}));
+  std::filesystem::remove_all(store.StepDir(8));  // stopped at step 6, 64 samples
+
+  t.global_batch = 8;  // back at 8: 32 samples left, 4 steps (not 12 - 6 = 6)
+  auto third = Train(t, nullptr, out, nullptr);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->resumed_from_step, 6);
+  EXPECT_EQ(third->steps, 10);
+  EXPECT_EQ(third->positions, (std::vector<int64_t>{64, 72, 80, 88}));
+}
+
 }  // namespace
 }  // namespace orrery::train
