@@ -1,5 +1,7 @@
 // The autoscaler's decision: one knapsack over values that charge every change
-// its rescale cost, and one without the charges to name the changes it refused.
+// its rescale cost, and one without the charges to name the changes it refused;
+// for tasks with a base batch, that knapsack on the base batch's options (the
+// shadow) settles GPU counts, and the batch follows (autoscaler.h).
 #include "operator/engine/autoscaler.h"
 
 #include <algorithm>
@@ -68,7 +70,8 @@ double Dominating(const std::vector<std::vector<double>>& values) {
 }
 
 Values Evaluate(const std::vector<ScaleTask>& tasks, int capacity, const AutoscalerOptions& o,
-                double now, const std::vector<bool>& dwelling) {
+                double now, const std::vector<bool>& dwelling,
+                const std::vector<std::vector<double>>* speeds) {
   const size_t n = tasks.size();
   const double charge = 1 + o.hysteresis;
   Values v;
@@ -125,15 +128,19 @@ Values Evaluate(const std::vector<ScaleTask>& tasks, int capacity, const Autosca
   const double bonus = Dominating(v.charged);
   for (size_t i = 0; i < n; ++i) {
     const ScaleTask& t = tasks[i];
-    const double best = elastic::BestThroughput(t, capacity);
+    auto speed = [&](size_t j) {
+      return speeds != nullptr ? (*speeds)[i][j] : t.options[j].throughput;
+    };
+    double best = 0;
+    for (size_t j = 0; j < t.options.size(); ++j)
+      if (t.options[j].gpus <= capacity) best = std::max(best, speed(j));
     if (!(best > 0)) continue;
     if (now + t.remaining_work / best > o.deadline_s) continue;
     for (size_t j = 0; j < t.options.size(); ++j) {
       const elastic::Option& opt = t.options[j];
-      if (!(opt.throughput > 0) || opt.gpus > capacity) continue;
+      if (!(speed(j) > 0) || opt.gpus > capacity) continue;
       const bool paused = t.current >= 0 && static_cast<int>(j) != t.current;
-      const double finish =
-          now + (paused ? o.rescale_cost_s : 0) + t.remaining_work / opt.throughput;
+      const double finish = now + (paused ? o.rescale_cost_s : 0) + t.remaining_work / speed(j);
       if (finish > o.deadline_s) continue;
       v.deadline[i][j] = bonus;
       v.free[i][j] += bonus;
@@ -147,6 +154,17 @@ Values Evaluate(const std::vector<ScaleTask>& tasks, int capacity, const Autosca
 
 StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks, int capacity,
                                        ScaleTrigger trigger, double now) {
+  bool shadow = false;
+  for (const ScaleTask& t : tasks) shadow = shadow || t.base_batch > 0;
+  StatusOr<ScalePlan> plan = shadow ? DecideShadow(tasks, capacity, trigger, now)
+                                    : DecideJoint(tasks, capacity, trigger, now, nullptr);
+  if (plan.ok()) log_.insert(log_.end(), plan->decisions.begin(), plan->decisions.end());
+  return plan;
+}
+
+StatusOr<ScalePlan> Autoscaler::DecideJoint(const std::vector<ScaleTask>& tasks, int capacity,
+                                            ScaleTrigger trigger, double now,
+                                            const std::vector<std::vector<double>>* speeds) {
   if (capacity < 0) return InvalidArgumentError("capacity: must be at least 0");
   int held = 0;
   bool running = false;
@@ -172,7 +190,7 @@ StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks, int 
     dwelling[i] = tasks[i].current >= 0 && now - it->second < dwell;
   }
   last_change_ = std::move(last);
-  const Values v = Evaluate(tasks, capacity, options_, now, dwelling);
+  const Values v = Evaluate(tasks, capacity, options_, now, dwelling, speeds);
   ORRERY_ASSIGN_OR_RETURN(elastic::Knapsack plan,
                           elastic::Knapsack::Solve(tasks, v.charged, capacity, running));
   ScalePlan out;
@@ -295,12 +313,233 @@ StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks, int 
     }
     out.decisions.push_back(std::move(d));
   }
-  for (const ScaleDecision& d : out.decisions) {
+  for (const ScaleDecision& d : out.decisions)
     if (d.action == ScaleDecision::Action::kStart || d.action == ScaleDecision::Action::kRescale ||
         d.action == ScaleDecision::Action::kPreempt)
       last_change_[d.task] = now;
+  return out;
+}
+
+StatusOr<ScalePlan> Autoscaler::DecideShadow(const std::vector<ScaleTask>& tasks, int capacity,
+                                             ScaleTrigger trigger, double now) {
+  if (capacity < 0) return InvalidArgumentError("capacity: must be at least 0");
+  const size_t n = tasks.size();
+  std::vector<std::vector<double>> zero(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (tasks[i].current < -1 || tasks[i].current >= static_cast<int>(tasks[i].options.size()))
+      return InvalidArgumentError("tasks[" + std::to_string(i) +
+                                  "].current: must be -1 or an index into options");
+    zero[i].assign(tasks[i].options.size(), 0);
   }
-  log_.insert(log_.end(), out.decisions.begin(), out.decisions.end());
+  // The option tables' own checks, named by the caller's indices.
+  ORRERY_RETURN_IF_ERROR(elastic::Knapsack::Solve(tasks, zero, 0, false).status());
+  auto option = [&](size_t i, int j) -> const elastic::Option& {
+    return tasks[i].options[static_cast<size_t>(j)];
+  };
+  // The fastest option of task i at g GPUs, -1 when it has none.
+  std::vector<std::map<int, int>> fastest(n);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < tasks[i].options.size(); ++j) {
+      auto [it, fresh] = fastest[i].emplace(tasks[i].options[j].gpus, static_cast<int>(j));
+      if (!fresh && tasks[i].options[j].throughput > option(i, it->second).throughput)
+        it->second = static_cast<int>(j);
+    }
+  auto fastest_at = [&](size_t i, int g) {
+    auto it = fastest[i].find(g);
+    return it == fastest[i].end() ? -1 : it->second;
+  };
+  // The shadow: each task's options at its base batch, one per GPU count (a task
+  // without options at its base batch follows its fastest option per GPU count),
+  // running at the GPU count the shadow gave it.
+  std::map<std::string, int> entitled;
+  std::vector<ScaleTask> shadow(n);
+  for (size_t i = 0; i < n; ++i) {
+    const ScaleTask& t = tasks[i];
+    ScaleTask& s = shadow[i];
+    s.name = t.name;
+    s.total_work = t.total_work;
+    s.remaining_work = t.remaining_work;
+    s.weight = t.weight;
+    auto add = [&](const elastic::Option& o) {
+      for (elastic::Option& have : s.options) {
+        if (have.gpus != o.gpus) continue;
+        if (o.throughput > have.throughput) have = o;
+        return;
+      }
+      s.options.push_back(o);
+    };
+    for (const elastic::Option& o : t.options)
+      if (o.batch_size == t.base_batch) add(o);
+    if (s.options.empty())
+      for (const elastic::Option& o : t.options) add(o);
+    if (t.current < 0) continue;
+    int g = option(i, t.current).gpus;
+    auto it = entitled_.find(t.name);
+    if (it != entitled_.end() && it->second < g) {
+      g = it->second;
+      entitled.insert(*it);
+    }
+    int near = -1;  // its GPU count, else the largest below it
+    for (size_t k = 0; k < s.options.size(); ++k) {
+      const int h = s.options[k].gpus;
+      if (h <= g && (near < 0 || h > s.options[static_cast<size_t>(near)].gpus))
+        near = static_cast<int>(k);
+    }
+    s.current = near;
+  }
+  entitled_ = std::move(entitled);
+  std::vector<std::vector<double>> speeds(n);
+  for (size_t i = 0; i < n; ++i)
+    for (const elastic::Option& o : shadow[i].options)
+      speeds[i].push_back(option(i, fastest_at(i, o.gpus)).throughput);
+  // The deadline's on-course test at the speeds the tasks will really run at:
+  // judged at the base batch's speed, a job about to finish looked off course
+  // and was shrunk to start another that could have waited. The objective
+  // stays the base batch's, so batch never decides GPU counts.
+  ORRERY_ASSIGN_OR_RETURN(ScalePlan sp, DecideJoint(shadow, capacity, trigger, now, &speeds));
+
+  const double charge = 1 + options_.hysteresis;
+  const double pause = options_.rescale_cost_s;
+  std::vector<int> choice(n, -1);
+  std::vector<int> shadow_gpus(n, 0);
+  std::vector<double> saved(n, 0);  // seconds a batch change or growth saves the task
+  int used = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int sj = sp.choice[i];
+    if (sj < 0) continue;
+    const int g = shadow[i].options[static_cast<size_t>(sj)].gpus;
+    shadow_gpus[i] = g;
+    const int best = fastest_at(i, g);
+    const int cur = tasks[i].current;
+    const double rem = tasks[i].remaining_work;
+    if (cur >= 0 && option(i, cur).gpus == g) {
+      choice[i] = cur;
+      const double a = option(i, cur).throughput, b = option(i, best).throughput;
+      const double s = a > 0 && b > 0 ? rem / a - rem / b : 0;
+      if (best != cur && s > charge * pause) {
+        choice[i] = best;
+        saved[i] = s;
+      }
+    } else {
+      choice[i] = best;
+    }
+    used += option(i, choice[i]).gpus;
+  }
+  {
+    int idle = capacity - used;
+    // A grown task keeps its growth while the shadow keeps its GPU count and the
+    // GPUs it grew onto are still idle.
+    for (size_t i = 0; i < n; ++i) {
+      const int cur = tasks[i].current;
+      if (cur < 0 || choice[i] < 0 || shadow[i].current < 0) continue;
+      const int g = shadow[i].options[static_cast<size_t>(shadow[i].current)].gpus;
+      const int extra = option(i, cur).gpus - option(i, choice[i]).gpus;
+      if (g != shadow_gpus[i] || option(i, cur).gpus <= g || extra > idle) continue;
+      idle -= extra;
+      choice[i] = cur;
+    }
+    // New growth, the largest saving first, at another batch than the base (the
+    // shadow had the base batch's wider options and left them), when the saving
+    // beats two rescale costs: the growth and the shrink back.
+    for (;;) {
+      double top = 0;
+      size_t ti = n;
+      int tj = -1;
+      for (size_t i = 0; i < n; ++i) {
+        if (choice[i] < 0 || option(i, choice[i]).gpus != shadow_gpus[i]) continue;
+        const double a = option(i, choice[i]).throughput;
+        if (!(a > 0)) continue;
+        const bool moving = tasks[i].current != choice[i];
+        for (size_t j = 0; j < tasks[i].options.size(); ++j) {
+          const elastic::Option& o = tasks[i].options[j];
+          if (o.gpus <= shadow_gpus[i] || o.gpus - shadow_gpus[i] > idle) continue;
+          if (o.batch_size == tasks[i].base_batch || fastest_at(i, o.gpus) != static_cast<int>(j) ||
+              !(o.throughput > a))
+            continue;
+          const double s = tasks[i].remaining_work / a - tasks[i].remaining_work / o.throughput;
+          const double need = 2 * pause * charge + (moving ? 0 : pause);
+          if (s > need && s > top) {
+            top = s;
+            ti = i;
+            tj = static_cast<int>(j);
+          }
+        }
+      }
+      if (ti == n) break;
+      idle -= option(ti, tj).gpus - shadow_gpus[ti];
+      choice[ti] = tj;
+      saved[ti] = top;
+    }
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (choice[i] >= 0 && option(i, choice[i]).gpus != shadow_gpus[i])
+      entitled_[tasks[i].name] = shadow_gpus[i];
+
+  // The decisions: the shadow's, on the options the tasks really run under.
+  std::map<std::string, const ScaleDecision*> said;
+  for (const ScaleDecision& d : sp.decisions) said[d.task] = &d;
+  ScalePlan out;
+  out.choice = choice;
+  out.allocator_runs = sp.allocator_runs;
+  for (size_t i = 0; i < n; ++i) {
+    const ScaleTask& t = tasks[i];
+    const int from = t.current, to = choice[i];
+    if (to >= 0) out.gpus_used += option(i, to).gpus;
+    auto it = said.find(t.name);
+    const ScaleDecision* sd = it == said.end() ? nullptr : it->second;
+    if (from == to && sd == nullptr) continue;
+    ScaleDecision d = sd != nullptr ? *sd : ScaleDecision{};
+    d.time = now;
+    d.trigger = trigger;
+    d.task = t.name;
+    d.from_gpus = from >= 0 ? option(i, from).gpus : 0;
+    d.from_batch = from >= 0 ? option(i, from).batch_size : 0;
+    if (from == to) {
+      if (d.action == ScaleDecision::Action::kKeep) {
+        const int wanted = d.to_gpus > 0 ? fastest_at(i, d.to_gpus) : -1;
+        d.to_batch = wanted >= 0 ? option(i, wanted).batch_size : 0;
+      } else if (d.action != ScaleDecision::Action::kQueue) {
+        d.action = ScaleDecision::Action::kKeep;
+        d.reason = "kept: the fixed-batch decision's change maps to the option it runs under";
+      }
+      if (d.action == ScaleDecision::Action::kQueue) d.to_gpus = d.to_batch = 0;
+      out.decisions.push_back(std::move(d));
+      continue;
+    }
+    d.action = from < 0 ? ScaleDecision::Action::kStart
+               : to < 0 ? ScaleDecision::Action::kPreempt
+                        : ScaleDecision::Action::kRescale;
+    d.to_gpus = to >= 0 ? option(i, to).gpus : 0;
+    d.to_batch = to >= 0 ? option(i, to).batch_size : 0;
+    const bool shadow_moved = sd != nullptr && sd->action != ScaleDecision::Action::kKeep &&
+                              sd->action != ScaleDecision::Action::kQueue;
+    if (to >= 0 && d.to_gpus > shadow_gpus[i]) {
+      d.gain = saved[i];
+      d.cost = 2 * pause;
+      d.reason = Fmt("grown onto GPUs the fixed-batch decision leaves idle (it gave %.0f): "
+                     "saves %.0f s",
+                     shadow_gpus[i], saved[i]) +
+                 ", more than two rescale costs with hysteresis";
+    } else if (shadow_moved && sd->to_gpus == d.to_gpus) {
+      if (to >= 0 && d.to_batch != t.base_batch)
+        d.reason += "; batch " + std::to_string(d.to_batch) + ", the fastest at " +
+                    std::to_string(d.to_gpus) + " GPUs";
+    } else if (from >= 0 && to >= 0 && d.from_gpus == d.to_gpus) {
+      d.gain = saved[i];
+      d.cost = pause;
+      d.reason = Fmt("batch change at the same GPUs saves %.0f s, beating the rescale cost %.0f s",
+                     saved[i], pause) +
+                 " with hysteresis";
+    } else {
+      d.gain = 0;
+      d.cost = pause;
+      d.reason =
+          Fmt("shrunk back to the %.0f GPUs of the fixed-batch decision from %.0f: the "
+              "GPUs it grew onto are needed",
+              shadow_gpus[i], d.from_gpus);
+    }
+    out.decisions.push_back(std::move(d));
+  }
   return out;
 }
 

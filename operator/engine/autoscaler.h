@@ -20,6 +20,32 @@
 // it is. Capacity below what running tasks hold forces shrinks regardless. Tasks that are not
 // running start without a rescale cost.
 //
+// Tasks with a base batch (ElasticTask::base_batch, the user's own) decide in
+// three steps, because the knapsack over every batch's options fell into traps
+// a fixed batch cannot enter (tests/operator/sim/elastic_sim_test.cc):
+//  1. The GPU counts come from the decision above on each task's base-batch
+//     options only (a shadow fixed-batch decision, its own dwell times), whose
+//     deadline test asks whether a task is on course at the speed it really
+//     runs at with that many GPUs, its fastest batch.
+//  2. Each task runs its fastest option at the shadow's GPU count; a running
+//     task changes batch at the same GPUs only when the time it saves beats
+//     (1 + hysteresis) x the rescale cost.
+//  3. A task may grow, greedily, the largest saving first, onto GPUs the shadow
+//     leaves idle, at a batch other than its base (the shadow had the base
+//     batch's wider options and left them), when the time it saves beats two
+//     rescale costs (the growth and the shrink back) with hysteresis; it shrinks
+//     back to the shadow's count once the shadow gives those GPUs to another.
+// So batch moves with the GPUs but never decides them, and the traps stay shut:
+// narrower options at a smaller batch made the joint knapsack run more jobs side
+// by side than is best for mean completion time; a slightly faster wide option
+// grew a lone job onto idle GPUs an arrival then had to wait for (its dwell) or
+// take back (a rescale); and the deadline bonus, judging each option's own
+// speed, shrank a job about to finish to start one that could have waited.
+// A task with no base batch (0, or no option at it: every batch movable)
+// offers the shadow its fastest option per GPU count, so it is treated as
+// pinned to its best batch at each count. When no task has a base batch the
+// joint knapsack decides alone, as above.
+//
 // Pure: no I/O, time comes in. Every decision is returned with its reason, and
 // kept in a log the world may read.
 #pragma once
@@ -114,9 +140,21 @@ class Autoscaler {
   const AutoscalerOptions& options() const { return options_; }
 
  private:
+  // The knapsack decision over every option of every task (not logged). With
+  // `speeds` ([i][j]: the speed task i really runs at under its option j), the
+  // deadline's on-course test uses those instead of the options' throughput.
+  StatusOr<ScalePlan> DecideJoint(const std::vector<ScaleTask>& tasks, int capacity,
+                                  ScaleTrigger trigger, double now,
+                                  const std::vector<std::vector<double>>* speeds);
+  // The fixed-batch (shadow) decision settles GPU counts, then each task's
+  // batch at its count and guarded growth onto idle GPUs (not logged).
+  StatusOr<ScalePlan> DecideShadow(const std::vector<ScaleTask>& tasks, int capacity,
+                                   ScaleTrigger trigger, double now);
+
   AutoscalerOptions options_;
   std::vector<ScaleDecision> log_;
   std::map<std::string, double> last_change_;  // task -> time of its last change
+  std::map<std::string, int> entitled_;        // grown task -> the shadow's GPU count
 };
 
 }  // namespace orrery::engine

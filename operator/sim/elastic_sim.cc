@@ -76,10 +76,14 @@ std::vector<elastic::Option> JobOptions(const ElasticTrace& trace, const Elastic
       if (t > best.throughput) best = {g, b, t};
     };
     consider(job.base_batch);
+    const elastic::Option base = best;
     if (policy == ElasticPolicy::kElastic) {
       for (long b = job.min_batch; b <= job.max_batch; b += step) consider(static_cast<int>(b));
       consider(job.max_batch);
     }
+    // The base batch's option too, where another is faster: the autoscaler
+    // decides GPU counts on the base batch's options (ElasticTask::base_batch).
+    if (base.batch_size > 0 && base.batch_size != best.batch_size) options.push_back(base);
     if (best.batch_size > 0) options.push_back(best);
   }
   return options;
@@ -257,6 +261,7 @@ Status ElasticSim::Decide(engine::ScaleTrigger trigger) {
       t.remaining_work = std::max(j.remaining, 1e-9 * j.spec->work);
       t.options = j.options;
       t.current = j.current;
+      t.base_batch = j.spec->base_batch;
       tasks.push_back(std::move(t));
     }
     ORRERY_ASSIGN_OR_RETURN(engine::ScalePlan plan,

@@ -33,6 +33,11 @@ struct ElasticTask {
   std::vector<Option> options;
   // The option it runs under now (index into options), or -1 when queued.
   int current = -1;
+  // The task's own global batch, when it has one (0: none, every batch
+  // movable). The autoscaler (operator/engine/autoscaler.h) chooses GPU counts
+  // as it would with the batch pinned here, then the batch at each count; the
+  // allocator itself ignores it.
+  int base_batch = 0;
 };
 
 // What a task's progress is worth, the quantity the allocator maximises.

@@ -1,7 +1,8 @@
 // The autoscaler applies the allocator's changes only when they pay for their
 // rescale: no flapping between near-equal allocations, forced shrinks when the
 // capacity drops, arrivals queued when the cluster is full, and a reason on
-// every decision.
+// every decision. Tasks with a base batch take their GPU counts from the
+// decision at that batch, and grow onto idle GPUs only when it pays.
 #include "operator/engine/autoscaler.h"
 
 #include <gtest/gtest.h>
@@ -262,6 +263,68 @@ TEST(AutoscalerTest, BadInputNamesTheField) {
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.status().message().find("tasks[0].options[0].gpus"), std::string::npos);
   EXPECT_FALSE(as.Decide(tasks, -1, ScaleTrigger::kArrival, 0).ok());
+}
+
+// A task with base batch 128: 4 GPUs at its base batch, plus the options listed
+// at other batches.
+ScaleTask Based(const std::string& name, double remaining, const std::vector<Option>& others) {
+  ScaleTask t;
+  t.name = name;
+  t.total_work = remaining;
+  t.remaining_work = remaining;
+  t.base_batch = 128;
+  t.options.push_back(Option{4, 128, 40});
+  for (const Option& o : others) t.options.push_back(o);
+  return t;
+}
+
+TEST(AutoscalerTest, BaseBatchDecidesGpusAndTheBatchFollows) {
+  // Two tasks, 4 GPUs: at batch 64 both would fit side by side on 2 GPUs each,
+  // which the knapsack over every option prefers; at their base batch only one
+  // fits, and it runs at 4 GPUs at its fastest batch there (256), the other
+  // waits.
+  const std::vector<Option> others = {{2, 64, 40}, {4, 256, 50}};
+  std::vector<ScaleTask> tasks = {Based("a", 1000, others), Based("b", 2000, others)};
+  Autoscaler as({});
+  auto plan = as.Decide(tasks, 4, ScaleTrigger::kArrival, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->choice, (std::vector<int>{2, -1}));
+  EXPECT_EQ(plan->gpus_used, 4);
+  for (ScaleTask& t : tasks) t.base_batch = 0;  // every batch movable: the joint knapsack
+  Autoscaler joint({});
+  auto side_by_side = joint.Decide(tasks, 4, ScaleTrigger::kArrival, 0);
+  ASSERT_TRUE(side_by_side.ok()) << side_by_side.status();
+  EXPECT_EQ(side_by_side->choice, (std::vector<int>{1, 1}));
+}
+
+TEST(AutoscalerTest, GrowsOntoIdleGpusOnlyWhenItPaysTwoRescalesAndShrinksBack) {
+  // 8 GPUs, the base batch fits only 4; batch 256 runs on 8 at 70 samples/s.
+  const std::vector<Option> wide = {{8, 256, 70}};
+  {
+    // 10,000 samples: growing saves 107 s, less than two rescale costs (60 s)
+    // with hysteresis.
+    Autoscaler as({});
+    auto plan = as.Decide({Based("a", 1e4, wide)}, 8, ScaleTrigger::kArrival, 0);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->choice, (std::vector<int>{0}));
+  }
+  Autoscaler as({});
+  std::vector<ScaleTask> tasks = {Based("a", 1e5, wide)};
+  auto plan = as.Decide(tasks, 8, ScaleTrigger::kArrival, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->choice, (std::vector<int>{1}));  // saves 1,071 s
+  ASSERT_EQ(plan->decisions.size(), 1u);
+  EXPECT_EQ(plan->decisions[0].action, ScaleDecision::Action::kStart);
+  EXPECT_NE(plan->decisions[0].reason.find("idle"), std::string::npos) << plan->decisions[0].reason;
+  // An arrival needs the GPUs it grew onto: it shrinks back to the 4 the
+  // fixed-batch decision gave it, within its dwell time, and b starts.
+  tasks[0].current = 1;
+  tasks.push_back(Based("b", 1e5, {}));
+  plan = as.Decide(tasks, 8, ScaleTrigger::kArrival, 10);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->choice, (std::vector<int>{0, 0}));
+  EXPECT_EQ(Count(*plan, ScaleDecision::Action::kRescale), 1);
+  EXPECT_EQ(Count(*plan, ScaleDecision::Action::kStart), 1);
 }
 
 }  // namespace

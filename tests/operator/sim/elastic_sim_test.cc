@@ -429,31 +429,34 @@ uint64_t SeedFrom() {
 
 // 100 seeds of each of 8 shapes (785 traces with jobs, about 10 s). The target
 // holds on every trace of the paper's kind (kMixed) here, not everywhere: at
-// these seeds it misses on 5 (fixed-batch 4, tight 1). Measured on 2026-11-23: seeds
-// 1-400 (3,157 traces) miss on 27 (0.9%: fixed-batch 11, scaling 4, expensive 4,
-// bursty 3, mixed 2, giant, tight and capacity 1 each); seeds 401-1000
-// (ORRERY_ELASTIC_SEED_FROM=401 ORRERY_ELASTIC_SEEDS=600, 4,758 traces, not
-// tuned on) on 47 (1.0%: fixed-batch 15, expensive 11, bursty 8, scaling 6,
-// capacity 3, mixed 2, giant and tight 1 each). Two thirds of the misses are
-// elastic completing one job fewer than gpu-only within the horizon with a far
-// lower mean completion time; the rest a mean a few percent higher. Both run
-// the same autoscaler, and elastic's extra options lead its objective (each
-// task's throughput over its remaining work) into traps gpu-only cannot enter:
-// narrower options (a smaller batch on fewer GPUs) make it run more jobs side
-// by side, where serving them one after another finishes more (fixed-batch-115);
-// a slightly faster wide option grows a lone job into idle GPUs, then the next
-// arrival waits out its dwell time or pays its shrink (mixed-160); and the
-// deadline bonus counts a queued job as lost, so it shrinks a job about to
-// finish to start one that could have waited (tight-38). Variants tried, all
-// within the noise or worse on seeds 1-400 (23-131 misses): dwell 2-6 x the
-// rescale cost, hysteresis 0.1-1, gain horizon 900-3600 s, value exponent on
-// the remaining work 0.5-2 or on efficiency 1.25-3, a longer deadline window,
-// dwell above the deadline bonus, crediting queued tasks that can still finish
-// after waiting, demoting tasks an area bound says cannot finish by the
-// deadline, no growth within the dwell time, growth charged twice, and a
-// lookahead that projects alternative plans forward (28 and 38 held-out misses
-// at ten times the cost). So each shape may miss on at most 1 trace in 20 and
-// all shapes together on 1 in 100, and every miss is printed.
+// these seeds it misses on 2 (expensive-79, one job fewer than gpu-only;
+// fixed-batch-56, a mean 0.5% higher). Measured on 2026-11-23 with the
+// autoscaler deciding GPU counts at each task's base batch (autoscaler.h):
+// seeds 1-400 (3,157 traces) miss on 6 (0.2%: expensive 2, bursty, giant,
+// scaling and fixed-batch 1 each; before it 27); seeds 401-1000
+// (ORRERY_ELASTIC_SEED_FROM=401 ORRERY_ELASTIC_SEEDS=600, 4,758 traces) on 19
+// (0.4%: fixed-batch 9, expensive 5, scaling 2, mixed, giant and capacity 1
+// each; before it 47). The method was chosen on seeds 1-400, but traces of
+// 401-1000 were looked at while debugging it, so that range is not quite
+// held out. Of the 25 misses over both ranges, 5 are against static where
+// gpu-only loses to static too (bursty-154, expensive-413, -528,
+// fixed-batch-880, -882: a backlog the same autoscaler serves worse than
+// static's fixed GPU sets, whatever the batch); 2 exact ties with gpu-only
+// where the target demands a strictly lower mean (fixed-batch-522, -810, 3
+// jobs each); the other 18, one job fewer than gpu-only or a mean 0.5-9%
+// higher (mixed-928), timing divergence: elastic finishes jobs earlier, so arrivals and
+// completions land at other moments of the plan (a completion inside a
+// grown job's dwell time, a job started a minute before one that needed its
+// GPUs), and the two runs part ways. Before the base-batch method the extra
+// options led the objective into traps gpu-only cannot enter (more jobs side
+// by side, growth onto GPUs an arrival soon needs, shrinking a job about to
+// finish to start another by the deadline); tuning that joint decision (dwell,
+// hysteresis, gain horizon, value exponents, deadline window, a lookahead
+// over alternative plans) stayed at 23-131 misses on seeds 1-400. So at these
+// seeds kMixed may not miss at all, another shape on at most 1 trace, and all
+// shapes together on at most 2; a longer sweep by hand allows 1 in 50 per
+// shape and 1 in 200 in all (kMixed still none, which mixed-928 breaks).
+// Every miss is printed.
 TEST(ElasticSimTest, ElasticBeatsBaselinesOnRandomTraces) {
   const uint64_t seeds = Seeds(100), from = SeedFrom();
   int all_missed = 0, all_traces = 0;
@@ -474,12 +477,13 @@ TEST(ElasticSimTest, ElasticBeatsBaselinesOnRandomTraces) {
     if (shape == Shape::kMixed) {
       EXPECT_EQ(missed, 0) << report;
     } else {
-      EXPECT_LE(missed, traces / 20) << ShapeName(shape) << "\n" << report;
+      EXPECT_LE(missed, seeds == 100 && from == 1 ? 1 : traces / 50) << ShapeName(shape) << "\n"
+                                                                     << report;
     }
     std::printf("%-12s missed on %d of %d traces\n%s", ShapeName(shape), missed, traces,
                 report.c_str());
   }
-  EXPECT_LE(all_missed, all_traces / 100);
+  EXPECT_LE(all_missed, seeds == 100 && from == 1 ? 2 : all_traces / 200);
 }
 
 TEST(ElasticSimTest, ShippedTracesParseAndMeetTheTarget) {
