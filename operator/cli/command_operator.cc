@@ -44,12 +44,16 @@ constexpr const char* kUsage =
     "         [--worker-image IMAGE] [--gpu-resource nvidia.com/gpu] [--device cuda|cpu]\n"
     "         [--profile-namespace NS] [--workers 2] [--gang-timeout 10m] [--solver-time-limit "
     "10s]\n"
-    "         [--progress-period 5s] [--log-level debug|info|warning|error]\n";
+    "         [--progress-period 5s] [--cluster-shares=true|false]\n"
+    "         [--log-level debug|info|warning|error]\n";
 
 struct OperatorFlags {
   std::string kubeconfig;
   std::vector<std::string> namespaces;
   bool leader_elect = false;
+  // Jobs plan within their share of the cluster-wide allocation across jobs;
+  // false: first come, first served on free GPUs.
+  bool cluster_shares = true;
   std::string lease_namespace;
   std::string lease_name = "orrery-operator";
   Duration lease_duration = std::chrono::seconds(15);
@@ -125,12 +129,12 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
       if (i + 1 >= args.size()) return InvalidArgumentError(name + " needs a value");
       return args[++i];
     };
-    if (name == "--leader-elect") {
+    if (name == "--leader-elect" || name == "--cluster-shares") {
       std::string v = has_value ? value : "true";
       if (v != "true" && v != "false") {
-        return InvalidArgumentError("--leader-elect=" + v + ": expected true or false");
+        return InvalidArgumentError(name + "=" + v + ": expected true or false");
       }
-      f.leader_elect = v == "true";
+      (name == "--leader-elect" ? f.leader_elect : f.cluster_shares) = v == "true";
       continue;
     }
     static const std::set<std::string> kValued = {"--kubeconfig",
@@ -330,6 +334,7 @@ int RunOperator(Invocation& in) {
   mo.identity = Identity();
   mo.reconciler.profile_namespace = f.profile_namespace;
   mo.reconciler.device = f.device;
+  mo.reconciler.cluster_shares = f.cluster_shares;
   // CPU-only nodes run the workers on gloo; GPU nodes on NCCL.
   mo.reconciler.gang.backend = f.device == "cpu" ? "gloo" : "nccl";
   mo.progress.period = std::chrono::duration_cast<std::chrono::milliseconds>(f.progress_period);

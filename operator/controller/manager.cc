@@ -154,6 +154,10 @@ Status Manager::Run(const std::atomic<bool>& stop) {
   ro.events = events_.get();
   ro.progress = &progress_;
   ro.metrics = metrics_;
+  // A job whose cluster share another job's pass changed plans again now.
+  ro.enqueue = [this](const std::string& key) {
+    if (controller_) controller_->queue().Add(key);
+  };
   reconciler_ = std::make_unique<Reconciler>(
       client_, Caches{&jobs_->store(), &pods_->store(), &nodes_->store(), &configmaps_->store()},
       ro, clock_);
@@ -337,6 +341,7 @@ void Manager::SampleMetrics() {
     }
     m.gpus_planned.Remove(&m.gpus_planned.Add({{"msj", gone}}));
     m.gpus_held.Remove(&m.gpus_held.Add({{"msj", gone}}));
+    m.gpu_share.Remove(&m.gpu_share.Add({{"msj", gone}}));
     m.plan_gap.Remove(&m.plan_gap.Add({{"msj", gone}}));
     m.plan_makespan_seconds.Remove(&m.plan_makespan_seconds.Add({{"msj", gone}}));
     m.plan_lower_bound_seconds.Remove(&m.plan_lower_bound_seconds.Add({{"msj", gone}}));

@@ -320,7 +320,16 @@ struct Reconciler::JobContext {
 
 Reconciler::Reconciler(kube::Client* client, Caches caches, ReconcilerOptions options,
                        const Clock* clock)
-    : client_(client), caches_(caches), options_(std::move(options)), clock_(clock) {}
+    : client_(client),
+      caches_(caches),
+      options_(std::move(options)),
+      clock_(clock),
+      shares_([this] {
+        // A change of share costs what a re-plan's move of a running gang does.
+        engine::ClusterShareOptions o = options_.shares;
+        o.autoscaler.rescale_cost_s = options_.engine.switch_cost_s;
+        return o;
+      }()) {}
 
 std::string Reconciler::NowText() const {
   if (options_.now_rfc3339) return options_.now_rfc3339();
@@ -511,6 +520,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   kube::ObjectPtr object = caches_.jobs->Get(key);
   if (!object) {
     Drop(key);  // deleted: its children go by owner reference
+    shares_.Remove(key);
     return kube::Result{};
   }
   JobContext ctx;
@@ -518,6 +528,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   auto loaded = api::LoadJob(ToApi(*object));
   if (!loaded.ok()) {
     // An invalid spec is recorded, not retried: only a new spec can fix it.
+    shares_.Remove(key);
     Log(LogLevel::kWarning, "Rejected invalid job",
         {{"job", key}, {"error", loaded.status().ToString()}});
     std::vector<api::FieldError> errors;
@@ -575,7 +586,10 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   }
   for (const kube::ObjectPtr& n : caches_.nodes->List()) nodes.push_back(ToApi(*n));
 
-  if (job.spec.suspend) return Suspend(ctx);
+  if (job.spec.suspend) {
+    shares_.Remove(key);  // a suspended job holds nothing and asks for nothing
+    return Suspend(ctx);
+  }
 
   // 1. Profiles: harvest finished profile gangs, then start the missing ones.
   ProfileTable table;
@@ -851,7 +865,60 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   wi.profiling = profiling;
   wi.live = live;
   engine::WorldView world = BuildWorldView(wi);
-  world.gpu_cap = job.spec.resources.gpu_quota;
+  const int quota = job.spec.resources.gpu_quota;
+  world.gpu_cap = quota;
+  // The level above the job: its share of the GPUs every job's tasks compete
+  // for (engine/cluster_share.h). Launches keep within the share's cap; the plan
+  // too, except that it never cuts under what the job's gangs hold now or under
+  // the narrowest configuration of any of its tasks (a cap a task cannot fit in
+  // makes no plan at all; such a task waits at launch instead).
+  int launch_cap = quota;
+  if (options_.cluster_shares) {
+    std::vector<Json> untrained;  // pods other than training gangs: theirs are shared out
+    for (const Json& p : all_pods) {
+      if (!IsOrreryGangPod(p)) untrained.push_back(p);
+    }
+    int cluster_gpus = 0;
+    for (const NodeCapacity& n : NodeCapacities(nodes, untrained, resource, "")) {
+      cluster_gpus += n.Free();
+    }
+    auto update = shares_.Update(engine::DemandFromWorld(key, quota, world, ctx.loaded.tasks),
+                                 cluster_gpus, now);
+    if (!update.ok()) {
+      Log(LogLevel::kWarning, "Cluster share failed",
+          {{"job", key}, {"error", update.status().ToString()}});
+    } else {
+      // A new decision may give other jobs GPUs (or take them back): they plan
+      // again now rather than at their next periodic pass.
+      for (const auto& [other, share] : update->shares) {
+        if (update->decided && other != key && options_.enqueue) options_.enqueue(other);
+      }
+      auto mine = update->shares.find(key);
+      if (mine != update->shares.end()) {
+        const engine::JobShare& share = mine->second;
+        launch_cap = std::min(quota, share.cap);
+        int held_now = 0, narrowest = 0;
+        for (const auto& [task, g] : live) held_now += static_cast<int>(g.config.nodes.size());
+        for (const engine::TaskView& v : world.tasks) {
+          if (!v.arrived || v.done || v.profile.empty()) continue;
+          int least = v.profile.front().gpus;
+          for (const planner::Config& c : v.profile) least = std::min(least, c.gpus);
+          narrowest = std::max(narrowest, least);
+        }
+        world.gpu_cap = std::min(quota, std::max({launch_cap, held_now, narrowest}));
+        if (options_.metrics != nullptr) {
+          options_.metrics->gpu_share.Add({{"msj", key}}).Set(launch_cap);
+        }
+        if (std::find(update->changed.begin(), update->changed.end(), key) !=
+            update->changed.end()) {
+          Log(LogLevel::kInfo, "Cluster share",
+              {{"job", key}, {"cap", std::to_string(launch_cap)}, {"reason", share.reason}});
+          Event(ctx, kube::EventType::kNormal, "ClusterShare", "Share",
+                "may hold " + std::to_string(launch_cap) + " GPUs: " + share.reason);
+        }
+      }
+    }
+  }
   std::set<std::string> arrived;
   bool unplanned = false;
   for (size_t t = 0; t < world.tasks.size(); ++t) {
@@ -863,7 +930,8 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
     if (!in_plan && !v.running && blocked.count(v.name) == 0) unplanned = true;
   }
   std::optional<engine::Trigger> trigger;
-  std::string cap_text = CapacityText(capacity);
+  // A new cap (the job's cluster share) is a capacity change too.
+  std::string cap_text = CapacityText(capacity) + " cap " + std::to_string(world.gpu_cap);
   if (!st.plan) {
     trigger = engine::Trigger::kStart;
   } else if (cap_text != st.capacity) {
@@ -972,7 +1040,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
       if (!PodFinished(p)) held += PodGpuRequest(p, resource);
     }
     for (const auto& [task, e] : st.expected) held += static_cast<int>(e.gang.config.nodes.size());
-    int budget = std::max(0, job.spec.resources.gpu_quota - held);
+    int budget = std::max(0, launch_cap - held);
     std::map<std::string, int> free_now;
     for (const NodeCapacity& n : capacity) free_now[n.name] = n.Free();
     for (const auto& [task, g] : live) {

@@ -34,6 +34,7 @@
 #include "operator/controller/profile_configmap.h"
 #include "operator/controller/progress.h"
 #include "operator/controller/status.h"
+#include "operator/engine/cluster_share.h"
 #include "operator/engine/engine.h"
 #include "operator/engine/profile_configs.h"
 #include "operator/kube/client.h"
@@ -158,6 +159,15 @@ struct ReconcilerOptions {
   // Solver time, re-plans, profiling runs and rescales (metrics.h); null records
   // none. Must outlive the reconciler.
   metrics::OperatorMetrics* metrics = nullptr;
+  // The cluster-wide allocation across jobs (engine/cluster_share.h): each job
+  // plans and launches within its share of the cluster; false: each job takes
+  // what is free, first come first served.
+  bool cluster_shares = true;
+  engine::ClusterShareOptions shares;
+  // Asks for a reconcile of another job (its share changed); the manager sets
+  // it to its work queue. Empty: other jobs see their new share on their next
+  // pass.
+  std::function<void(const std::string&)> enqueue;
 };
 
 struct Caches {
@@ -240,6 +250,7 @@ class Reconciler {
   // jobs never plan onto the same free GPUs.
   std::mutex serial_;
   std::map<std::string, std::unique_ptr<JobState>> jobs_;
+  engine::ClusterShares shares_;  // guarded by serial_
 };
 
 }  // namespace orrery::controller

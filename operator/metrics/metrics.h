@@ -60,6 +60,7 @@ struct OperatorMetrics {
   prometheus::Family<prometheus::Counter>& replans;                 // {msj, adopted}
   prometheus::Family<prometheus::Gauge>& gpus_planned;              // {msj}
   prometheus::Family<prometheus::Gauge>& gpus_held;                 // {msj}
+  prometheus::Family<prometheus::Gauge>& gpu_share;                 // {msj}
   prometheus::Family<prometheus::Gauge>& cluster_gpus;              // {state} allocatable|held|idle
   prometheus::Family<prometheus::Gauge>& tasks;                     // {msj, state}
   prometheus::Family<prometheus::Gauge>& jobs;                      // {phase}

@@ -38,6 +38,7 @@ void Record(metrics::OperatorMetrics& op, metrics::WorkerMetrics& worker, int ro
   op.replans.Add({{"msj", job}, {"adopted", round % 2 ? "true" : "false"}}).Increment();
   op.gpus_planned.Add({{"msj", job}}).Set(16);
   op.gpus_held.Add({{"msj", job}}).Set(14);
+  op.gpu_share.Add({{"msj", job}}).Set(16);
   op.cluster_gpus.Add({{"state", "allocatable"}}).Set(16);
   op.cluster_gpus.Add({{"state", "held"}}).Set(14);
   op.cluster_gpus.Add({{"state", "idle"}}).Set(2);

@@ -220,6 +220,11 @@ TEST(OperatorFlagsTest, BadFlagsNameTheFlagAndTheFix) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--health-probe-bind-address"), std::string::npos) << r.output;
 
+  r = RunOrrery("operator --cluster-shares=maybe");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--cluster-shares=maybe: expected true or false"), std::string::npos)
+      << r.output;
+
   r = RunOrrery("operator --frobnicate");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("unknown flag --frobnicate"), std::string::npos) << r.output;

@@ -691,6 +691,84 @@ TEST_F(ReconcileTest, APlanThatMovesARunningGangStopsItAndRelaunchesItThere) {
   EXPECT_EQ(relaunched.size(), 2u) << "relaunched as ddp x 2, one generation later";
 }
 
+// Two jobs share the cluster through the cluster-wide allocation
+// (engine/cluster_share.h). The first job, alone, fills the cluster; the second
+// arrives and waits. When the first wave finishes, the first job reconciles
+// first: without shares it takes every freed GPU for its own queued tasks and
+// the second job keeps waiting; with them, the allocation splits the GPUs over
+// both jobs' tasks, the first launches within its share and the second then
+// launches within its own.
+TEST_F(ReconcileTest, TwoJobsShareTheClusterByTheAllocation) {
+  std::string yaml = testing::kJobYaml;
+  const std::string grid = "learningRate: [1e-3, 3e-4]";
+  yaml.replace(yaml.find(grid), grid.size(), "learningRate: [1e-3, 3e-4, 1e-4, 3e-5]");
+  for (bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "with cluster shares" : "first come, first served");
+    FakeClient client;
+    kube::Store jobs, pods;
+    std::vector<std::string> woken;
+    ReconcilerOptions options = options_;
+    options.cluster_shares = shared;
+    options.enqueue = [&](const std::string& k) { woken.push_back(k); };
+    Reconciler reconciler(&client, Caches{&jobs, &pods, &nodes_, &configmaps_}, options, &clock_);
+    api::LoadedJob first = testing::LoadJob(yaml);  // 5 tasks: 4 mlp, gpt
+    first.job.spec.resources.templates = {api::Template::kDdp};  // as profiled in SetUp
+    first.job.spec.profiling.gpu_counts = {1, 2};
+    first.job.spec.resources.gpus_per_task.max = 2;
+    api::ModelSelectionJob second = first.job;
+    second.metadata.name = "other";
+    second.metadata.namespace_ = "team-b";
+    second.metadata.uid = "6f1d2c3a-0000-4000-8000-000000000002";
+    const std::string second_key = "team-b/other";
+    // GPUs held by a job's gangs that have not finished (one per rank).
+    auto held = [&](const std::string& job_label) {
+      int gpus = 0;
+      for (const kube::Object& p : client.Pods("Running")) {
+        if (p["metadata"]["labels"][kJobLabel] != job_label) continue;
+        kube::ObjectPtr seen = pods.Get(kube::KeyOf(p));
+        if (!seen || (*seen)["status"]["phase"] != "Succeeded") ++gpus;
+      }
+      return gpus;
+    };
+    auto sync_new = [&] {
+      for (const kube::Object& p : client.Pods("Running")) {
+        if (!pods.Get(kube::KeyOf(p))) pods.Upsert(std::make_shared<const kube::Object>(p));
+      }
+    };
+
+    jobs.Upsert(Ptr(api::EncodeJob(first.job)));
+    ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+    EXPECT_EQ(held("sweep"), 4) << "alone, the first job may use the whole cluster";
+    sync_new();
+    jobs.Upsert(Ptr(api::EncodeJob(second)));
+    ASSERT_TRUE(reconciler.Reconcile(second_key).ok());
+    EXPECT_EQ(held("other"), 0) << "nothing is free";
+
+    clock_.Advance(std::chrono::seconds(60));
+    for (const kube::ObjectPtr& p : pods.List()) {  // the first wave finishes
+      kube::Object done = *p;
+      done["status"]["phase"] = "Succeeded";
+      pods.Upsert(std::make_shared<const kube::Object>(done));
+    }
+    woken.clear();
+    ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+    sync_new();
+    ASSERT_TRUE(reconciler.Reconcile(second_key).ok());
+    const int mine = held("sweep"), theirs = held("other");
+    EXPECT_LE(mine + theirs, 4);
+    if (!shared) {
+      EXPECT_EQ(mine, 4) << "first come, first served: the first job takes every freed GPU";
+      EXPECT_EQ(theirs, 0);
+      continue;
+    }
+    EXPECT_GT(mine, 0);
+    EXPECT_LT(mine, 4) << "the freed GPUs are shared out, not all the first job's";
+    EXPECT_GT(theirs, 0) << "the second job launched within its share";
+    EXPECT_NE(std::find(woken.begin(), woken.end(), second_key), woken.end())
+        << "a new allocation wakes the other jobs";
+  }
+}
+
 TEST_F(ReconcilerPureTest, ElasticConfigsCarryTheirBatchAndSoDoMissingKeys) {
   api::ModelSelectionJobSpec& spec = loaded_.job.spec;
   spec.resources.templates = {api::Template::kDdp};

@@ -1,0 +1,189 @@
+// The upper level: one autoscaler decision over every job's tasks, read back as
+// per-job shares and caps.
+#include "operator/engine/cluster_share.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "operator/engine/profile_configs.h"
+
+namespace orrery::engine {
+
+JobDemand DemandFromWorld(const std::string& job, int quota, const WorldView& world,
+                          const std::vector<api::ExpandedTask>& tasks) {
+  JobDemand d;
+  d.job = job;
+  d.quota = quota;
+  for (size_t t = 0; t < world.tasks.size() && t < tasks.size(); ++t) {
+    const TaskView& v = world.tasks[t];
+    if (!v.arrived || v.done || v.remaining_work <= 0 || v.profile.empty()) continue;
+    const int base = static_cast<int>(tasks[t].task.training.batch_size);
+    ScaleTask s;
+    s.name = v.name;
+    s.weight = v.weight;
+    s.base_batch = base;
+    s.remaining_work = v.remaining_work;
+    s.total_work = std::max(v.remaining_work,
+                            static_cast<double>(SampleBudget(tasks[t].task)));
+    std::map<std::pair<int, int>, double> best;  // (gpus, batch) -> fastest throughput
+    for (const planner::Config& c : v.profile) {
+      if (c.gpus < 1 || !(c.throughput > 0)) continue;
+      if (quota > 0 && c.gpus > quota) continue;
+      double& x = best[{c.gpus, c.batch_size > 0 ? c.batch_size : base}];
+      x = std::max(x, c.throughput * v.speed_factor);
+    }
+    if (best.empty()) continue;
+    for (const auto& [key, throughput] : best) {
+      s.options.push_back({key.first, key.second, throughput});
+    }
+    if (v.running && v.running->config >= 0 &&
+        static_cast<size_t>(v.running->config) < v.profile.size()) {
+      const planner::Config& c = v.profile[static_cast<size_t>(v.running->config)];
+      const int batch = c.batch_size > 0 ? c.batch_size : base;
+      for (size_t j = 0; j < s.options.size(); ++j) {
+        if (s.options[j].gpus == c.gpus && s.options[j].batch_size == batch)
+          s.current = static_cast<int>(j);
+      }
+    }
+    d.tasks.push_back(std::move(s));
+  }
+  return d;
+}
+
+StatusOr<ShareUpdate> ClusterShares::Update(JobDemand demand, int capacity, double now) {
+  if (capacity < 0) return InvalidArgumentError("capacity: must not be negative");
+  if (demand.job.empty()) return InvalidArgumentError("demand.job: must name the job");
+  if (demand.quota < 0)
+    return InvalidArgumentError("demand.quota: must not be negative (0 means none)");
+  if (demand.tasks.empty()) {
+    demands_.erase(demand.job);
+  } else {
+    demands_[demand.job] = std::move(demand);
+  }
+  std::set<std::string> tasks;
+  for (const auto& [job, d] : demands_) {
+    for (const ScaleTask& t : d.tasks) tasks.insert(job + "/" + t.name);
+  }
+  std::optional<ScaleTrigger> trigger;
+  if (!std::includes(decided_tasks_.begin(), decided_tasks_.end(), tasks.begin(), tasks.end())) {
+    trigger = ScaleTrigger::kArrival;
+  } else if (tasks != decided_tasks_) {
+    trigger = ScaleTrigger::kCompletion;
+  } else if (capacity != capacity_) {
+    trigger = ScaleTrigger::kCapacityChanged;
+  } else if (!tasks.empty() && now - last_decision_ >= options_.interval_s) {
+    trigger = ScaleTrigger::kInterval;
+  }
+  if (!trigger) {
+    ShareUpdate u;
+    u.shares = shares_;
+    return u;
+  }
+  return Decide(capacity, *trigger, now);
+}
+
+StatusOr<ShareUpdate> ClusterShares::Decide(int capacity, ScaleTrigger trigger, double now) {
+  std::vector<ScaleTask> all;
+  std::vector<std::string> owner;  // per task in `all`: its job
+  for (const auto& [job, d] : demands_) {
+    for (const ScaleTask& t : d.tasks) {
+      ScaleTask s = t;
+      s.name = job + "/" + t.name;
+      if (d.quota > 0) {  // no single task may hold more than the job's quota
+        s.options.clear();
+        s.current = -1;
+        for (size_t j = 0; j < t.options.size(); ++j) {
+          if (t.options[j].gpus > d.quota) continue;
+          if (static_cast<int>(j) == t.current) s.current = static_cast<int>(s.options.size());
+          s.options.push_back(t.options[j]);
+        }
+        if (s.options.empty()) continue;
+      }
+      all.push_back(std::move(s));
+      owner.push_back(job);
+    }
+  }
+  StatusOr<ScalePlan> plan = autoscaler_.Decide(all, capacity, trigger, now);
+  if (!plan.ok()) {
+    // Name the job and task behind the autoscaler's tasks[i] path.
+    std::string message = plan.status().message();
+    for (size_t i = all.size(); i-- > 0;) {
+      std::string path = "tasks[" + std::to_string(i) + "]";
+      size_t at = message.find(path);
+      if (at != std::string::npos) {
+        message.replace(at, path.size(), "demand of " + all[i].name);
+        break;
+      }
+    }
+    return InvalidArgumentError(message);
+  }
+  ShareUpdate u;
+  u.decided = true;
+  u.trigger = trigger;
+  std::map<std::string, int> given;
+  int used = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const int c = plan->choice[i];
+    const int gpus = c >= 0 ? all[i].options[static_cast<size_t>(c)].gpus : 0;
+    given[owner[i]] += gpus;
+    used += gpus;
+  }
+  const int idle = std::max(0, capacity - used);
+  std::map<std::string, std::string> reasons;
+  for (const ScaleDecision& d : plan->decisions) {
+    const std::string job = d.task.substr(0, d.task.rfind('/'));
+    std::string& r = reasons[job];
+    if (r.size() > 700) continue;  // an event note, not the log: the log has every decision
+    char line[200];
+    if (d.to_gpus > 0) {
+      std::snprintf(line, sizeof(line), "%s%s %s %d GPUs at batch %d", r.empty() ? "" : "; ",
+                    d.task.substr(job.size() + 1).c_str(), ActionName(d.action), d.to_gpus,
+                    d.to_batch);
+    } else {
+      std::snprintf(line, sizeof(line), "%s%s %s", r.empty() ? "" : "; ",
+                    d.task.substr(job.size() + 1).c_str(),
+                    d.action == ScaleDecision::Action::kQueue ? "queued" : ActionName(d.action));
+    }
+    r += line;
+  }
+  for (const auto& [job, d] : demands_) {
+    JobShare s;
+    s.gpus = given[job];
+    s.cap = s.gpus + idle;
+    if (d.quota > 0) {
+      s.gpus = std::min(s.gpus, d.quota);
+      s.cap = std::min(s.cap, d.quota);
+    }
+    char head[160];
+    std::snprintf(head, sizeof(head), "%d of %d GPUs (%d idle) on %s", s.gpus, capacity, idle,
+                  ScaleTriggerName(trigger));
+    s.reason = head;
+    if (!reasons[job].empty()) s.reason += ": " + reasons[job];
+    auto old = shares_.find(job);
+    if (old == shares_.end() || old->second.cap != s.cap) u.changed.push_back(job);
+    u.shares[job] = s;
+  }
+  shares_ = u.shares;
+  decided_tasks_.clear();
+  for (const auto& [job, d] : demands_) {
+    for (const ScaleTask& t : d.tasks) decided_tasks_.insert(job + "/" + t.name);
+  }
+  capacity_ = capacity;
+  last_decision_ = now;
+  ++decisions_;
+  return u;
+}
+
+void ClusterShares::Remove(const std::string& job) {
+  demands_.erase(job);
+  shares_.erase(job);
+}
+
+std::optional<JobShare> ClusterShares::Share(const std::string& job) const {
+  auto it = shares_.find(job);
+  if (it == shares_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace orrery::engine

@@ -1,0 +1,101 @@
+// The cluster-wide allocation across jobs: the operator's upper level of
+// scheduling. Many ModelSelectionJobs share one cluster; each plans its own
+// tasks (template, GPUs, batch, order) with its own engine (engine.h). Without
+// an upper level, whichever job reconciled first took every free GPU and a job
+// submitted later waited for whole plans to drain. ClusterShares runs the
+// elastic autoscaler (autoscaler.h, after Saxena et al., MASCOTS 2020) over the
+// arrived, unfinished tasks of every job at once: it gives GPUs (and batch
+// sizes, for elastic jobs) to the tasks that turn them into the most progress,
+// with every change charged its rescale cost, and re-decides on an arrival, a
+// completion, a capacity change or an interval, as the paper's autoscaler does.
+// A job's share is the GPUs its tasks get; its cap adds the GPUs the
+// allocation leaves idle (they are anyone's, so the level above never idles a
+// GPU a job could use). Each job then plans within its cap.
+//
+// Shares are applied softly: a job over its share stops starting gangs until it
+// is under, and its running gangs finish where they are unless its own engine
+// finds a move worth it. Stopping another job's running gang is left to that
+// job's engine and its churn guard, so a share change never pauses a task for
+// less than its switching cost. Pure: no I/O, time comes in.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "operator/api/expand.h"
+#include "operator/engine/autoscaler.h"
+#include "operator/engine/engine.h"
+
+namespace orrery::engine {
+
+// One job's part of the cluster: its arrived, unfinished tasks with their
+// (GPUs, batch) option tables. Task names are unique within the job.
+struct JobDemand {
+  std::string job;  // the job's key (namespace/name)
+  int quota = 0;    // most GPUs its tasks may hold at once; 0: none
+  std::vector<ScaleTask> tasks;
+};
+
+// The demand of a job from the view its planner gets (`tasks` in the view's
+// order): every arrived unfinished task with remaining work and a profile; per
+// (GPUs, batch) the fastest configuration's throughput, scaled by the task's
+// measured speed; a configuration without a batch runs at the task's own, which
+// is also its base batch; the configuration a live gang runs is its current
+// option. Total work is the task's sample budget.
+JobDemand DemandFromWorld(const std::string& job, int quota, const WorldView& world,
+                          const std::vector<api::ExpandedTask>& tasks);
+
+struct JobShare {
+  int gpus = 0;  // what the allocation gives the job's tasks, within its quota
+  int cap = 0;   // gpus plus the GPUs the allocation leaves idle, within its quota
+  std::string reason;  // the allocation's decisions about the job's tasks
+};
+
+struct ShareUpdate {
+  bool decided = false;  // the autoscaler ran on this update
+  ScaleTrigger trigger = ScaleTrigger::kInterval;
+  std::map<std::string, JobShare> shares;  // every job with demand
+  std::vector<std::string> changed;        // jobs whose cap this update changed
+};
+
+struct ClusterShareOptions {
+  AutoscalerOptions autoscaler;
+  double interval_s = 300;  // re-decide at least this often while jobs are active
+};
+
+class ClusterShares {
+ public:
+  explicit ClusterShares(ClusterShareOptions options)
+      : options_(options), autoscaler_(options.autoscaler) {}
+
+  // Records `demand` (a job without tasks leaves) and `capacity`, the GPUs all
+  // jobs may use together, and re-decides when a task arrived or finished, the
+  // capacity changed or interval_s passed since the last decision; otherwise the
+  // shares stand. InvalidArgument for a negative capacity, an empty job key, a
+  // negative quota or a bad option table (field path demand.tasks[i]...).
+  StatusOr<ShareUpdate> Update(JobDemand demand, int capacity, double now);
+  // Forgets a deleted job; its GPUs go to the others at the next update.
+  void Remove(const std::string& job);
+  std::optional<JobShare> Share(const std::string& job) const;
+  // Every decision of the autoscaler, task names as "job/task".
+  const std::vector<ScaleDecision>& log() const { return autoscaler_.log(); }
+  int decisions() const { return decisions_; }
+
+ private:
+  StatusOr<ShareUpdate> Decide(int capacity, ScaleTrigger trigger, double now);
+
+  ClusterShareOptions options_;
+  Autoscaler autoscaler_;
+  std::map<std::string, JobDemand> demands_;
+  std::map<std::string, JobShare> shares_;
+  std::set<std::string> decided_tasks_;  // "job/task" at the last decision
+  int capacity_ = -1;                    // at the last decision
+  double last_decision_ = 0;
+  int decisions_ = 0;
+};
+
+}  // namespace orrery::engine

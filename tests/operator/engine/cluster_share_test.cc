@@ -1,0 +1,207 @@
+// The cluster-wide allocation across jobs: shares follow how well each job's
+// tasks scale, an arrival splits the cluster, a completion gives GPUs back,
+// GPUs nobody's allocation uses are every job's, quotas bound shares, and the
+// shares stand between triggers.
+#include "operator/engine/cluster_share.h"
+
+#include <gtest/gtest.h>
+
+namespace orrery::engine {
+namespace {
+
+using planner::elastic::Option;
+
+// A task with the given (GPUs, samples/s) points at batch 64.
+ScaleTask Task(const std::string& name, double work,
+               const std::vector<std::pair<int, double>>& points) {
+  ScaleTask t;
+  t.name = name;
+  t.total_work = work;
+  t.remaining_work = work;
+  t.base_batch = 64;
+  for (const auto& [gpus, throughput] : points) t.options.push_back(Option{gpus, 64, throughput});
+  return t;
+}
+
+const std::vector<std::pair<int, double>> kScales = {{1, 10}, {2, 19}, {4, 36}, {8, 68}};
+const std::vector<std::pair<int, double>> kFlat = {{1, 10}, {2, 11}, {4, 11.5}};
+
+JobDemand Job(const std::string& key, std::vector<ScaleTask> tasks, int quota = 0) {
+  return JobDemand{key, quota, std::move(tasks)};
+}
+
+TEST(ClusterSharesTest, SharesFollowScalingEfficiency) {
+  ClusterShares shares({});
+  ASSERT_TRUE(shares.Update(Job("ns/flat", {Task("t", 1e5, kFlat)}), 12, 0).ok());
+  auto u = shares.Update(Job("ns/scales", {Task("t", 1e5, kScales)}), 12, 0);
+  ASSERT_TRUE(u.ok()) << u.status();
+  ASSERT_TRUE(u->decided);
+  EXPECT_EQ(u->trigger, ScaleTrigger::kArrival);
+  // Equal work: the job that turns GPUs into progress gets the wide share; the
+  // one that barely scales gets what is left, not half.
+  EXPECT_EQ(u->shares.at("ns/scales").gpus, 8);
+  EXPECT_EQ(u->shares.at("ns/flat").gpus, 4);
+  EXPECT_EQ(u->shares.at("ns/flat").cap, 4);  // nothing idle
+  EXPECT_NE(u->shares.at("ns/scales").reason.find("t start 8 GPUs at batch 64"), std::string::npos)
+      << u->shares.at("ns/scales").reason;
+  // Every decision is in the log under the job's name.
+  ASSERT_FALSE(shares.log().empty());
+  EXPECT_EQ(shares.log().back().task.rfind("ns/", 0), 0u);
+}
+
+TEST(ClusterSharesTest, SharesAreTheAutoscalersAllocation) {
+  // The same tasks through one autoscaler directly: the shares add up its choice.
+  std::vector<ScaleTask> a = {Task("x", 4e4, kScales), Task("y", 9e4, kFlat)};
+  std::vector<ScaleTask> b = {Task("z", 2e4, kScales)};
+  ClusterShares shares({});
+  ASSERT_TRUE(shares.Update(Job("a", a), 10, 5).ok());
+  auto u = shares.Update(Job("b", b), 10, 5);
+  ASSERT_TRUE(u.ok());
+  Autoscaler direct({});
+  std::vector<ScaleTask> all = {a[0], a[1], b[0]};
+  all[0].name = "a/x";
+  all[1].name = "a/y";
+  all[2].name = "b/z";
+  auto plan = direct.Decide(all, 10, ScaleTrigger::kArrival, 5);
+  ASSERT_TRUE(plan.ok());
+  auto gpus = [&](size_t i) {
+    int c = plan->choice[i];
+    return c < 0 ? 0 : all[i].options[static_cast<size_t>(c)].gpus;
+  };
+  EXPECT_EQ(u->shares.at("a").gpus, gpus(0) + gpus(1));
+  EXPECT_EQ(u->shares.at("b").gpus, gpus(2));
+  EXPECT_EQ(u->shares.at("a").cap - u->shares.at("a").gpus, 10 - plan->gpus_used);
+}
+
+TEST(ClusterSharesTest, AnArrivalSplitsTheClusterAndACompletionGivesItBack) {
+  ClusterShares shares({});
+  auto first = shares.Update(Job("a", {Task("t", 1e5, kScales)}), 8, 0);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->shares.at("a").cap, 8);
+  EXPECT_EQ(first->changed, std::vector<std::string>{"a"});
+  // Before a's gang starts, b arrives with the same work: half each beats all to one.
+  auto second = shares.Update(Job("b", {Task("t", 1e5, kScales)}), 8, 1);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->shares.at("a").cap, 4);
+  EXPECT_EQ(second->shares.at("b").cap, 4);
+  EXPECT_EQ(second->changed, (std::vector<std::string>{"a", "b"}));
+  // b finishes (no tasks left): a's cap is the whole cluster again.
+  auto third = shares.Update(Job("b", {}), 8, 2);
+  ASSERT_TRUE(third.ok());
+  EXPECT_TRUE(third->decided);
+  EXPECT_EQ(third->trigger, ScaleTrigger::kCompletion);
+  EXPECT_EQ(third->shares.count("b"), 0u);
+  EXPECT_EQ(third->shares.at("a").cap, 8);
+  EXPECT_EQ(third->changed, std::vector<std::string>{"a"});
+  shares.Remove("a");
+  EXPECT_FALSE(shares.Share("a").has_value());
+}
+
+TEST(ClusterSharesTest, ARunningTaskKeepsItsGpusWhenShrinkingItDoesNotPay) {
+  AutoscalerOptions o;
+  o.rescale_cost_s = 600;  // dear: a rescale pauses the task ten minutes
+  ClusterShares shares({o, 300});
+  ScaleTask running = Task("t", 2e4, kScales);
+  running.current = 3;  // on 8 GPUs, about five minutes from done
+  ASSERT_TRUE(shares.Update(Job("a", {running}), 8, 0).ok());
+  auto u = shares.Update(Job("b", {Task("t", 1e5, kScales)}), 8, 10);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->shares.at("a").gpus, 8);
+  EXPECT_EQ(u->shares.at("b").cap, 0) << u->shares.at("b").reason;
+}
+
+TEST(ClusterSharesTest, SharesStandBetweenTriggers) {
+  ClusterShares shares({AutoscalerOptions{}, 300});
+  JobDemand a = Job("a", {Task("t", 1e5, kScales)});
+  ASSERT_TRUE(shares.Update(a, 8, 0).ok());
+  EXPECT_EQ(shares.decisions(), 1);
+  auto same = shares.Update(a, 8, 100);
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(same->decided);
+  EXPECT_EQ(same->shares.at("a").cap, 8);
+  EXPECT_TRUE(same->changed.empty());
+  auto interval = shares.Update(a, 8, 300);
+  ASSERT_TRUE(interval.ok());
+  EXPECT_TRUE(interval->decided);
+  EXPECT_EQ(interval->trigger, ScaleTrigger::kInterval);
+  auto lost = shares.Update(a, 4, 301);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_TRUE(lost->decided);
+  EXPECT_EQ(lost->trigger, ScaleTrigger::kCapacityChanged);
+  EXPECT_EQ(lost->shares.at("a").cap, 4);
+  EXPECT_EQ(shares.decisions(), 3);
+}
+
+TEST(ClusterSharesTest, TheQuotaBoundsShareAndCapAndIdleGpusAreAnyones) {
+  ClusterShares shares({});
+  // a cannot use more than 2 GPUs (its options stop there); b's quota is 2.
+  ASSERT_TRUE(shares.Update(Job("a", {Task("t", 1e5, {{1, 10}, {2, 19}})}), 16, 0).ok());
+  auto u = shares.Update(Job("b", {Task("t", 1e5, kScales)}, 2), 16, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->shares.at("a").gpus, 2);
+  EXPECT_EQ(u->shares.at("b").gpus, 2);
+  EXPECT_EQ(u->shares.at("a").cap, 14);  // 2 + the 12 nobody's allocation uses
+  EXPECT_EQ(u->shares.at("b").cap, 2);   // its quota
+}
+
+TEST(ClusterSharesTest, BadInputNamesTheField) {
+  ClusterShares shares({});
+  auto negative = shares.Update(Job("a", {Task("t", 1e5, kScales)}), -1, 0);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("capacity"), std::string::npos);
+  auto unnamed = shares.Update(Job("", {Task("t", 1e5, kScales)}), 8, 0);
+  ASSERT_FALSE(unnamed.ok());
+  EXPECT_NE(unnamed.status().message().find("demand.job"), std::string::npos);
+  ScaleTask bad = Task("t", 1e5, {{0, 10}});
+  auto table = shares.Update(Job("ns/bad", {bad}), 8, 0);
+  ASSERT_FALSE(table.ok());
+  EXPECT_NE(table.status().message().find("ns/bad/t"), std::string::npos)
+      << table.status().message();
+}
+
+TEST(ClusterSharesTest, DemandComesFromThePlannersView) {
+  std::vector<api::ExpandedTask> tasks(3);
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    tasks[t].name = "t" + std::to_string(t);
+    tasks[t].task.training.batch_size = 32;
+    tasks[t].task.training.steps = 100;
+  }
+  WorldView w;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    TaskView v;
+    v.name = tasks[t].name;
+    v.remaining_work = 1600;
+    v.profile = {{"ddp", 1, 1, 0, 10, 1},
+                 {"ddp", 2, 1, 0, 18, 1},
+                 {"fsdp", 2, 1, 0, 19, 1},
+                 {"ddp", 2, 1, 64, 25, 1},
+                 {"ddp", 4, 1, 0, 30, 1}};
+    v.speed_factor = 0.5;
+    w.tasks.push_back(v);
+  }
+  w.tasks[0].running = RunningView{2, {}};  // fsdp x 2 at its own batch
+  w.tasks[1].done = true;
+  w.tasks[2].arrived = false;
+  JobDemand d = DemandFromWorld("ns/j", 2, w, tasks);
+  EXPECT_EQ(d.job, "ns/j");
+  EXPECT_EQ(d.quota, 2);
+  ASSERT_EQ(d.tasks.size(), 1u);  // done and not-yet-profiled tasks ask for nothing
+  const ScaleTask& s = d.tasks[0];
+  EXPECT_EQ(s.name, "t0");
+  EXPECT_EQ(s.base_batch, 32);
+  EXPECT_EQ(s.total_work, 3200);  // 100 steps of 32
+  EXPECT_EQ(s.remaining_work, 1600);
+  // Per (GPUs, batch) the fastest template, at the measured speed; 4 GPUs is
+  // over the quota.
+  ASSERT_EQ(s.options.size(), 3u);
+  EXPECT_EQ(s.options[0].gpus, 1);
+  EXPECT_DOUBLE_EQ(s.options[0].throughput, 5);
+  EXPECT_EQ(s.options[1].gpus, 2);
+  EXPECT_EQ(s.options[1].batch_size, 32);
+  EXPECT_DOUBLE_EQ(s.options[1].throughput, 9.5);
+  EXPECT_EQ(s.options[2].batch_size, 64);
+  EXPECT_EQ(s.current, 1);
+}
+
+}  // namespace
+}  // namespace orrery::engine
