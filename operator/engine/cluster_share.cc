@@ -24,8 +24,7 @@ JobDemand DemandFromWorld(const std::string& job, int quota, const WorldView& wo
     s.weight = v.weight;
     s.base_batch = base;
     s.remaining_work = v.remaining_work;
-    s.total_work = std::max(v.remaining_work,
-                            static_cast<double>(SampleBudget(tasks[t].task)));
+    s.total_work = std::max(v.remaining_work, static_cast<double>(SampleBudget(tasks[t].task)));
     std::map<std::pair<int, int>, double> best;  // (gpus, batch) -> fastest throughput
     for (const planner::Config& c : v.profile) {
       if (c.gpus < 1 || !(c.throughput > 0)) continue;

@@ -50,8 +50,8 @@ JobDemand DemandFromWorld(const std::string& job, int quota, const WorldView& wo
                           const std::vector<api::ExpandedTask>& tasks);
 
 struct JobShare {
-  int gpus = 0;  // what the allocation gives the job's tasks, within its quota
-  int cap = 0;   // gpus plus the GPUs the allocation leaves idle, within its quota
+  int gpus = 0;        // what the allocation gives the job's tasks, within its quota
+  int cap = 0;         // gpus plus the GPUs the allocation leaves idle, within its quota
   std::string reason;  // the allocation's decisions about the job's tasks
 };
 

@@ -711,7 +711,7 @@ TEST_F(ReconcileTest, TwoJobsShareTheClusterByTheAllocation) {
     options.cluster_shares = shared;
     options.enqueue = [&](const std::string& k) { woken.push_back(k); };
     Reconciler reconciler(&client, Caches{&jobs, &pods, &nodes_, &configmaps_}, options, &clock_);
-    api::LoadedJob first = testing::LoadJob(yaml);  // 5 tasks: 4 mlp, gpt
+    api::LoadedJob first = testing::LoadJob(yaml);               // 5 tasks: 4 mlp, gpt
     first.job.spec.resources.templates = {api::Template::kDdp};  // as profiled in SetUp
     first.job.spec.profiling.gpu_counts = {1, 2};
     first.job.spec.resources.gpus_per_task.max = 2;
