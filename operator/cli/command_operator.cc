@@ -132,7 +132,9 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
     if (name == "--leader-elect" || name == "--cluster-shares") {
       std::string v = has_value ? value : "true";
       if (v != "true" && v != "false") {
-        return InvalidArgumentError(name + "=" + v + ": expected true or false");
+        std::string message = name;
+        message += "=" + v + ": expected true or false";
+        return InvalidArgumentError(message);
       }
       (name == "--leader-elect" ? f.leader_elect : f.cluster_shares) = v == "true";
       continue;
