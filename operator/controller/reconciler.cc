@@ -838,6 +838,18 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   for (auto it = st.pending_since.begin(); it != st.pending_since.end();) {
     it = pending_seen.count(it->first) > 0 ? std::next(it) : st.pending_since.erase(it);
   }
+  // Gangs the cluster share stopped are on their way out, whatever the cache
+  // still shows: not running in the plan's world, not relaunched until gone.
+  for (auto it = st.share_stopped.begin(); it != st.share_stopped.end();) {
+    if (done.count(it->first) > 0 || st.last_generation[it->first] > it->second) {
+      it = st.share_stopped.erase(it);
+      continue;
+    }
+    auto lv = live.find(it->first);
+    if (lv != live.end() && lv->second.generation == it->second) live.erase(lv);
+    blocked.insert(it->first);
+    ++it;
+  }
   // Pods of gangs torn down (now or earlier) or of stale generations hold their
   // GPUs until they are gone (a running rank checkpoints first): neither the
   // planner nor a launch may count on those GPUs yet.
@@ -873,6 +885,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   // the narrowest configuration of any of its tasks (a cap a task cannot fit in
   // makes no plan at all; such a task waits at launch instead).
   int launch_cap = quota;
+  bool share_stopped_now = false;  // a running gang was stopped for the share: plan again
   if (options_.cluster_shares) {
     std::vector<Json> untrained;  // pods other than training gangs: theirs are shared out
     for (const Json& p : all_pods) {
@@ -897,6 +910,56 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
       if (mine != update->shares.end()) {
         const engine::JobShare& share = mine->second;
         launch_cap = std::min(quota, share.cap);
+        // A running gang the decision shrinks to give its GPUs to other jobs is
+        // stopped gracefully (its ranks checkpoint), once per decision, and the
+        // job plans it again within its share when its ranks are gone.
+        if (share.decision > st.applied_share_decision) {
+          st.applied_share_decision = share.decision;
+          int holding = 0;
+          for (const auto& [task, g] : live) holding += static_cast<int>(g.config.nodes.size());
+          for (const engine::ShareShrink& shrink : share.shrinks) {
+            if (holding <= launch_cap) break;  // within its share again
+            auto lv = live.find(shrink.task);
+            auto ob = observed.find(shrink.task);
+            if (lv == live.end() || ob == observed.end() || !ob->second.gang ||
+                ob->second.gang->generation != lv->second.generation ||
+                lv->second.config.gpus != shrink.from_gpus) {
+              continue;  // not running as the decision saw it
+            }
+            const GangObservation& g = *ob->second.gang;
+            const std::string gang_label = GangLabelValue(shrink.task, g.generation);
+            const std::string to =
+                shrink.to_gpus > 0 ? std::to_string(shrink.to_gpus) + " GPUs" : "the queue";
+            Log(LogLevel::kInfo, "Stopping gang the cluster share shrinks",
+                {{"job", key}, {"task", shrink.task}, {"gang", gang_label}, {"to", to}});
+            Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale",
+                  "stopping " + gang_label + " (" + std::to_string(shrink.from_gpus) +
+                      " GPUs) to " + to + ": the cluster share gives its GPUs to other jobs; " +
+                      "it checkpoints first");
+            ORRERY_RETURN_IF_ERROR(DeleteGang(
+                ns, GangServiceName(job.metadata.name, shrink.task, g.generation), g.pod_names));
+            rescale_started(shrink.task, g.generation, "share");
+            st.replanned.insert(gang_label);
+            st.last_generation[shrink.task] =
+                std::max(st.last_generation[shrink.task], g.generation);
+            st.share_stopped[shrink.task] = g.generation;
+            for (const Json& p : gang_pods) {  // its ranks hold their GPUs until gone
+              if (Label(p, kGangLabel) != gang_label || PodFinished(p)) continue;
+              for (NodeCapacity& n : capacity) {
+                if (n.name == PodNode(p)) n.foreign += PodGpuRequest(p, resource);
+              }
+            }
+            holding -= static_cast<int>(lv->second.config.nodes.size());
+            live.erase(lv);
+            blocked.insert(shrink.task);
+            share_stopped_now = true;
+          }
+          if (share_stopped_now) {
+            wi.live = live;
+            world = BuildWorldView(wi);
+            world.gpu_cap = quota;
+          }
+        }
         int held_now = 0, narrowest = 0;
         for (const auto& [task, g] : live) held_now += static_cast<int>(g.config.nodes.size());
         for (const engine::TaskView& v : world.tasks) {
@@ -934,7 +997,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   std::string cap_text = CapacityText(capacity) + " cap " + std::to_string(world.gpu_cap);
   if (!st.plan) {
     trigger = engine::Trigger::kStart;
-  } else if (cap_text != st.capacity) {
+  } else if (cap_text != st.capacity || share_stopped_now) {
     trigger = engine::Trigger::kCapacityChanged;
   } else if (unplanned ||
              !std::includes(st.arrived.begin(), st.arrived.end(), arrived.begin(), arrived.end())) {

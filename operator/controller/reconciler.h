@@ -216,6 +216,10 @@ class Reconciler {
     // Gangs (labels) this reconciler stopped because a plan moved them: their
     // ranks end as "deleted", which is neither a failure nor a restart to limit.
     std::set<std::string> replanned;
+    // The cluster share's last decision applied, and the gangs it stopped (task
+    // -> generation): gone from the plan's world until their ranks are gone.
+    int applied_share_decision = 0;
+    std::map<std::string, int> share_stopped;
     std::optional<api::PlanStatus> plan_status;
     // Profiles this reconciler wrote that the ConfigMap cache may not show yet:
     // without them a pass could start the same trial again.

@@ -146,8 +146,28 @@ StatusOr<ShareUpdate> ClusterShares::Decide(int capacity, ScaleTrigger trigger, 
     }
     r += line;
   }
+  // Shrinks that give GPUs to other jobs: a job the decision leaves as many
+  // GPUs as it holds moves GPUs among its own tasks, and that is its own
+  // engine's business, not the level above's.
+  std::map<std::string, int> holds;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].current >= 0)
+      holds[owner[i]] += all[i].options[static_cast<size_t>(all[i].current)].gpus;
+  }
+  std::map<std::string, std::vector<ShareShrink>> shrinks;
+  for (const ScaleDecision& d : plan->decisions) {
+    const bool preempt = d.action == ScaleDecision::Action::kPreempt;
+    if (!preempt && !(d.action == ScaleDecision::Action::kRescale && d.to_gpus < d.from_gpus))
+      continue;
+    const size_t slash = d.task.rfind('/');
+    if (given[d.task.substr(0, slash)] >= holds[d.task.substr(0, slash)]) continue;
+    shrinks[d.task.substr(0, slash)].push_back(
+        {d.task.substr(slash + 1), d.from_gpus, preempt ? 0 : d.to_gpus});
+  }
   for (const auto& [job, d] : demands_) {
     JobShare s;
+    s.decision = decisions_ + 1;
+    s.shrinks = shrinks[job];
     s.gpus = given[job];
     s.cap = s.gpus + idle;
     if (d.quota > 0) {

@@ -12,11 +12,12 @@
 // allocation leaves idle (they are anyone's, so the level above never idles a
 // GPU a job could use). Each job then plans within its cap.
 //
-// Shares are applied softly: a job over its share stops starting gangs until it
-// is under, and its running gangs finish where they are unless its own engine
-// finds a move worth it. Stopping another job's running gang is left to that
-// job's engine and its churn guard, so a share change never pauses a task for
-// less than its switching cost. Pure: no I/O, time comes in.
+// A job over its share stops starting gangs until it is under. A running task
+// is stopped only when the decision itself shrinks it (JobShare::shrinks): the
+// autoscaler charges every such change its rescale cost, with hysteresis and a
+// dwell time, so a share change pauses a task only when the cluster gains more
+// than the pause costs. Growth of a running task is left to its job's engine,
+// within the cap. Pure: no I/O, time comes in.
 #pragma once
 
 #include <map>
@@ -49,10 +50,20 @@ struct JobDemand {
 JobDemand DemandFromWorld(const std::string& job, int quota, const WorldView& world,
                           const std::vector<api::ExpandedTask>& tasks);
 
+// A running task the allocation shrinks (to fewer GPUs, or queued) to give its
+// GPUs to others: the autoscaler found the gain worth the rescale.
+struct ShareShrink {
+  std::string task;  // the job's own task name
+  int from_gpus = 0;
+  int to_gpus = 0;  // 0: queued
+};
+
 struct JobShare {
   int gpus = 0;        // what the allocation gives the job's tasks, within its quota
   int cap = 0;         // gpus plus the GPUs the allocation leaves idle, within its quota
   std::string reason;  // the allocation's decisions about the job's tasks
+  int decision = 0;    // the decision that made it (1, 2, ...): a world applies it once
+  std::vector<ShareShrink> shrinks;
 };
 
 struct ShareUpdate {

@@ -769,6 +769,78 @@ TEST_F(ReconcileTest, TwoJobsShareTheClusterByTheAllocation) {
   }
 }
 
+// The cluster share stops a running gang when its decision shrinks it: a long
+// job holds the whole cluster, a short one arrives, and with cheap rescales the
+// allocation gives the short one GPUs now. The long job's next pass stops the
+// gang gracefully (a Rescale, not a failure), and the short job launches on the
+// GPUs once its ranks are gone.
+TEST_F(ReconcileTest, TheClusterShareStopsARunningGangItShrinks) {
+  std::string yaml = testing::kJobYaml;
+  const std::string steps = "steps: 100\n";
+  yaml.replace(yaml.find(steps), steps.size(), "steps: 100000\n");  // the mlp tasks: hours
+  api::LoadedJob first = testing::LoadJob(yaml);
+  first.job.spec.resources.templates = {api::Template::kDdp};  // as profiled in SetUp
+  first.job.spec.profiling.gpu_counts = {1, 2};
+  first.job.spec.resources.gpus_per_task.max = 2;
+  api::ModelSelectionJob second = loaded_.job;  // short tasks
+  second.metadata.name = "other";
+  second.metadata.namespace_ = "team-b";
+  second.metadata.uid = "6f1d2c3a-0000-4000-8000-000000000002";
+  const std::string second_key = "team-b/other";
+  options_.engine.switch_cost_s = 0.5;  // a restart costs half a second
+  Reconciler reconciler(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  auto held = [&](const std::string& job_label) {
+    int gpus = 0;
+    for (const kube::ObjectPtr& p : pods_.List()) {
+      if ((*p)["metadata"]["labels"][kJobLabel] != job_label) continue;
+      std::string phase = (*p)["status"]["phase"];
+      if (phase != "Succeeded" && phase != "Failed") ++gpus;  // one GPU per rank
+    }
+    return gpus;
+  };
+  auto sync_new = [&] {
+    for (const kube::Object& p : client_.Pods("Running")) {
+      if (!pods_.Get(kube::KeyOf(p))) pods_.Upsert(std::make_shared<const kube::Object>(p));
+    }
+  };
+
+  jobs_.Upsert(Ptr(api::EncodeJob(first.job)));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  sync_new();
+  ASSERT_EQ(held("sweep"), 4);
+  clock_.Advance(std::chrono::seconds(600));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());  // the gangs run
+  clock_.Advance(std::chrono::seconds(10));      // past the allocation's dwell time
+  jobs_.Upsert(Ptr(api::EncodeJob(second)));
+  ASSERT_TRUE(reconciler.Reconcile(second_key).ok());
+  EXPECT_EQ(held("other"), 0) << "nothing is free yet";
+
+  const size_t deleted_before = client_.deleted.size();
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  std::vector<std::string> stopped;
+  for (size_t i = deleted_before; i < client_.deleted.size(); ++i) {
+    if (client_.deleted[i].rfind("pods/team-a/", 0) == 0) stopped.push_back(client_.deleted[i]);
+  }
+  ASSERT_FALSE(stopped.empty()) << "the long job stops the gang the share shrinks";
+  // Its ranks checkpoint and exit 0 while being deleted: a rescale, not a failure.
+  for (const std::string& k : stopped) {
+    kube::ObjectPtr p = pods_.Get(k.substr(std::string("pods/").size()));
+    ASSERT_TRUE(p) << k;
+    pods_.Upsert(
+        Ptr(testing::MakePod(Json::parse(p->dump())).Phase("Succeeded").Deleting().json()));
+  }
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  ASSERT_FALSE(client_.statuses.empty());
+  bool rescaling = false;
+  for (const auto& t : client_.statuses.back()["tasks"]) rescaling |= t["state"] == "Rescaling";
+  EXPECT_TRUE(rescaling) << client_.statuses.back().dump();
+  for (const std::string& k : stopped) pods_.Remove(k.substr(std::string("pods/").size()));
+  ASSERT_TRUE(reconciler.Reconcile(second_key).ok());
+  sync_new();
+  EXPECT_GT(held("other"), 0) << "the short job runs on the GPUs the share gave it";
+  EXPECT_LE(held("sweep") + held("other"), 4);
+}
+
 TEST_F(ReconcilerPureTest, ElasticConfigsCarryTheirBatchAndSoDoMissingKeys) {
   api::ModelSelectionJobSpec& spec = loaded_.job.spec;
   spec.resources.templates = {api::Template::kDdp};

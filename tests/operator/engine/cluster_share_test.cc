@@ -110,6 +110,30 @@ TEST(ClusterSharesTest, ARunningTaskKeepsItsGpusWhenShrinkingItDoesNotPay) {
   EXPECT_EQ(u->shares.at("b").cap, 0) << u->shares.at("b").reason;
 }
 
+TEST(ClusterSharesTest, ADecisionThatShrinksARunningTaskNamesIt) {
+  AutoscalerOptions o;
+  o.rescale_cost_s = 1;  // cheap: a restart costs a second
+  ClusterShares shares({o, 300});
+  ScaleTask running = Task("t", 1e6, kScales);
+  running.current = 3;  // on all 8 GPUs, hours from done
+  auto alone = shares.Update(Job("a", {running}), 8, 0);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_TRUE(alone->shares.at("a").shrinks.empty());
+  // A short job arrives: the cluster finishes it far sooner if the long one
+  // gives up GPUs for a while than if it waits hours for them.
+  auto u = shares.Update(Job("b", {Task("t", 2e3, kScales)}), 8, 3600);
+  ASSERT_TRUE(u.ok());
+  const JobShare& a = u->shares.at("a");
+  ASSERT_EQ(a.shrinks.size(), 1u) << a.reason;
+  EXPECT_EQ(a.shrinks[0].task, "t");
+  EXPECT_EQ(a.shrinks[0].from_gpus, 8);
+  EXPECT_LT(a.shrinks[0].to_gpus, 8);
+  EXPECT_EQ(a.gpus, a.shrinks[0].to_gpus);
+  EXPECT_GT(u->shares.at("b").gpus, 0);
+  EXPECT_EQ(a.decision, 2);
+  EXPECT_TRUE(u->shares.at("b").shrinks.empty());
+}
+
 TEST(ClusterSharesTest, SharesStandBetweenTriggers) {
   ClusterShares shares({AutoscalerOptions{}, 300});
   JobDemand a = Job("a", {Task("t", 1e5, kScales)});
