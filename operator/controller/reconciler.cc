@@ -1007,7 +1007,11 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   } else if (ToSeconds(now_tp - st.last_solve) >= options_.engine.replan_interval_s) {
     trigger = engine::Trigger::kInterval;
   }
-  if (trigger && !arrived.empty() && !world.nodes.empty() && st.engine->ShouldSolve(*trigger)) {
+  // With every GPU held by other jobs there is nothing to plan onto: wait for
+  // a capacity change rather than log a plan that cannot exist.
+  int visible_gpus = 0;
+  for (const engine::NodeView& n : world.nodes) visible_gpus += n.gpus;
+  if (trigger && !arrived.empty() && visible_gpus > 0 && st.engine->ShouldSolve(*trigger)) {
     st.last_solve = now_tp;
     st.capacity = cap_text;
     st.arrived = arrived;
