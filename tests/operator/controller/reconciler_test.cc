@@ -356,6 +356,14 @@ class FakeClient : public kube::Client {
   std::map<std::string, kube::Object> objects_;
 };
 
+// The pod cache catches up with the gangs created since it last did, leaving
+// the pods it holds (and the phases a test gave them) as they are.
+void SyncNewPods(const FakeClient& client, kube::Store* pods) {
+  for (const kube::Object& p : client.Pods("Running")) {
+    if (!pods->Get(kube::KeyOf(p))) pods->Upsert(std::make_shared<const kube::Object>(p));
+  }
+}
+
 kube::ObjectPtr Ptr(const Json& j) {
   return std::make_shared<const kube::Object>(kube::Object::parse(j.dump()));
 }
@@ -637,9 +645,7 @@ TEST_F(ReconcileTest, TheQuotaCapsGpusHeldAcrossTheJobsTasks) {
       pods_.Upsert(std::make_shared<const kube::Object>(done));
     }
     ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
-    for (const kube::Object& p : client_.Pods("Running")) {
-      if (!pods_.Get(kube::KeyOf(p))) pods_.Upsert(std::make_shared<const kube::Object>(p));
-    }
+    SyncNewPods(client_, &pods_);
     EXPECT_LE(held(), 2) << "round " << round;
   }
   EXPECT_GT(PodsCreated(), 2u);  // the rest of the work did start as GPUs came back
@@ -730,11 +736,7 @@ TEST_F(ReconcileTest, TwoJobsShareTheClusterByTheAllocation) {
       }
       return gpus;
     };
-    auto sync_new = [&] {
-      for (const kube::Object& p : client.Pods("Running")) {
-        if (!pods.Get(kube::KeyOf(p))) pods.Upsert(std::make_shared<const kube::Object>(p));
-      }
-    };
+    auto sync_new = [&] { SyncNewPods(client, &pods); };
 
     jobs.Upsert(Ptr(api::EncodeJob(first.job)));
     ASSERT_TRUE(reconciler.Reconcile(key_).ok());
@@ -798,11 +800,7 @@ TEST_F(ReconcileTest, TheClusterShareStopsARunningGangItShrinks) {
     }
     return gpus;
   };
-  auto sync_new = [&] {
-    for (const kube::Object& p : client_.Pods("Running")) {
-      if (!pods_.Get(kube::KeyOf(p))) pods_.Upsert(std::make_shared<const kube::Object>(p));
-    }
-  };
+  auto sync_new = [&] { SyncNewPods(client_, &pods_); };
 
   jobs_.Upsert(Ptr(api::EncodeJob(first.job)));
   ASSERT_TRUE(reconciler.Reconcile(key_).ok());
