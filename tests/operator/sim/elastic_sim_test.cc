@@ -621,6 +621,26 @@ bool Original(Shape shape) {
 //    other and the restart comes on top. A guard against such swaps was
 //    tried (the paper trace's mean went 1171 -> 1163 s) and dropped: misses
 //    at seeds 1-400 rose from 40-41 to 47 over the 14 shapes, by divergence.
+//    Why the objective takes that swap: values are each task's share of its
+//    remaining work per second (Smith's ratio), so a second of a short job's
+//    wait outweighs one of a long job's, which holds only when the long job's
+//    delay is the short job's whole run. At 6381.7 s on poor-scaling-68 the
+//    queued k0-1 (4105 s left) is worth 2.44e-4/s, the running k3-1 (10302 s
+//    left) 9.71e-5/s: gain 0.264 over the 1800 s horizon against a cost of
+//    0.186 (restart plus the horizon at k3-1's rate) x 1.25. But GPUs came
+//    free 146 s and 1068 s later, so k0-1 finished 1068 s sooner, k3-1
+//    1182 s later: the swap pays in completion time only when
+//    min(next other finish, the long job's) - min(next other finish, the
+//    short job's) beats the restart. That test in place of the charge (it
+//    lets swaps that pass it cost the pause alone) ends the swaps behind
+//    static (poor-scaling at seeds 1-400: 7 -> 1, the one left a growth;
+//    401-1000: 10 -> 5; paper trace 1171 -> 1163 s) but each becomes a tie
+//    of all three policies, still a miss, and some swaps that won by luck of
+//    later arrivals go: misses 41 -> 44 at seeds 1-400, 75 -> 75 at
+//    401-1000. Not kept. Counting the swap's gain and wait only until the
+//    next other finish, still in those units, kept swaps whose short job is
+//    short enough (poor-scaling-297: 1329 s against 9800 s, next finish in
+//    929 s): 45 and 72.
 //  - small-busy: one node of two or four GPUs, so elastic's faster batch
 //    changes which job is at the head of a long queue; misses are divergence
 //    (one job fewer in the horizon, or a mean 0.2-3% higher), and against
