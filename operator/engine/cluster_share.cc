@@ -121,12 +121,15 @@ StatusOr<ShareUpdate> ClusterShares::Decide(int capacity, ScaleTrigger trigger, 
   u.decided = true;
   u.trigger = trigger;
   std::map<std::string, int> given;
-  int used = 0;
   for (size_t i = 0; i < all.size(); ++i) {
     const int c = plan->choice[i];
-    const int gpus = c >= 0 ? all[i].options[static_cast<size_t>(c)].gpus : 0;
-    given[owner[i]] += gpus;
-    used += gpus;
+    given[owner[i]] += c >= 0 ? all[i].options[static_cast<size_t>(c)].gpus : 0;
+  }
+  // The knapsack bounds each task by its job's quota, not the job's sum: GPUs
+  // it gives a job past its quota are nobody's, so they count as idle.
+  int used = 0;
+  for (const auto& [job, d] : demands_) {
+    used += d.quota > 0 ? std::min(given[job], d.quota) : given[job];
   }
   const int idle = std::max(0, capacity - used);
   std::map<std::string, std::string> reasons;

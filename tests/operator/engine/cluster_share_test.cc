@@ -168,6 +168,24 @@ TEST(ClusterSharesTest, TheQuotaBoundsShareAndCapAndIdleGpusAreAnyones) {
   EXPECT_EQ(u->shares.at("b").cap, 2);   // its quota
 }
 
+TEST(ClusterSharesTest, GpusGivenPastAJobsQuotaAreIdle) {
+  // a's tasks are short, so the allocation favours them: 2 GPUs each, 8 in
+  // all, though a may hold only 4. The 4 past its quota are nobody's.
+  std::vector<ScaleTask> short_tasks, long_tasks;
+  for (int k = 0; k < 4; ++k) {
+    short_tasks.push_back(Task("s" + std::to_string(k), 1e3, {{1, 10}, {2, 19}}));
+    long_tasks.push_back(Task("l" + std::to_string(k), 1e5, {{1, 10}, {2, 19}}));
+  }
+  ClusterShares shares({});
+  ASSERT_TRUE(shares.Update(Job("a", short_tasks, 4), 12, 0).ok());
+  auto u = shares.Update(Job("b", long_tasks), 12, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->shares.at("a").gpus, 4);
+  EXPECT_EQ(u->shares.at("a").cap, 4);
+  const JobShare& b = u->shares.at("b");
+  EXPECT_EQ(b.cap, 12 - 4) << b.reason;  // everything a cannot hold
+}
+
 TEST(ClusterSharesTest, BadInputNamesTheField) {
   ClusterShares shares({});
   auto negative = shares.Update(Job("a", {Task("t", 1e5, kScales)}), -1, 0);
