@@ -11,7 +11,8 @@
 // every change pays (O(tasks^2) allocator runs). And the same decision with
 // every task given a base batch (one of its options' batches), the method the
 // simulator's elastic policy runs: the charged and uncharged DPs on the base
-// batch's options, then batch choice and growth per task.
+// batch's options, then batch choice and growth per task. Last, the
+// operator's cluster shares at the size of its scale test.
 //
 //   build/<dir>/bench/bench_elastic_allocator [--tasks N] [--gpus G] [--reps R]
 //       [--decision-tasks a,b,...] [--no-previous-above N]
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "operator/engine/autoscaler.h"
+#include "operator/engine/cluster_share.h"
 #include "operator/planner/elastic/allocator.h"
 
 namespace {
@@ -204,6 +206,70 @@ std::vector<ElasticTask> DecisionTasks(int n, int gpus, uint64_t seed) {
   return tasks;
 }
 
+// The operator's cluster shares (engine::ClusterShares) at the size of its
+// scale test: 50 jobs of 20 tasks on 1,600 GPUs, quota 28 each, half the tasks
+// running. The last job's arrival (a decision over all 1,000 tasks) beside the
+// same tasks through Autoscaler::Decide directly, and an update without a
+// trigger, which is what most reconciles pay.
+int ClusterShareSection() {
+  using Clock = std::chrono::steady_clock;
+  constexpr int kJobs = 50, kPerJob = 20, kGpus = 1600, kQuota = 28;
+  auto all = DecisionTasks(kJobs * kPerJob, kGpus, 7);
+  std::vector<orrery::engine::JobDemand> demands(kJobs);
+  std::vector<ElasticTask> direct;
+  for (int j = 0; j < kJobs; ++j) {
+    demands[j].job = "ns/job-" + std::to_string(j);
+    demands[j].quota = kQuota;
+    for (int k = 0; k < kPerJob; ++k) {
+      ElasticTask t = all[static_cast<size_t>(j * kPerJob + k)];
+      t.base_batch = t.options[t.options.size() / 2].batch_size;
+      ElasticTask d = t;
+      d.name = demands[j].job + "/" + t.name;
+      d.options.clear();
+      d.current = -1;
+      for (size_t o = 0; o < t.options.size(); ++o) {
+        if (t.options[o].gpus > kQuota) continue;
+        if (static_cast<int>(o) == t.current) d.current = static_cast<int>(d.options.size());
+        d.options.push_back(t.options[o]);
+      }
+      if (d.options.empty()) continue;
+      if (t.current >= 0 && d.current < 0) t.current = -1;  // ran wider than the quota allows
+      if (t.current < 0) d.current = -1;
+      demands[j].tasks.push_back(t);
+      direct.push_back(d);
+    }
+  }
+  orrery::engine::ClusterShares shares({});
+  for (int j = 0; j + 1 < kJobs; ++j) {
+    if (!shares.Update(demands[j], kGpus, 0).ok()) return 1;
+  }
+  auto t0 = Clock::now();
+  auto arrival = shares.Update(demands[kJobs - 1], kGpus, 0);
+  auto t1 = Clock::now();
+  auto quiet = shares.Update(demands[0], kGpus, 1);
+  auto t2 = Clock::now();
+  orrery::engine::Autoscaler as({});
+  auto t3 = Clock::now();
+  auto plan = as.Decide(direct, kGpus, orrery::engine::ScaleTrigger::kArrival, 0);
+  auto t4 = Clock::now();
+  if (!arrival.ok() || !quiet.ok() || !plan.ok() || !arrival->decided || quiet->decided) {
+    std::fprintf(stderr, "cluster share update failed\n");
+    return 1;
+  }
+  auto ms = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  int capped = 0;
+  for (const auto& [job, share] : arrival->shares) capped += share.cap < kQuota ? 1 : 0;
+  std::printf("\ncluster shares, %d jobs x %d tasks on %d GPUs (quota %d), %zu tasks:\n", kJobs,
+              kPerJob, kGpus, kQuota, direct.size());
+  std::printf("  an arrival (one decision over every job):  %8.1f ms\n", ms(t0, t1));
+  std::printf("  baseline, Autoscaler::Decide on the tasks: %8.1f ms\n", ms(t3, t4));
+  std::printf("  an update without a trigger:               %8.3f ms\n", ms(t1, t2));
+  std::printf("  jobs capped under their quota: %d of %d\n", capped, kJobs);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -302,5 +368,5 @@ int main(int argc, char** argv) {
     std::printf("%8d %8d | %12.1f ms %6d DPs | %13.1f ms | %-28s | %8s\n", tn, running, new_ms,
                 new_runs, based_ms, previous, speedup);
   }
-  return 0;
+  return ClusterShareSection();
 }
