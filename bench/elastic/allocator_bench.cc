@@ -221,7 +221,7 @@ int ClusterShareSection() {
     demands[j].job = "ns/job-" + std::to_string(j);
     demands[j].quota = kQuota;
     for (int k = 0; k < kPerJob; ++k) {
-      ElasticTask t = all[static_cast<size_t>(j * kPerJob + k)];
+      ElasticTask t = all[static_cast<size_t>(j) * kPerJob + static_cast<size_t>(k)];
       t.base_batch = t.options[t.options.size() / 2].batch_size;
       ElasticTask d = t;
       d.name = demands[j].job + "/" + t.name;
