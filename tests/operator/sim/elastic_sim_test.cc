@@ -534,6 +534,21 @@ Verdict Miss(const ElasticTrace& t) {
 
 // Seeds per shape: ORRERY_ELASTIC_SEEDS overrides for a longer sweep by hand
 // (ORRERY_ELASTIC_SEEDS=1000 runs 8,000 traces in a few minutes).
+// Under AddressSanitizer (CI's sanitizer stage, a Debug build some 30x slower)
+// the random sweep runs a few seeds for memory and undefined-behaviour errors
+// only: the release build's unit stage checks the target at the full count.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 uint64_t Seeds(uint64_t fallback) {
   const char* env = std::getenv("ORRERY_ELASTIC_SEEDS");
   return env != nullptr && std::atoi(env) > 0 ? static_cast<uint64_t>(std::atoi(env)) : fallback;
@@ -665,8 +680,9 @@ bool Original(Shape shape) {
 // hand allows one in Allowed().sweep_one_in per shape and 1 in 200 for the
 // first eight together.
 TEST(ElasticSimTest, ElasticBeatsBaselinesOnRandomTraces) {
-  const uint64_t seeds = Seeds(100), from = SeedFrom();
+  const uint64_t seeds = Seeds(kSanitized ? 3 : 100), from = SeedFrom();
   const bool default_seeds = seeds == 100 && from == 1;
+  const bool check = !kSanitized || std::getenv("ORRERY_ELASTIC_SEEDS") != nullptr;
   int all_missed = 0, original_missed = 0, original_traces = 0;
   for (Shape shape : kShapes) {
     if (!ShapeChosen(shape)) continue;
@@ -692,12 +708,16 @@ TEST(ElasticSimTest, ElasticBeatsBaselinesOnRandomTraces) {
     const int limit = default_seeds              ? allowed.default_seeds
                       : allowed.sweep_one_in > 0 ? traces / allowed.sweep_one_in
                                                  : 0;
-    EXPECT_LE(missed, limit) << ShapeName(shape) << "\n" << report;
+    if (check) {
+      EXPECT_LE(missed, limit) << ShapeName(shape) << "\n" << report;
+    }
     std::printf("%-12s missed on %d of %d traces (excused ties: %d optimal, %d same choices)\n%s",
                 ShapeName(shape), missed, traces, optimal, same_choices, report.c_str());
   }
-  EXPECT_LE(original_missed, default_seeds ? 2 : original_traces / 200);
-  if (default_seeds) {
+  if (check) {
+    EXPECT_LE(original_missed, default_seeds ? 2 : original_traces / 200);
+  }
+  if (check && default_seeds) {
     EXPECT_LE(all_missed, 9);
   }
 }
