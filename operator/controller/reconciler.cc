@@ -932,10 +932,10 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
                 shrink.to_gpus > 0 ? std::to_string(shrink.to_gpus) + " GPUs" : "the queue";
             Log(LogLevel::kInfo, "Stopping gang the cluster share shrinks",
                 {{"job", key}, {"task", shrink.task}, {"gang", gang_label}, {"to", to}});
-            Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale",
-                  "stopping " + gang_label + " (" + std::to_string(shrink.from_gpus) +
-                      " GPUs) to " + to + ": the cluster share gives its GPUs to other jobs; " +
-                      "it checkpoints first");
+            std::string note = "stopping " + gang_label;
+            note += " (" + std::to_string(shrink.from_gpus) + " GPUs) to " + to;
+            note += ": the cluster share gives its GPUs to other jobs; it checkpoints first";
+            Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale", note);
             ORRERY_RETURN_IF_ERROR(DeleteGang(
                 ns, GangServiceName(job.metadata.name, shrink.task, g.generation), g.pod_names));
             rescale_started(shrink.task, g.generation, "share");
