@@ -722,6 +722,19 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   };
   std::map<std::string, LiveGang> live;
   std::set<std::string> blocked;  // tasks that must not launch now
+  // Stops a running gang for a rescale (a re-plan moved it, or the cluster
+  // share shrank it): its ranks get SIGTERM and checkpoint, end as deleted
+  // rather than failed, and keep their GPUs until they are gone.
+  auto stop_for_rescale = [&](const std::string& task, const GangObservation& g,
+                              const char* reason) -> Status {
+    ORRERY_RETURN_IF_ERROR(
+        DeleteGang(ns, GangServiceName(job.metadata.name, task, g.generation), g.pod_names));
+    rescale_started(task, g.generation, reason);
+    st.replanned.insert(GangLabelValue(task, g.generation));
+    st.last_generation[task] = std::max(st.last_generation[task], g.generation);
+    blocked.insert(task);
+    return OkStatus();
+  };
   std::set<std::string> pending_seen;
   for (const api::ExpandedTask& task : ctx.loaded.tasks) {
     const std::string& name = task.name;
@@ -910,15 +923,15 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
       if (mine != update->shares.end()) {
         const engine::JobShare& share = mine->second;
         launch_cap = std::min(quota, share.cap);
+        int held_now = 0;  // GPUs the job's live gangs hold
+        for (const auto& [task, g] : live) held_now += static_cast<int>(g.config.nodes.size());
         // A running gang the decision shrinks to give its GPUs to other jobs is
         // stopped gracefully (its ranks checkpoint), once per decision, and the
         // job plans it again within its share when its ranks are gone.
         if (share.decision > st.applied_share_decision) {
           st.applied_share_decision = share.decision;
-          int holding = 0;
-          for (const auto& [task, g] : live) holding += static_cast<int>(g.config.nodes.size());
           for (const engine::ShareShrink& shrink : share.shrinks) {
-            if (holding <= launch_cap) break;  // within its share again
+            if (held_now <= launch_cap) break;  // within its share again
             auto lv = live.find(shrink.task);
             auto ob = observed.find(shrink.task);
             if (lv == live.end() || ob == observed.end() || !ob->second.gang ||
@@ -936,12 +949,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
             note += " (" + std::to_string(shrink.from_gpus) + " GPUs) to " + to;
             note += ": the cluster share gives its GPUs to other jobs; it checkpoints first";
             Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale", note);
-            ORRERY_RETURN_IF_ERROR(DeleteGang(
-                ns, GangServiceName(job.metadata.name, shrink.task, g.generation), g.pod_names));
-            rescale_started(shrink.task, g.generation, "share");
-            st.replanned.insert(gang_label);
-            st.last_generation[shrink.task] =
-                std::max(st.last_generation[shrink.task], g.generation);
+            ORRERY_RETURN_IF_ERROR(stop_for_rescale(shrink.task, g, "share"));
             st.share_stopped[shrink.task] = g.generation;
             for (const Json& p : gang_pods) {  // its ranks hold their GPUs until gone
               if (Label(p, kGangLabel) != gang_label || PodFinished(p)) continue;
@@ -949,9 +957,8 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
                 if (n.name == PodNode(p)) n.foreign += PodGpuRequest(p, resource);
               }
             }
-            holding -= static_cast<int>(lv->second.config.nodes.size());
+            held_now -= static_cast<int>(lv->second.config.nodes.size());
             live.erase(lv);
-            blocked.insert(shrink.task);
             share_stopped_now = true;
           }
           if (share_stopped_now) {
@@ -960,8 +967,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
             world.gpu_cap = quota;
           }
         }
-        int held_now = 0, narrowest = 0;
-        for (const auto& [task, g] : live) held_now += static_cast<int>(g.config.nodes.size());
+        int narrowest = 0;
         for (const engine::TaskView& v : world.tasks) {
           if (!v.arrived || v.done || v.profile.empty()) continue;
           int least = v.profile.front().gpus;
@@ -1088,12 +1094,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
         Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale",
               "stopping " + GangLabelValue(v.name, g.generation) + " to run it as " + to +
                   " (plan " + std::to_string(ps.revision) + "); it checkpoints first");
-        ORRERY_RETURN_IF_ERROR(
-            DeleteGang(ns, GangServiceName(job.metadata.name, v.name, g.generation), g.pod_names));
-        rescale_started(v.name, g.generation, "replan");
-        st.replanned.insert(GangLabelValue(v.name, g.generation));
-        st.last_generation[v.name] = std::max(st.last_generation[v.name], g.generation);
-        blocked.insert(v.name);  // its pods keep their GPUs (live) until they are gone
+        ORRERY_RETURN_IF_ERROR(stop_for_rescale(v.name, g, "replan"));
       }
     }
   }
