@@ -127,6 +127,15 @@ const std::vector<MetricDef>& AllMetricDefs() {
        MetricKind::kGauge,
        "Step of the task's last committed checkpoint, or of the one it resumed from.",
        {"msj", "task"}},
+      {"orrery_worker_checkpoint_rank_bytes",
+       MetricKind::kGauge,
+       "Bytes one rank wrote (save) or read (load) in its last checkpoint operation "
+       "(kind=moved), and the bytes of its own state it needed (kind=needed).",
+       {"msj", "task", "rank", "op", "kind"}},
+      {"orrery_worker_checkpoint_peak_rss_bytes",
+       MetricKind::kGauge,
+       "Peak resident memory of one rank's process during its last checkpoint save or load.",
+       {"msj", "task", "rank", "op"}},
   };
   return *defs;
 }
@@ -186,7 +195,9 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r)
       step(MakeGauge(r, "orrery_worker_step")),
       checkpoint_seconds(MakeHistogram(r, "orrery_worker_checkpoint_duration_seconds")),
       checkpoint_bytes(MakeGauge(r, "orrery_worker_checkpoint_bytes")),
-      checkpoint_step(MakeGauge(r, "orrery_worker_checkpoint_step")) {}
+      checkpoint_step(MakeGauge(r, "orrery_worker_checkpoint_step")),
+      checkpoint_rank_bytes(MakeGauge(r, "orrery_worker_checkpoint_rank_bytes")),
+      checkpoint_peak_rss(MakeGauge(r, "orrery_worker_checkpoint_peak_rss_bytes")) {}
 
 namespace {
 
@@ -212,6 +223,7 @@ WorkerRecorder::WorkerRecorder(WorkerMetrics& m, const std::string& msj, const s
                                int rank, bool task_level)
     : metrics_(m),
       task_labels_{{"msj", msj}, {"task", task}},
+      rank_labels_{{"msj", msj}, {"task", task}, {"rank", std::to_string(rank)}},
       task_level_(task_level),
       step_seconds_(m.step_seconds.Add(
           {{"msj", msj}, {"task", task}, {"rank", std::to_string(rank)}}, StepSecondsBuckets())),
@@ -250,6 +262,17 @@ void WorkerRecorder::RecordCheckpoint(CheckpointOp op, int64_t step, double seco
   metrics_.checkpoint_seconds.Add(labels, CheckpointSecondsBuckets()).Observe(seconds);
   metrics_.checkpoint_step.Add(task_labels_).Set(static_cast<double>(step));
   metrics_.checkpoint_bytes.Add(task_labels_).Set(static_cast<double>(bytes));
+}
+
+void WorkerRecorder::RecordStateIo(CheckpointOp op, uint64_t bytes, uint64_t bytes_needed,
+                                   uint64_t peak_rss_bytes) {
+  auto labels = rank_labels_;
+  labels["op"] = op == CheckpointOp::kSave ? "save" : "load";
+  metrics_.checkpoint_peak_rss.Add(labels).Set(static_cast<double>(peak_rss_bytes));
+  labels["kind"] = "moved";
+  metrics_.checkpoint_rank_bytes.Add(labels).Set(static_cast<double>(bytes));
+  labels["kind"] = "needed";
+  metrics_.checkpoint_rank_bytes.Add(labels).Set(static_cast<double>(bytes_needed));
 }
 
 namespace {

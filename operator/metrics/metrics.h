@@ -83,6 +83,8 @@ struct WorkerMetrics {
   prometheus::Family<prometheus::Histogram>& checkpoint_seconds;  // {msj, task, op} save|load
   prometheus::Family<prometheus::Gauge>& checkpoint_bytes;        // {msj, task}
   prometheus::Family<prometheus::Gauge>& checkpoint_step;         // {msj, task}
+  prometheus::Family<prometheus::Gauge>& checkpoint_rank_bytes;   // {msj, task, rank, op, kind}
+  prometheus::Family<prometheus::Gauge>& checkpoint_peak_rss;     // {msj, task, rank, op}
 };
 
 // Histogram buckets: a step from 1 ms to about 2 min, a checkpoint from 10 ms to
@@ -113,6 +115,10 @@ class WorkerRecorder {
   void RecordThroughput(double samples_per_second);
   // A checkpoint of `step` committed (save) or restored (load), and its size.
   void RecordCheckpoint(CheckpointOp op, int64_t step, double seconds, uint64_t bytes);
+  // This rank's part of a save or load of the live state: the bytes it wrote or
+  // read, the bytes its own state needed, and its process's peak memory. Every rank.
+  void RecordStateIo(CheckpointOp op, uint64_t bytes, uint64_t bytes_needed,
+                     uint64_t peak_rss_bytes);
   // The step training starts from (0, or the step of the checkpoint it resumed).
   void RecordStart(int64_t step);
 
@@ -121,6 +127,7 @@ class WorkerRecorder {
  private:
   WorkerMetrics& metrics_;
   std::map<std::string, std::string> task_labels_;
+  std::map<std::string, std::string> rank_labels_;
   bool task_level_;
   prometheus::Histogram& step_seconds_;
   prometheus::Counter& samples_;

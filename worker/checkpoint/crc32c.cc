@@ -77,6 +77,49 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t size) {
   return ExtendSoftware(crc, p, size);
 }
 
+namespace {
+
+// Polynomials over GF(2) modulo the CRC polynomial, in the reflected order the
+// register uses (bit 31 is x^0, bit 0 is x^31).
+uint32_t MultiplyModPoly(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t bit = 0x80000000u; bit != 0; bit >>= 1) {
+    if ((a & bit) != 0) product ^= b;
+    b = (b & 1) != 0 ? (b >> 1) ^ kPoly : b >> 1;  // b *= x
+  }
+  return product;
+}
+
+// x^(8 * 2^k) mod P for k = 0..63: the effect of 2^k zero bytes on a register.
+const std::array<uint32_t, 64>& ZeroBytePowers() {
+  static const std::array<uint32_t, 64> powers = [] {
+    std::array<uint32_t, 64> p{};
+    p[0] = 0x80000000u >> 8;  // x^8
+    for (size_t k = 1; k < p.size(); ++k) p[k] = MultiplyModPoly(p[k - 1], p[k - 1]);
+    return p;
+  }();
+  return powers;
+}
+
+}  // namespace
+
+uint32_t Crc32cShift(uint32_t state, uint64_t zero_bytes) {
+  const auto& powers = ZeroBytePowers();
+  for (size_t k = 0; zero_bytes != 0; ++k, zero_bytes >>= 1) {
+    if ((zero_bytes & 1) != 0) state = MultiplyModPoly(powers[k], state);
+  }
+  return state;
+}
+
+uint32_t Crc32cFragmentTerm(const void* data, size_t size, uint64_t bytes_after) {
+  // The register after `data` from a zero register is ~Crc32cExtend(~0, data).
+  return Crc32cShift(~Crc32cExtend(0xFFFFFFFFu, data, size), bytes_after);
+}
+
+uint32_t Crc32cFromTerms(uint32_t xor_of_terms, uint64_t length) {
+  return ~(Crc32cShift(0xFFFFFFFFu, length) ^ xor_of_terms);
+}
+
 // Exposed for the test that checks both paths agree.
 uint32_t Crc32cExtendSoftwareForTest(uint32_t crc, const void* data, size_t size) {
   return ExtendSoftware(crc, static_cast<const unsigned char*>(data), size);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include <sys/stat.h>
 
@@ -34,6 +35,7 @@ struct ReadOp {
   uint64_t first_block =
       0;  // blocks [first_block, first_block + n) cover [off, off+len) when verifying
   bool verify = false;
+  bool exact = false;  // verify by pieces (LoadOptions::exact)
 };
 
 // Runs `fn(i)` for i in [0, n) on up to `threads` threads; returns the first error.
@@ -72,7 +74,7 @@ void PlanChunk(int file, const ChunkMeta& c, std::vector<Piece> pieces, const Lo
   const uint64_t chunk_end = c.offset + c.bytes;
   for (const Piece& p : pieces) {
     uint64_t b = p.file_off, e = p.file_off + p.len;
-    if (opt.verify) {
+    if (opt.verify && !opt.exact) {
       b = c.offset + (b - c.offset) / c.block_size * c.block_size;
       e = std::min(chunk_end,
                    c.offset + (e - c.offset + c.block_size - 1) / c.block_size * c.block_size);
@@ -86,6 +88,7 @@ void PlanChunk(int file, const ChunkMeta& c, std::vector<Piece> pieces, const Lo
   // Cut ranges into ops of at most max_read (whole blocks when verifying).
   uint64_t step = std::max<uint64_t>(opt.max_read, 1);
   if (opt.verify) step = std::max<uint64_t>(step / c.block_size, 1) * c.block_size;
+  const bool exact = opt.verify && opt.exact;
   size_t pi = 0;
   for (const auto& [rb, re] : ranges) {
     for (uint64_t b = rb; b < re; b += step) {
@@ -94,7 +97,8 @@ void PlanChunk(int file, const ChunkMeta& c, std::vector<Piece> pieces, const Lo
       op.off = b;
       op.len = std::min(step, re - b);
       op.chunk = &c;
-      op.verify = opt.verify;
+      op.verify = opt.verify && !exact;
+      op.exact = exact;
       op.first_block = (b - c.offset) / c.block_size;
       const uint64_t e = op.off + op.len;
       // Pieces overlapping [b, e), cut at the op's edges.
@@ -108,6 +112,43 @@ void PlanChunk(int file, const ChunkMeta& c, std::vector<Piece> pieces, const Lo
       ops.push_back(std::move(op));
     }
   }
+}
+
+// An exact read: the blocks of its chunk it covers whole are checked now; the
+// pieces of blocks it covers in part are kept with their checksum terms.
+Status CheckRead(const ReadOp& op, const std::string& path, const char* buf, std::mutex& mu,
+                 std::vector<BlockPiece>& pieces) {
+  const ChunkMeta& c = *op.chunk;
+  const uint64_t first = (op.off - c.offset) / c.block_size;
+  const uint64_t end = op.off + op.len;
+  std::vector<BlockPiece> mine;
+  for (uint64_t blk = first; c.offset + blk * c.block_size < end; ++blk) {
+    const uint64_t bs = c.offset + blk * c.block_size;
+    const uint64_t be = std::min(c.offset + c.bytes, bs + c.block_size);
+    const uint64_t s = std::max(bs, op.off), e = std::min(be, end);
+    if (blk >= c.block_crcs.size()) return DataLossError("shard file " + path + ": chunk index");
+    if (s == bs && e == be) {
+      if (Crc32c(buf + (s - op.off), e - s) != c.block_crcs[blk]) {
+        return DataLossError("shard file " + path + " fails its checksum in bytes [" +
+                             std::to_string(bs) + ", " + std::to_string(be) + ")");
+      }
+      continue;
+    }
+    BlockPiece p;
+    p.file = op.file;
+    p.block_offset = bs;
+    p.block_length = be - bs;
+    p.begin = s - bs;
+    p.end = e - bs;
+    p.term = Crc32cFragmentTerm(buf + (s - op.off), e - s, be - e);
+    p.block_crc = c.block_crcs[blk];
+    mine.push_back(p);
+  }
+  if (!mine.empty()) {
+    std::lock_guard<std::mutex> lock(mu);
+    pieces.insert(pieces.end(), mine.begin(), mine.end());
+  }
+  return OkStatus();
 }
 
 }  // namespace
@@ -172,7 +213,7 @@ Status CheckpointReader::VerifyAll(int threads) const {
 }
 
 Status CheckpointReader::Load(const std::vector<LoadRequest>& requests, const LoadOptions& options,
-                              LoadStats* stats) const {
+                              LoadStats* stats, std::vector<BlockPiece>* partial) const {
   // Group the pieces by chunk: (tensor, chunk index) -> pieces.
   std::map<const ChunkMeta*, std::vector<Piece>> by_chunk;
   LoadStats local;
@@ -220,6 +261,8 @@ Status CheckpointReader::Load(const std::vector<LoadRequest>& requests, const Lo
     local.bytes_read += op.len;
     local.reads += 1;
   }
+  std::mutex pieces_mu;
+  std::vector<BlockPiece> pieces;
   // Big ops first so the threads finish together.
   std::sort(ops.begin(), ops.end(), [](const ReadOp& a, const ReadOp& b) { return a.len > b.len; });
   Status s = ParallelFor(ops.size(), options.threads, [&](size_t i) -> Status {
@@ -235,7 +278,10 @@ Status CheckpointReader::Load(const std::vector<LoadRequest>& requests, const Lo
       if (bounce.size() < op.len) bounce.resize(op.len);
       buf = bounce.data();
     }
-    if (!op.verify) {
+    if (op.exact) {
+      ORRERY_RETURN_IF_ERROR(file.ReadAt(op.off, buf, op.len));
+      ORRERY_RETURN_IF_ERROR(CheckRead(op, file.path(), buf, pieces_mu, pieces));
+    } else if (!op.verify) {
       ORRERY_RETURN_IF_ERROR(file.ReadAt(op.off, buf, op.len));
     } else {
       // One block per read, checked while it is still in cache.
@@ -256,8 +302,82 @@ Status CheckpointReader::Load(const std::vector<LoadRequest>& requests, const Lo
     }
     return OkStatus();
   });
+  if (s.ok() && !pieces.empty()) {
+    // Blocks this rank's own pieces tile are checked here; the rest go to the
+    // caller, or are read whole.
+    auto untiled = CheckBlockPieces(std::move(pieces), *this);
+    if (!untiled.ok()) {
+      s = untiled.status();
+    } else if (partial != nullptr) {
+      partial->insert(partial->end(), untiled->begin(), untiled->end());
+    } else {
+      s = CheckWholeBlocks(*untiled, &local);
+    }
+  }
   if (stats != nullptr) *stats += local;
   return s;
+}
+
+Status CheckpointReader::CheckWholeBlocks(const std::vector<BlockPiece>& pieces,
+                                          LoadStats* stats) const {
+  std::map<std::pair<int, uint64_t>, const BlockPiece*> blocks;
+  for (const BlockPiece& p : pieces) blocks.emplace(std::make_pair(p.file, p.block_offset), &p);
+  std::vector<char> buf;
+  for (const auto& [key, p] : blocks) {
+    if (p->file < 0 || static_cast<size_t>(p->file) >= metadata_.files.size())
+      return InvalidArgumentError("block of an unknown file");
+    ORRERY_ASSIGN_OR_RETURN(File file, File::OpenRead(FilePath(p->file)));
+    buf.resize(p->block_length);
+    ORRERY_RETURN_IF_ERROR(file.ReadAt(p->block_offset, buf.data(), p->block_length));
+    if (stats != nullptr) {
+      stats->bytes_read += p->block_length;
+      stats->reads += 1;
+    }
+    if (Crc32c(buf.data(), buf.size()) != p->block_crc) {
+      return DataLossError("shard file " + file.path() + " fails its checksum in bytes [" +
+                           std::to_string(p->block_offset) + ", " +
+                           std::to_string(p->block_offset + p->block_length) + ")");
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<std::vector<BlockPiece>> CheckBlockPieces(std::vector<BlockPiece> pieces,
+                                                   const CheckpointReader& reader) {
+  std::sort(pieces.begin(), pieces.end(), [](const BlockPiece& a, const BlockPiece& b) {
+    return std::tie(a.file, a.block_offset, a.begin, a.end) <
+           std::tie(b.file, b.block_offset, b.begin, b.end);
+  });
+  std::vector<BlockPiece> untiled;
+  for (size_t i = 0; i < pieces.size();) {
+    size_t j = i;
+    while (j < pieces.size() && pieces[j].file == pieces[i].file &&
+           pieces[j].block_offset == pieces[i].block_offset)
+      ++j;
+    // Walk the block from its first byte, each step taking a piece that starts
+    // where the last one ended (duplicates from replicas are skipped).
+    uint64_t pos = 0;
+    uint32_t terms = 0;
+    for (size_t k = i; k < j; ++k) {
+      if (pieces[k].begin == pos && pieces[k].end > pos) {
+        terms ^= pieces[k].term;
+        pos = pieces[k].end;
+      }
+    }
+    const BlockPiece& first = pieces[i];
+    if (pos == first.block_length) {
+      if (Crc32cFromTerms(terms, first.block_length) != first.block_crc) {
+        return DataLossError("shard file " + reader.FilePath(first.file) +
+                             " fails its checksum in bytes [" + std::to_string(first.block_offset) +
+                             ", " + std::to_string(first.block_offset + first.block_length) + ")");
+      }
+    } else {
+      untiled.insert(untiled.end(), pieces.begin() + static_cast<std::ptrdiff_t>(i),
+                     pieces.begin() + static_cast<std::ptrdiff_t>(j));
+    }
+    i = j;
+  }
+  return untiled;
 }
 
 Status LoadRank(const CheckpointReader& reader, const std::vector<RankBuffer>& buffers,

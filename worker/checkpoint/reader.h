@@ -32,7 +32,27 @@ struct LoadRequest {
 struct LoadOptions {
   int threads = 4;  // parallel reads
   bool verify = true;
+  // With verify: read exactly the requested bytes, never rounded out to whole
+  // blocks. A block the reads cover whole is checked at once; a block they
+  // cover in part is checked from its pieces' checksum terms (crc32c.h) once
+  // pieces read by this or other ranks tile it: Load hands those pieces to its
+  // caller (`partial`) to check together with the other ranks'
+  // (CheckBlockPieces); without `partial` it reads the rest of such blocks
+  // itself (counted in bytes_read).
+  bool exact = false;
   uint64_t max_read = 16ull << 20;  // largest single read (bounce buffer size)
+};
+
+// A piece of one checksummed block that a load read (LoadOptions::exact).
+struct BlockPiece {
+  int file = 0;
+  uint64_t block_offset = 0;  // file offset of the block's first byte
+  uint64_t block_length = 0;
+  uint64_t begin = 0;  // the piece: bytes [begin, end) of the block
+  uint64_t end = 0;
+  uint32_t term = 0;       // Crc32cFragmentTerm of the piece within its block
+  uint32_t block_crc = 0;  // the block's checksum in the metadata
+  bool operator==(const BlockPiece&) const = default;
 };
 
 struct LoadStats {
@@ -62,13 +82,24 @@ class CheckpointReader {
   // Reads every shard file in full and checks the file and block checksums.
   Status VerifyAll(int threads = 4) const;
 
+  // `partial`: see LoadOptions::exact (ignored otherwise).
   Status Load(const std::vector<LoadRequest>& requests, const LoadOptions& options,
-              LoadStats* stats = nullptr) const;
+              LoadStats* stats = nullptr, std::vector<BlockPiece>* partial = nullptr) const;
+
+  // Reads the blocks the pieces belong to whole and checks them (each once);
+  // the bytes go to stats->bytes_read.
+  Status CheckWholeBlocks(const std::vector<BlockPiece>& pieces, LoadStats* stats) const;
 
  private:
   std::string dir_;
   Metadata metadata_;
 };
+
+// Checks every block that `pieces` tile (pieces read twice, by replicas, count
+// once) against its checksum: DATA_LOSS naming the file and bytes on a
+// mismatch. Returns the pieces of the blocks they do not tile.
+StatusOr<std::vector<BlockPiece>> CheckBlockPieces(std::vector<BlockPiece> pieces,
+                                                   const CheckpointReader& reader);
 
 // A rank's buffers for the tensors it holds: name -> buffer of
 // LocalPieceOf(spec, layout, rank, stages).buffer_elements elements.

@@ -71,18 +71,56 @@ Status ShardWriter::Add(const TensorSpec& spec, const void* data, uint64_t bytes
   TensorMeta& tm = index_.tensors[spec.name];
   tm.spec = spec;
   if (!piece.writer) return OkStatus();  // another rank writes this copy
+  return AppendChunk(tm, piece.region, static_cast<const char*>(data),
+                     static_cast<uint64_t>(piece.region.Numel()) * es);
+}
+
+Status ShardWriter::AddRegion(const TensorSpec& spec, const Region& region, const void* data,
+                              uint64_t bytes) {
+  if (finished_)
+    return FailedPreconditionError("shard writer of rank " + std::to_string(rank_) +
+                                   " already finished");
+  const size_t es = DTypeSize(spec.dtype);
+  const bool in_bounds = [&] {
+    if (region.offsets.size() != spec.shape.size() || region.sizes.size() != spec.shape.size())
+      return false;
+    for (size_t d = 0; d < spec.shape.size(); ++d) {
+      if (region.offsets[d] < 0 || region.sizes[d] < 0 ||
+          region.offsets[d] + region.sizes[d] > spec.shape[d])
+        return false;
+    }
+    return region.flat_begin >= 0 && region.flat_begin <= region.flat_end &&
+           region.flat_end <= region.RectNumel();
+  }();
+  if (!in_bounds) {
+    return InvalidArgumentError("tensor " + spec.name + ": region outside its global shape");
+  }
+  if (bytes != static_cast<uint64_t>(region.Numel()) * es) {
+    return InvalidArgumentError("tensor " + spec.name + ": region of " +
+                                std::to_string(region.Numel()) + " elements given " +
+                                std::to_string(bytes) + " bytes");
+  }
+  auto [it, fresh] = index_.tensors.emplace(spec.name, TensorMeta{spec, {}});
+  if (!fresh && (it->second.spec.shape != spec.shape || it->second.spec.dtype != spec.dtype)) {
+    return InvalidArgumentError("tensor " + spec.name +
+                                " added twice with different shapes or dtypes");
+  }
+  return AppendChunk(it->second, region, static_cast<const char*>(data), bytes);
+}
+
+Status ShardWriter::AppendChunk(TensorMeta& tm, const Region& region, const char* data,
+                                uint64_t bytes) {
   ChunkMeta c;
   c.file = 0;
   c.offset = offset_;
-  c.bytes = static_cast<uint64_t>(piece.region.Numel()) * es;
-  c.region = piece.region;
+  c.bytes = bytes;
+  c.region = region;
   c.block_size = block_size_;
-  const auto* p = static_cast<const char*>(data);
   for (uint64_t off = 0; off < c.bytes; off += block_size_) {
-    c.block_crcs.push_back(Crc32c(p + off, std::min(block_size_, c.bytes - off)));
+    c.block_crcs.push_back(Crc32c(data + off, std::min(block_size_, c.bytes - off)));
   }
-  ORRERY_RETURN_IF_ERROR(file_.Append(p, c.bytes));
-  file_crc_ = Crc32cExtend(file_crc_, p, c.bytes);
+  ORRERY_RETURN_IF_ERROR(file_.Append(data, c.bytes));
+  file_crc_ = Crc32cExtend(file_crc_, data, c.bytes);
   offset_ += c.bytes;
   tm.chunks.push_back(std::move(c));
   return OkStatus();

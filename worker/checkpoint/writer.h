@@ -44,6 +44,14 @@ class ShardWriter {
   // .buffer_elements elements (fsdp padding included; padding is not written).
   // Fails if the rank does not hold the tensor or the size is wrong.
   Status Add(const TensorSpec& spec, const void* data, uint64_t bytes);
+  // A piece of a tensor given by its region of the global tensor, for a caller
+  // that knows what it holds better than a Layout can say (a live template:
+  // fsdp's flat ranges of a layer's concatenated parameters, tensor-parallel
+  // slices, pipeline stages cut by measured cost). `data` holds region.Numel()
+  // elements, row-major over the region's flat range. The caller decides which
+  // rank writes a replicated piece; a rank may add several regions of one
+  // tensor. Only `spec`'s name, shape and dtype matter to a later load.
+  Status AddRegion(const TensorSpec& spec, const Region& region, const void* data, uint64_t bytes);
   // Opaque per-rank bytes (RNG state ...), stored under BlobKey(rank, name).
   Status AddBlob(const std::string& name, const std::string& bytes);
   // Flushes and fsyncs the shard, then writes its index atomically.
@@ -52,6 +60,9 @@ class ShardWriter {
   uint64_t bytes_written() const { return offset_; }
 
  private:
+  // Appends `bytes` at `data` as one chunk of `tm` covering `region`.
+  Status AppendChunk(TensorMeta& tm, const Region& region, const char* data, uint64_t bytes);
+
   ShardWriter(std::string dir, Layout layout, int rank, StageFn stages, uint64_t block_size,
               File file);
 

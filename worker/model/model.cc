@@ -3,6 +3,7 @@
 #include "worker/model/model.h"
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <stdexcept>
 
@@ -283,47 +284,71 @@ at::Tensor Model::Forward(const at::Tensor& inputs) const {
   return x;
 }
 
-StatusOr<Model> BuildModel(const ModelConfig& config) {
+Status ForEachLayer(const ModelConfig& config,
+                    const std::function<Status(std::shared_ptr<Layer>)>& take) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(config.seed);
-  Model m;
-  m.kind = config.kind;
   try {
     if (config.kind == "gpt") {
       ORRERY_RETURN_IF_ERROR(ValidateGpt(config.gpt));
       const GptConfig& c = config.gpt;
-      m.layers.push_back(std::make_shared<GptEmbedding>(c, gen));
+      ORRERY_RETURN_IF_ERROR(take(std::make_shared<GptEmbedding>(c, gen)));
       for (int i = 0; i < c.layers; ++i) {
-        m.layers.push_back(std::make_shared<GptBlock>(i, c, 1, nullptr, GptBlock::Init(c, gen)));
+        ORRERY_RETURN_IF_ERROR(
+            take(std::make_shared<GptBlock>(i, c, 1, nullptr, GptBlock::Init(c, gen))));
       }
-      m.layers.push_back(std::make_shared<GptHead>(c, gen));
-    } else if (config.kind == "mlp") {
+      return take(std::make_shared<GptHead>(c, gen));
+    }
+    if (config.kind == "mlp") {
       const MlpConfig& c = config.mlp;
       if (c.input < 1 || c.hidden < 1 || c.layers < 1 || c.classes < 2) {
         return InvalidArgumentError("mlp: input, hidden, layers must be >= 1 and classes >= 2");
       }
       int64_t in = c.input;
       for (int i = 0; i < c.layers; ++i) {
-        m.layers.push_back(std::make_shared<MlpLinear>(i, in, c.hidden, true, gen));
+        ORRERY_RETURN_IF_ERROR(take(std::make_shared<MlpLinear>(i, in, c.hidden, true, gen)));
         in = c.hidden;
       }
-      m.layers.push_back(std::make_shared<MlpLinear>(c.layers, in, c.classes, false, gen));
-    } else if (config.kind == "torchscript") {
+      return take(std::make_shared<MlpLinear>(c.layers, in, c.classes, false, gen));
+    }
+    if (config.kind == "torchscript") {
       if (config.torchscript_path.empty())
         return InvalidArgumentError("torchscript: no module path");
       torch::jit::Module module = torch::jit::load(config.torchscript_path);
       module.train();
-      m.layers.push_back(std::make_shared<ScriptLayer>(std::move(module)));
-      m.supports_surgery = false;
-    } else {
-      return InvalidArgumentError("unknown model kind '" + config.kind +
-                                  "' (gpt, mlp, torchscript)");
+      return take(std::make_shared<ScriptLayer>(std::move(module)));
     }
+    return InvalidArgumentError("unknown model kind '" + config.kind + "' (gpt, mlp, torchscript)");
   } catch (const std::exception& e) {
     std::string msg = e.what();
     return InvalidArgumentError("building " + config.kind +
                                 " model: " + msg.substr(0, msg.find('\n')));
   }
+}
+
+StatusOr<Model> BuildModel(const ModelConfig& config) {
+  Model m;
+  m.kind = config.kind;
+  m.supports_surgery = config.kind != "torchscript";
+  ORRERY_RETURN_IF_ERROR(ForEachLayer(config, [&](std::shared_ptr<Layer> layer) {
+    m.layers.push_back(std::move(layer));
+    return OkStatus();
+  }));
   return m;
+}
+
+int NumLayers(const ModelConfig& config) {
+  if (config.kind == "gpt") return config.gpt.layers + 2;
+  if (config.kind == "mlp") return config.mlp.layers + 1;
+  return 1;
+}
+
+StatusOr<int64_t> CountParameters(const ModelConfig& config) {
+  int64_t n = 0;
+  ORRERY_RETURN_IF_ERROR(ForEachLayer(config, [&](std::shared_ptr<Layer> layer) {
+    for (const auto& [name, p] : layer->NamedParameters()) n += p.numel();
+    return OkStatus();
+  }));
+  return n;
 }
 
 int GptTensorParallelDim(const std::string& name) {
@@ -341,11 +366,10 @@ int GptTensorParallelDim(const std::string& name) {
   return -1;
 }
 
-StatusOr<Model> SliceGptForTensorParallel(const GptConfig& c, const Model& full, int tp_rank,
-                                          int tp_size, dist::Communicator* tp) {
+namespace {
+
+Status CheckTensorParallel(const GptConfig& c, int tp_size, dist::Communicator* tp) {
   ORRERY_RETURN_IF_ERROR(ValidateGpt(c));
-  if (full.kind != "gpt")
-    return FailedPreconditionError("tensor parallelism needs the GPT model, not " + full.kind);
   if (tp_size < 1 || c.heads % tp_size != 0) {
     return InvalidArgumentError("tensor parallel degree " + std::to_string(tp_size) +
                                 " must divide heads " + std::to_string(c.heads));
@@ -353,23 +377,48 @@ StatusOr<Model> SliceGptForTensorParallel(const GptConfig& c, const Model& full,
   if (tp_size > 1 && (tp == nullptr || tp->size() != tp_size)) {
     return InvalidArgumentError("tensor parallel communicator missing or of the wrong size");
   }
+  return OkStatus();
+}
+
+std::shared_ptr<Layer> SliceLayer(const GptConfig& c, size_t index,
+                                  const std::shared_ptr<Layer>& layer, int tp_rank, int tp_size,
+                                  dist::Communicator* tp) {
+  if (index == 0 || index > static_cast<size_t>(c.layers)) return layer;  // embedding, head
+  const int block = static_cast<int>(index) - 1;
+  std::map<std::string, at::Tensor> w;
+  const std::string prefix = "blocks." + std::to_string(block) + ".";
+  for (const auto& [name, value] : layer->NamedParameters()) {
+    int dim = GptTensorParallelDim(name);
+    at::Tensor v = value.detach();
+    if (dim >= 0) v = v.chunk(tp_size, dim)[static_cast<size_t>(tp_rank)];
+    w[name.substr(prefix.size())] = v;
+  }
+  return std::make_shared<GptBlock>(block, c, tp_size, tp, w);
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Layer>> SliceGptLayerForTensorParallel(const GptConfig& c, size_t index,
+                                                                const std::shared_ptr<Layer>& layer,
+                                                                int tp_rank, int tp_size,
+                                                                dist::Communicator* tp) {
+  ORRERY_RETURN_IF_ERROR(CheckTensorParallel(c, tp_size, tp));
+  if (index > static_cast<size_t>(c.layers) + 1)
+    return InvalidArgumentError("layer " + std::to_string(index) + " is not in the model");
+  return SliceLayer(c, index, layer, tp_rank, tp_size, tp);
+}
+
+StatusOr<Model> SliceGptForTensorParallel(const GptConfig& c, const Model& full, int tp_rank,
+                                          int tp_size, dist::Communicator* tp) {
+  ORRERY_RETURN_IF_ERROR(CheckTensorParallel(c, tp_size, tp));
+  if (full.kind != "gpt")
+    return FailedPreconditionError("tensor parallelism needs the GPT model, not " + full.kind);
   if (static_cast<int>(full.layers.size()) != c.layers + 2)
     return InvalidArgumentError("model does not match config");
   Model m;
   m.kind = "gpt";
-  m.layers.push_back(full.layers.front());
-  for (int i = 0; i < c.layers; ++i) {
-    std::map<std::string, at::Tensor> w;
-    std::string prefix = "blocks." + std::to_string(i) + ".";
-    for (const auto& [name, value] : full.layers[static_cast<size_t>(i + 1)]->NamedParameters()) {
-      int dim = GptTensorParallelDim(name);
-      at::Tensor v = value.detach();
-      if (dim >= 0) v = v.chunk(tp_size, dim)[static_cast<size_t>(tp_rank)];
-      w[name.substr(prefix.size())] = v;
-    }
-    m.layers.push_back(std::make_shared<GptBlock>(i, c, tp_size, tp, w));
-  }
-  m.layers.push_back(full.layers.back());
+  for (size_t l = 0; l < full.layers.size(); ++l)
+    m.layers.push_back(SliceLayer(c, l, full.layers[l], tp_rank, tp_size, tp));
   return m;
 }
 

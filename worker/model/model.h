@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -90,6 +91,20 @@ struct Model {
 
 StatusOr<Model> BuildModel(const ModelConfig& config);
 
+// Builds the model's layers one at a time, in order, from the same seeded
+// stream as BuildModel, handing each to `take`: a caller that keeps only its
+// slice of each layer never holds the whole model (a stage, a tensor-parallel
+// slice, an fsdp shard). Stops at the first error `take` returns.
+Status ForEachLayer(const ModelConfig& config,
+                    const std::function<Status(std::shared_ptr<Layer>)>& take);
+
+// The number of layers BuildModel makes (gpt: layers + 2; mlp: layers + 1;
+// torchscript: 1), without building any.
+int NumLayers(const ModelConfig& config);
+
+// The number of parameters, one layer at a time.
+StatusOr<int64_t> CountParameters(const ModelConfig& config);
+
 // Layer::To for every layer. INVALID_ARGUMENT (not a throw) when the device
 // cannot hold tensors (no such CUDA device, a build without CUDA).
 Status MoveToDevice(Model& model, c10::Device device);
@@ -102,6 +117,14 @@ Status MoveToDevice(Model& model, c10::Device device);
 // the same weights as one process. `tp` must outlive the model.
 StatusOr<Model> SliceGptForTensorParallel(const GptConfig& config, const Model& full, int tp_rank,
                                           int tp_size, dist::Communicator* tp);
+
+// Layer `index` of the GPT (0 the embedding, 1..layers the blocks, then the head)
+// as tensor-parallel rank `tp_rank` of `tp_size` holds it.
+StatusOr<std::shared_ptr<Layer>> SliceGptLayerForTensorParallel(const GptConfig& config,
+                                                                size_t index,
+                                                                const std::shared_ptr<Layer>& layer,
+                                                                int tp_rank, int tp_size,
+                                                                dist::Communicator* tp);
 
 // The inverse for one tensor: how a parameter of that name is split over tp
 // ranks. Returns -1 when replicated, else the dimension it is split along.

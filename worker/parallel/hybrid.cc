@@ -233,6 +233,47 @@ class HybridStrategy final : public Strategy {
     return internal::LoadFullState(*this, *optimizer_, params, state);
   }
 
+  // The stage's parameters: whole, or the tensor-parallel slice along the
+  // dimension the model splits (torch's chunk: ceil-sized parts, the slice
+  // SliceGptForTensorParallel and CopyNamed take).
+  StatusOr<LocalState> State() override {
+    LocalState state = optimizer_->View();
+    std::map<std::string, std::vector<int64_t>> global;
+    for (const auto& fp : full_params_) global[fp.name] = fp.shape;
+    model::NamedTensors named = stage_.NamedParameters();
+    const int tp_replicas = layout_.dp * layout_.tp;
+    const int tp_replica = coords_.dp * layout_.tp + coords_.tp;
+    for (size_t k = 0; k < named.size(); ++k) {
+      const auto& [name, p] = named[k];
+      auto it = global.find(name);
+      if (it == global.end()) return InternalError("parameter " + name + " has no global shape");
+      StateSegment seg;
+      seg.name = name;
+      seg.global_shape = it->second;
+      seg.param = k;
+      seg.region = checkpoint::FullRegion(it->second);
+      const int dim = layout_.tp > 1 ? model::GptTensorParallelDim(name) : -1;
+      const int replicas = dim >= 0 ? layout_.dp : tp_replicas;
+      const int replica = dim >= 0 ? coords_.dp : tp_replica;
+      if (dim >= 0) {
+        const int64_t whole = it->second[static_cast<size_t>(dim)];
+        const int64_t part = (whole + layout_.tp - 1) / layout_.tp;
+        seg.region.offsets[static_cast<size_t>(dim)] = part * coords_.tp;
+        seg.region.sizes = p.sizes().vec();
+        seg.region.flat_end = p.numel();
+      }
+      if (seg.region.sizes != p.sizes().vec())
+        return InternalError("parameter " + name + " does not match its slice of the model");
+      seg.writer = static_cast<int>(k % static_cast<size_t>(replicas)) == replica;
+      state.segments.push_back(std::move(seg));
+    }
+    return state;
+  }
+  Status StateRestored(int64_t optimizer_steps) override {
+    optimizer_->set_steps(optimizer_steps);
+    return OkStatus();
+  }
+
   StrategyInfo Info() const override { return info_; }
 
   std::vector<PlacedTensor> Placement() const override {
@@ -258,10 +299,10 @@ class HybridStrategy final : public Strategy {
     info_.name = config.name;
     info_.layout = layout_;
     device_ = config.device;
-    // Built on the host; only this rank's stage (and tensor slice) moves to the
-    // device, below.
-    ORRERY_ASSIGN_OR_RETURN(model::Model full, model::BuildModel(mc));
-    if (!full.supports_surgery && (layout_.tp > 1 || layout_.pp > 1)) {
+    // Built on the host a layer at a time, keeping only this rank's stage (and
+    // its tensor slice), which then moves to the device: no rank ever holds the
+    // whole model.
+    if (mc.kind == "torchscript" && (layout_.tp > 1 || layout_.pp > 1)) {
       return FailedPreconditionError(
           "a TorchScript model cannot be split by the tensor or pipeline template; use ddp or "
           "fsdp");
@@ -269,7 +310,7 @@ class HybridStrategy final : public Strategy {
     if (layout_.tp > 1 && mc.kind != "gpt") {
       return FailedPreconditionError("the tensor template needs the GPT model, not " + mc.kind);
     }
-    int n_layers = static_cast<int>(full.layers.size());
+    const int n_layers = model::NumLayers(mc);
     if (layout_.pp > n_layers) {
       return InvalidArgumentError(std::to_string(layout_.pp) + " pipeline stages for a model of " +
                                   std::to_string(n_layers) + " layers");
@@ -293,7 +334,7 @@ class HybridStrategy final : public Strategy {
     // Pipeline stages.
     std::vector<int> starts = config.stage_starts;
     if (layout_.pp > 1 && starts.empty()) {
-      ORRERY_ASSIGN_OR_RETURN(starts, MeasureAndBalance(mc, full));
+      ORRERY_ASSIGN_OR_RETURN(starts, MeasureAndBalance(mc, n_layers));
     }
     if (static_cast<int>(starts.size()) != layout_.pp - 1) {
       return InvalidArgumentError("pipeline needs " + std::to_string(layout_.pp - 1) +
@@ -308,24 +349,25 @@ class HybridStrategy final : public Strategy {
             "pipeline stage starts must increase and leave every stage a layer");
     }
     info_.stage_starts = starts;
-    for (int s = 0; s < layout_.pp; ++s) {
-      for (int l = bounds[static_cast<size_t>(s)]; l < bounds[static_cast<size_t>(s) + 1]; ++l) {
-        for (auto& [name, p] : full.layers[static_cast<size_t>(l)]->NamedParameters()) {
-          full_params_.push_back({name, p.sizes().vec(), s});
-        }
-      }
-    }
-    model::Model sliced = full;
-    if (layout_.tp > 1) {
-      ORRERY_ASSIGN_OR_RETURN(sliced, model::SliceGptForTensorParallel(mc.gpt, full, coords_.tp,
-                                                                       layout_.tp, tp_.get()));
-    }
-    stage_.kind = sliced.kind;
-    stage_.supports_surgery = sliced.supports_surgery;
-    for (int l = bounds[static_cast<size_t>(coords_.pp)];
-         l < bounds[static_cast<size_t>(coords_.pp) + 1]; ++l) {
-      stage_.layers.push_back(sliced.layers[static_cast<size_t>(l)]);
-    }
+    stage_.kind = mc.kind;
+    stage_.supports_surgery = mc.kind != "torchscript";
+    int layer_index = 0, stage = 0;
+    ORRERY_RETURN_IF_ERROR(
+        model::ForEachLayer(mc, [&](std::shared_ptr<model::Layer> layer) -> Status {
+          while (layer_index >= bounds[static_cast<size_t>(stage) + 1]) ++stage;
+          for (auto& [name, p] : layer->NamedParameters())
+            full_params_.push_back({name, p.sizes().vec(), stage});
+          if (stage == coords_.pp) {
+            if (layout_.tp > 1) {
+              ORRERY_ASSIGN_OR_RETURN(layer, model::SliceGptLayerForTensorParallel(
+                                                 mc.gpt, static_cast<size_t>(layer_index), layer,
+                                                 coords_.tp, layout_.tp, tp_.get()));
+            }
+            stage_.layers.push_back(std::move(layer));
+          }
+          ++layer_index;
+          return OkStatus();
+        }));
     ORRERY_RETURN_IF_ERROR(model::MoveToDevice(stage_, device_));
     first_stage_ = coords_.pp == 0;
     last_stage_ = coords_.pp == layout_.pp - 1;
@@ -356,35 +398,39 @@ class HybridStrategy final : public Strategy {
   // Times each layer's forward on a probe micro-batch (best of 3; backward is
   // taken as twice forward, so the ratio between layers is what matters) on
   // rank 0 and broadcasts the costs so that every rank cuts the same stages.
-  StatusOr<std::vector<int>> MeasureAndBalance(const model::ModelConfig& mc,
-                                               const model::Model& full) {
-    size_t n = full.layers.size();
+  // Built and measured a layer at a time, each on the probe's activations
+  // from the one before, then dropped.
+  StatusOr<std::vector<int>> MeasureAndBalance(const model::ModelConfig& mc, int n_layers) {
+    const size_t n = static_cast<size_t>(n_layers);
     at::Tensor costs = at::zeros({static_cast<int64_t>(n)}, at::kDouble);
     if (world_ == nullptr || world_->rank() == 0) {
       torch::NoGradGuard no_grad;
       // Measured where the stages will run (kernels are asynchronous on CUDA:
-      // each layer's time ends when the device is done). The model goes back to
-      // the host afterwards, so only this rank's stage stays on the device.
-      // (A Model copy shares its layers: this moves `full`'s own layers.)
-      model::Model on_device = full;
-      ORRERY_RETURN_IF_ERROR(model::MoveToDevice(on_device, device_));
+      // each layer's time ends when the device is done).
       model::Batch probe = model::BatchOn(model::SyntheticBatch(mc, 2, 0), device_);
-      for (int rep = 0; rep < 3; ++rep) {
-        at::Tensor x = probe.inputs;
-        for (size_t l = 0; l < n; ++l) {
-          dist::SynchronizeDevice(device_);
-          auto t0 = std::chrono::steady_clock::now();
-          x = full.layers[l]->Forward(x);
-          dist::SynchronizeDevice(device_);
-          double ms =
-              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                  .count() *
-              3.0;
-          double& c = costs.data_ptr<double>()[l];
-          c = rep == 0 ? ms : std::min(c, ms);
-        }
-      }
-      ORRERY_RETURN_IF_ERROR(model::MoveToDevice(on_device, at::kCPU));
+      at::Tensor x = probe.inputs;
+      size_t l = 0;
+      ORRERY_RETURN_IF_ERROR(
+          model::ForEachLayer(mc, [&](std::shared_ptr<model::Layer> layer) -> Status {
+            if (l >= n) return InternalError("the model has more layers than it says");
+            layer->To(device_);
+            at::Tensor y;
+            for (int rep = 0; rep < 3; ++rep) {
+              dist::SynchronizeDevice(device_);
+              auto t0 = std::chrono::steady_clock::now();
+              y = layer->Forward(x);
+              dist::SynchronizeDevice(device_);
+              double ms =
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                      .count() *
+                  3.0;
+              double& c = costs.data_ptr<double>()[l];
+              c = rep == 0 ? ms : std::min(c, ms);
+            }
+            x = y;
+            ++l;
+            return OkStatus();
+          }));
     }
     if (world_ != nullptr) ORRERY_RETURN_IF_ERROR(world_->Broadcast(costs, 0));
     std::vector<double> v(costs.data_ptr<double>(), costs.data_ptr<double>() + n);

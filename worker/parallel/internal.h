@@ -35,6 +35,11 @@ class Optimizer {
   // Installs a state: slots[k][i] is slot k of params[i] (same shapes).
   Status SetState(const std::vector<std::vector<at::Tensor>>& slots, int64_t steps);
   const std::vector<at::Tensor>& params() const { return params_; }
+  // Slot k's tensors, one per parameter (the optimizer's own storage).
+  const std::vector<at::Tensor>& slot(size_t k) const { return k == 0 ? m_ : v_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+  // The views State() returns, without segments.
+  LocalState View() const;
   // "optim/<slot>/<names[i]>" for each slot tensor (names[i] names params[i]).
   void AppendPlacement(const std::vector<std::string>& names, bool host_by_design,
                        std::vector<PlacedTensor>& out) const;
@@ -45,6 +50,19 @@ class Optimizer {
   std::vector<at::Tensor> m_, v_;
   int64_t steps_ = 0;
 };
+
+// Segments for tensors each held whole by this rank, `names[i]` being
+// optimizer tensor i (or a stretch of a flat buffer: `offsets[i]` in tensor
+// `params[i]`), replicated over `replicas` ranks of which this is `replica`:
+// the k-th is written by replica k % replicas.
+struct WholeTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t param = 0;
+  int64_t offset = 0;
+};
+std::vector<StateSegment> WholeSegments(const std::vector<WholeTensor>& tensors, int replicas,
+                                        int replica);
 
 // Turns any exception from a step into a status (torch ops, collectives inside
 // autograd functions).

@@ -211,6 +211,39 @@ class FsdpStrategy final : public Strategy, private Residency {
     return internal::LoadFullState(*this, *optimizer_, params, state);
   }
 
+  // The rank's flat shard of each unit, cut at its parameters' edges: each
+  // piece is a flat range of one parameter (padding belongs to none).
+  StatusOr<LocalState> State() override {
+    LocalState state = optimizer_->View();
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const int64_t each = padded_[u] / dp_size_;
+      const int64_t begin = dp_rank_ * each, end = begin + each;
+      int64_t off = 0;
+      for (size_t i = 0; i < units_[u].params.size(); ++i) {
+        const auto& shape = shapes_.by_unit[u][i];
+        const int64_t n = checkpoint::Numel(shape);
+        const int64_t lo = std::max(begin, off), hi = std::min(end, off + n);
+        if (lo < hi) {
+          StateSegment seg;
+          seg.name = units_[u].params[i].first;
+          seg.global_shape = shape;
+          seg.region = checkpoint::FullRegion(shape);
+          seg.region.flat_begin = lo - off;
+          seg.region.flat_end = hi - off;
+          seg.param = u;
+          seg.offset = lo - begin;
+          state.segments.push_back(std::move(seg));
+        }
+        off += n;
+      }
+    }
+    return state;
+  }
+  Status StateRestored(int64_t optimizer_steps) override {
+    optimizer_->set_steps(optimizer_steps);
+    return OkStatus();
+  }
+
   StrategyInfo Info() const override { return info_; }
 
   std::vector<PlacedTensor> Placement() const override {
@@ -242,12 +275,16 @@ class FsdpStrategy final : public Strategy, private Residency {
     dp_rank_ = rdv == nullptr ? 0 : rdv->config().rank;
     info_.name = "fsdp";
     info_.layout = config.layout;
-    ORRERY_ASSIGN_OR_RETURN(model_, model::BuildModel(mc));
     if (dp_size_ > 1) {
       ORRERY_ASSIGN_OR_RETURN(dp_, rdv->NewGroup("fsdp", AllRanks(dp_size_)));
     }
     int64_t largest = 0, shard_bytes = 0;
-    for (auto& layer : model_.layers) {
+    // A layer at a time: each is flattened, this rank keeps its shard, and the
+    // layer's full parameters are freed before the next is built.
+    model_.kind = mc.kind;
+    model_.supports_surgery = mc.kind != "torchscript";
+    ORRERY_RETURN_IF_ERROR(model::ForEachLayer(mc, [&](std::shared_ptr<model::Layer> layer) {
+      model_.layers.push_back(layer);
       Unit u;
       u.layers = {layer};
       u.params = layer->NamedParameters();
@@ -272,7 +309,8 @@ class FsdpStrategy final : public Strategy, private Residency {
       Unbind(u, device_);
       shapes_.by_unit.push_back(std::move(shapes));
       units_.push_back(std::move(u));
-    }
+      return OkStatus();
+    }));
     // One gathered unit, its gradients and the gradient buffer, plus the shards.
     info_.peak_device_parameter_bytes = 3 * largest + shard_bytes;
     optimizer_ = std::make_unique<Optimizer>(opt, shards_);
@@ -414,6 +452,27 @@ class SpillStrategy final : public Strategy, private Residency {
   Status LoadFullState(const model::NamedTensors& params,
                        const model::NamedTensors& state) override {
     return internal::LoadFullState(*this, *optimizer_, params, state);
+  }
+
+  // The host masters, replicated over the data-parallel ranks: whole
+  // parameters, written round robin by the replicas.
+  StatusOr<LocalState> State() override {
+    LocalState state = optimizer_->View();
+    std::vector<WholeTensor> whole;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      int64_t off = 0;
+      for (size_t i = 0; i < units_[u].params.size(); ++i) {
+        const auto& shape = shapes_.by_unit[u][i];
+        whole.push_back({units_[u].params[i].first, shape, u, off});
+        off += checkpoint::Numel(shape);
+      }
+    }
+    state.segments = WholeSegments(whole, dp_size_, dp_rank_);
+    return state;
+  }
+  Status StateRestored(int64_t optimizer_steps) override {
+    optimizer_->set_steps(optimizer_steps);
+    return OkStatus();
   }
 
   StrategyInfo Info() const override { return info_; }

@@ -118,6 +118,32 @@ Status Optimizer::SetState(const std::vector<std::vector<at::Tensor>>& slots, in
   return OkStatus();
 }
 
+LocalState Optimizer::View() const {
+  LocalState state;
+  state.params = params_;
+  state.slot_names = SlotNames();
+  for (size_t k = 0; k < state.slot_names.size(); ++k) state.slots.push_back(slot(k));
+  state.optimizer_steps = steps_;
+  return state;
+}
+
+std::vector<StateSegment> WholeSegments(const std::vector<WholeTensor>& tensors, int replicas,
+                                        int replica) {
+  std::vector<StateSegment> out;
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const WholeTensor& t = tensors[k];
+    StateSegment seg;
+    seg.name = t.name;
+    seg.global_shape = t.shape;
+    seg.region = checkpoint::FullRegion(t.shape);
+    seg.param = t.param;
+    seg.offset = t.offset;
+    seg.writer = static_cast<int>(k % static_cast<size_t>(std::max(1, replicas))) == replica;
+    out.push_back(std::move(seg));
+  }
+  return out;
+}
+
 StatusOr<model::NamedTensors> GatherOptimizerState(Strategy& strategy, Optimizer& optimizer) {
   model::NamedTensors out;
   std::vector<std::string> slots = optimizer.SlotNames();
@@ -236,6 +262,18 @@ class SingleStrategy final : public Strategy {
   Status LoadFullState(const model::NamedTensors& params,
                        const model::NamedTensors& state) override {
     return internal::LoadFullState(*this, *optimizer_, params, state);
+  }
+  StatusOr<LocalState> State() override {
+    LocalState state = optimizer_->View();
+    std::vector<WholeTensor> whole;
+    for (size_t i = 0; i < params_.size(); ++i)
+      whole.push_back({names_[i], params_[i].sizes().vec(), i, 0});
+    state.segments = WholeSegments(whole, 1, 0);
+    return state;
+  }
+  Status StateRestored(int64_t optimizer_steps) override {
+    optimizer_->set_steps(optimizer_steps);
+    return OkStatus();
   }
   StrategyInfo Info() const override {
     StrategyInfo info;

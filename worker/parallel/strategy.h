@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "worker/checkpoint/layout.h"
 #include "worker/dist/communicator.h"
 #include "worker/dist/topology.h"
 #include "worker/model/model.h"
@@ -113,6 +114,34 @@ struct StrategyInfo {
   int64_t peak_device_parameter_bytes = 0;
 };
 
+// One stretch of a rank's own training state that is one region of one global
+// tensor: Tenplex's parallelizable tensor collection seen from one rank. It is
+// the elements [offset, offset + region.Numel()) of the flattening of
+// LocalState::params[param] (and the same elements of each optimizer slot of
+// that tensor), and they are `region` of the global parameter `name`.
+struct StateSegment {
+  std::string name;  // the parameter's name from the model root
+  std::vector<int64_t> global_shape;
+  checkpoint::Region region;
+  size_t param = 0;
+  int64_t offset = 0;
+  // This rank saves the segment. Data replicated over ranks (ddp replicas, a
+  // tensor the tensor template does not split) has one writer, chosen round
+  // robin over the replicas so a save spreads its bytes over every rank.
+  bool writer = true;
+};
+
+// Everything a rank must save for the job to resume in any layout, as views of
+// the template's own storage: writing into the tensors changes the model and
+// the optimizer (then call Strategy::StateRestored).
+struct LocalState {
+  std::vector<at::Tensor> params;              // what the optimizer steps, in its order
+  std::vector<std::string> slot_names;         // sgd {"momentum"}; adamw {"exp_avg", "exp_avg_sq"}
+  std::vector<std::vector<at::Tensor>> slots;  // [slot][param], each shaped like params[param]
+  int64_t optimizer_steps = 0;
+  std::vector<StateSegment> segments;
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -132,6 +161,15 @@ class Strategy {
   // it computed on (spill: also the device buffers its shards passed through).
   // Not collective. Tests assert each is on the configured device.
   virtual std::vector<PlacedTensor> Placement() const = 0;
+
+  // This rank's own state (see LocalState): the segments cover, over all ranks,
+  // every element of every parameter, and no rank holds a full copy of what it
+  // does not own. Not collective; no copy is made.
+  virtual StatusOr<LocalState> State() = 0;
+  // After the caller wrote a checkpoint's values into State()'s tensors: sets
+  // the optimizer's step count and refreshes whatever the template derives
+  // from them. Not collective.
+  virtual Status StateRestored(int64_t optimizer_steps) = 0;
 
   // The optimizer's state gathered to full tensors like the parameters: for
   // every slot (sgd "momentum"; adamw "exp_avg", "exp_avg_sq") and parameter,

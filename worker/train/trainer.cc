@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "worker/checkpoint/store.h"
 #include "worker/checkpoint/torch_adapter.h"
 #include "worker/checkpoint/writer.h"
+#include "worker/train/live_state.h"
 #include "worker/train/metrics_export.h"
 
 namespace orrery::train {
@@ -21,10 +23,6 @@ namespace {
 
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-const checkpoint::Layout kWholeLayout{1, 1, 1, 1};
-constexpr const char* kModelPrefix = "model/";
-constexpr const char* kOptimPrefix = "optim/";
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -70,7 +68,8 @@ class Run {
     base_lr_ = task_.optimizer.lr;
     if (!task_.checkpoint_dir.empty())
       store_ = std::make_unique<checkpoint::CheckpointStore>(task_.checkpoint_dir, task_.keep);
-    ORRERY_ASSIGN_OR_RETURN(auto built, model::BuildModel(task_.model));
+    // Counted a layer at a time: no rank builds the whole model.
+    ORRERY_ASSIGN_OR_RETURN(const int64_t parameters, model::CountParameters(task_.model));
     // After every model build: a resume restores the RNG state last.
     if (store_ && task_.resume) ORRERY_RETURN_IF_ERROR(Resume());
     const int64_t total = TotalSteps();
@@ -86,11 +85,12 @@ class Run {
           {"template", task_.strategy.name},
           {"layout", dist::LayoutToString(strategy_->Info().layout)},
           {"model", task_.model.kind},
-          {"parameters", built.NumParameters()},
+          {"parameters", parameters},
           {"global_batch", task_.global_batch},
           {"steps", total},
           {"resumed_from_step",
            result_.resumed_from_step >= 0 ? Json(result_.resumed_from_step) : Json(nullptr)}});
+    if (!restore_event_.is_null()) Emit(restore_event_);
 
     auto run_start = Clock::now();
     auto interval_start = Clock::now();
@@ -197,73 +197,127 @@ class Run {
     return flag.item<double>() > 0;
   }
 
-  // Gathers the whole model on every rank; rank 0 writes it as one 1×1×1 shard
-  // and commits; the others wait at a barrier so nobody runs ahead of a commit.
+  // The layout a checkpoint records: the running template's, in the
+  // checkpoint library's terms (informational: a load reads by region).
+  checkpoint::Layout CheckpointLayout() const {
+    const dist::Layout l = strategy_->Info().layout;
+    checkpoint::Layout out{l.dp, l.tp, l.pp, 1};
+    if (task_.strategy.name == "fsdp") out.fsdp = l.dp;
+    if (out.World() != world_) out = checkpoint::Layout{world_, 1, 1, 1};
+    return out;
+  }
+
+  // Every rank: true where every rank's `ok` is true.
+  StatusOr<bool> AllRanksOk(bool ok) {
+    if (world_comm_ == nullptr) return ok;
+    at::Tensor flag = at::full({1}, ok ? 1.0 : 0.0, at::kDouble);
+    ORRERY_RETURN_IF_ERROR(world_comm_->AllReduce(flag, dist::ReduceOp::kMin));
+    return flag.item<double>() > 0;
+  }
+
+  // Every rank's stats, on every rank (rank order).
+  StatusOr<std::vector<StateIoStats>> GatherStats(const StateIoStats& mine) {
+    constexpr int kFields = 6;
+    auto pack = [](const StateIoStats& s) {
+      return std::vector<double>{
+          static_cast<double>(s.bytes),          static_cast<double>(s.bytes_needed),
+          static_cast<double>(s.reads),          s.seconds,
+          static_cast<double>(s.peak_rss_bytes), static_cast<double>(s.rss_before_bytes)};
+    };
+    if (world_comm_ == nullptr) return std::vector<StateIoStats>{mine};
+    at::Tensor local = at::tensor(pack(mine), at::kDouble);
+    at::Tensor all = at::empty({kFields * world_}, at::kDouble);
+    ORRERY_RETURN_IF_ERROR(world_comm_->AllGather(local, all));
+    std::vector<StateIoStats> out;
+    auto a = all.accessor<double, 1>();
+    for (int r = 0; r < world_; ++r) {
+      StateIoStats s;
+      s.bytes = static_cast<uint64_t>(a[r * kFields]);
+      s.bytes_needed = static_cast<uint64_t>(a[r * kFields + 1]);
+      s.reads = static_cast<uint64_t>(a[r * kFields + 2]);
+      s.seconds = a[r * kFields + 3];
+      s.peak_rss_bytes = static_cast<uint64_t>(a[r * kFields + 4]);
+      s.rss_before_bytes = static_cast<uint64_t>(a[r * kFields + 5]);
+      out.push_back(s);
+    }
+    return out;
+  }
+
+  // The per-rank figures of a save or load, as the progress line carries them.
+  static Json RankStats(const std::vector<StateIoStats>& all) {
+    Json ranks = Json::array();
+    for (const auto& s : all) {
+      ranks.push_back({{"bytes", s.bytes},
+                       {"bytes_needed", s.bytes_needed},
+                       {"reads", s.reads},
+                       {"seconds", s.seconds},
+                       {"peak_rss_bytes", s.peak_rss_bytes},
+                       {"rss_before_bytes", s.rss_before_bytes}});
+    }
+    return ranks;
+  }
+
+  // Every rank writes its own state into its shard and fsyncs it; once every
+  // rank has, rank 0 commits the metadata (temp name, fsync, rename), and every
+  // rank learns the outcome. A rank that dies before the commit leaves the
+  // previous checkpoint the newest.
   StatusOr<std::string> Save(const std::string& reason) {
     auto t0 = Clock::now();
-    ORRERY_ASSIGN_OR_RETURN(model::NamedTensors params, strategy_->GatherFullParameters());
-    ORRERY_ASSIGN_OR_RETURN(model::NamedTensors optim, strategy_->GatherFullOptimizerState());
     std::string dir = store_->StepDir(step_);
-    Status written;
-    if (rank_ == 0) written = WriteWhole(dir, params, optim);
+    const checkpoint::Layout layout = CheckpointLayout();
+    StateIoStats mine;
+    Status written = [&]() -> Status {
+      ORRERY_ASSIGN_OR_RETURN(auto writer, checkpoint::ShardWriter::Create(
+                                               dir, layout, rank_, checkpoint::BalancedStages(1)));
+      ORRERY_RETURN_IF_ERROR(
+          WriteLocalState(*writer, *strategy_, task_.model.kind, rank_ == 0, &mine));
+      ORRERY_ASSIGN_OR_RETURN(std::string rng, checkpoint::CaptureCpuRngState());
+      ORRERY_RETURN_IF_ERROR(writer->AddBlob("rng/cpu", rng));
+      return writer->Finish();
+    }();
+    ORRERY_ASSIGN_OR_RETURN(bool all_written, AllRanksOk(written.ok()));
+    if (!written.ok())
+      return written.WithContext("writing rank " + std::to_string(rank_) + "'s shard of " + dir);
+    if (!all_written) return InternalError("another rank failed to write its shard of " + dir);
+    Status committed;
+    if (rank_ == 0) committed = store_->Commit(Info(layout));
     if (world_comm_) {
-      // Every rank learns whether rank 0 succeeded.
-      at::Tensor ok = at::full({1}, written.ok() ? 1.0 : 0.0, at::kDouble);
+      at::Tensor ok = at::full({1}, committed.ok() ? 1.0 : 0.0, at::kDouble);
       ORRERY_RETURN_IF_ERROR(world_comm_->Broadcast(ok, 0));
-      if (ok.item<double>() == 0 && written.ok())
-        written = InternalError("rank 0 failed to write the checkpoint");
+      if (ok.item<double>() == 0 && committed.ok())
+        committed = InternalError("rank 0 failed to commit the checkpoint");
     }
-    ORRERY_RETURN_IF_ERROR(written.WithContext("checkpoint at step " + std::to_string(step_)));
+    ORRERY_RETURN_IF_ERROR(committed.WithContext("checkpoint at step " + std::to_string(step_)));
+    mine.seconds = Seconds(t0);
+    ORRERY_ASSIGN_OR_RETURN(std::vector<StateIoStats> all, GatherStats(mine));
     result_.checkpoint = dir;
+    result_.saves.push_back(all);
     const double seconds = Seconds(t0);
-    if (metrics_ != nullptr && metrics_->task_level()) {
-      metrics_->RecordCheckpointSamples(batches_->cursor().Position());
-      metrics_->RecordCheckpoint(metrics::WorkerRecorder::CheckpointOp::kSave, step_, seconds,
-                                 DirBytes(dir));
+    if (metrics_ != nullptr) {
+      metrics_->RecordStateIo(metrics::WorkerRecorder::CheckpointOp::kSave, mine.bytes,
+                              mine.bytes_needed, mine.peak_rss_bytes);
+      if (metrics_->task_level()) {
+        metrics_->RecordCheckpointSamples(batches_->cursor().Position());
+        metrics_->RecordCheckpoint(metrics::WorkerRecorder::CheckpointOp::kSave, step_, seconds,
+                                   DirBytes(dir));
+      }
     }
+    uint64_t total = 0;
+    for (const auto& s : all) total += s.bytes;
     Emit({{"event", "checkpoint"},
           {"step", step_},
           {"path", dir},
           {"reason", reason},
-          {"seconds", seconds}});
+          {"seconds", seconds},
+          {"bytes", total},
+          {"ranks", RankStats(all)}});
     return dir;
   }
 
-  // The partition spec a parameter-shaped tensor carries (its tp cut for GPT;
-  // the 1×1×1 write ignores it, offline resharding uses it).
-  checkpoint::TensorSpec SpecFor(const std::string& qualified, const std::string& param,
-                                 const at::Tensor& t) const {
-    checkpoint::TensorSpec spec;
-    spec.name = qualified;
-    spec.shape = t.sizes().vec();
-    auto dtype = checkpoint::DTypeOf(t.scalar_type());
-    spec.dtype = dtype.ok() ? *dtype : checkpoint::DType::kFloat32;
-    spec.fsdp_sharded = false;
-    spec.tp_dim =
-        task_.model.kind == "gpt" && t.dim() > 0 ? model::GptTensorParallelDim(param) : -1;
-    return spec;
-  }
-
-  Status WriteWhole(const std::string& dir, const model::NamedTensors& params,
-                    const model::NamedTensors& optim) {
-    ORRERY_ASSIGN_OR_RETURN(auto writer, checkpoint::ShardWriter::Create(
-                                             dir, kWholeLayout, 0, checkpoint::BalancedStages(1)));
-    for (const auto& [name, t] : params) {
-      ORRERY_RETURN_IF_ERROR(
-          checkpoint::AddTensor(*writer, SpecFor(kModelPrefix + name, name, t), t));
-    }
-    for (const auto& [name, t] : optim) {
-      size_t slash = name.find('/');
-      std::string param = slash == std::string::npos ? "" : name.substr(slash + 1);
-      ORRERY_RETURN_IF_ERROR(
-          checkpoint::AddTensor(*writer, SpecFor(kOptimPrefix + name, param, t), t));
-    }
-    ORRERY_ASSIGN_OR_RETURN(std::string rng, checkpoint::CaptureCpuRngState());
-    ORRERY_RETURN_IF_ERROR(writer->AddBlob("rng/cpu", rng));
-    ORRERY_RETURN_IF_ERROR(writer->Finish());
+  checkpoint::CheckpointInfo Info(const checkpoint::Layout& layout) const {
     checkpoint::CheckpointInfo info;
     info.step = step_;
-    info.layout = kWholeLayout;
+    info.layout = layout;
     info.num_layers = 1;
     info.lr_schedule = {{"base_lr", base_lr_},
                         {"global_batch", static_cast<double>(task_.global_batch)},
@@ -273,49 +327,45 @@ class Run {
     info.extra = {{"template", task_.strategy.name},
                   {"model", task_.model.kind},
                   {"layout", dist::LayoutToString(strategy_->Info().layout)}};
-    return store_->Commit(info);
+    return info;
   }
 
+  // Each rank reads exactly the regions of the newest usable checkpoint its own
+  // state covers, whatever layout wrote it. A damaged checkpoint (a checksum
+  // that fails during the load) falls back to the next older one on every rank
+  // together.
   Status Resume() {
     auto t0 = Clock::now();
-    auto reader = store_->OpenLatest(checkpoint::VerifyLevel::kFiles, /*fallback=*/true);
-    if (!reader.ok()) {
-      if (reader.status().code() == StatusCode::kNotFound) return OkStatus();  // a fresh start
-      return reader.status().WithContext("opening the newest checkpoint");
-    }
-    const auto& meta = reader->metadata();
-    std::vector<at::Tensor> tensors;
-    std::vector<checkpoint::TensorSlot> slots;
-    std::vector<std::string> names;
-    tensors.reserve(meta.tensors.size());
-    for (const auto& [name, tm] : meta.tensors) {
-      if (name.rfind(kModelPrefix, 0) != 0 && name.rfind(kOptimPrefix, 0) != 0) continue;
-      tensors.emplace_back();
-      names.push_back(name);
-      slots.push_back({tm.spec, nullptr});
-    }
-    for (size_t i = 0; i < slots.size(); ++i) slots[i].tensor = &tensors[i];
-    ORRERY_RETURN_IF_ERROR(checkpoint::LoadTensors(*reader, slots, meta.info.layout, 0,
-                                                   checkpoint::BalancedStages(meta.info.num_layers),
-                                                   {})
-                               .WithContext("loading " + reader->dir()));
-    model::NamedTensors full, optim;
-    const std::string model_prefix = kModelPrefix, optim_prefix = kOptimPrefix;
-    for (size_t i = 0; i < names.size(); ++i) {
-      if (names[i].rfind(model_prefix, 0) == 0) {
-        full.emplace_back(names[i].substr(model_prefix.size()), tensors[i]);
-      } else {
-        optim.emplace_back(names[i].substr(optim_prefix.size()), tensors[i]);
+    ORRERY_ASSIGN_OR_RETURN(std::vector<int64_t> steps, store_->CommittedSteps());
+    Status last = OkStatus();
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+      auto reader = checkpoint::CheckpointReader::Open(store_->StepDir(*it));
+      Status s = reader.status();
+      StateIoStats mine;
+      if (s.ok()) s = checkpoint::VerifyCheckpoint(*reader, checkpoint::VerifyLevel::kFiles);
+      std::vector<checkpoint::BlockPiece> partial;
+      checkpoint::LoadOptions options;
+      options.exact = true;  // each rank reads exactly its bytes; checksums by pieces
+      if (s.ok()) s = LoadLocalState(*reader, *strategy_, options, &mine, &partial);
+      ORRERY_ASSIGN_OR_RETURN(bool loaded, AllRanksOk(s.ok()));
+      // Blocks read in part by several ranks are checked together.
+      if (loaded) s = VerifyPiecesTogether(*reader, partial, world_comm_.get(), &mine);
+      ORRERY_ASSIGN_OR_RETURN(bool all_ok, AllRanksOk(s.ok()));
+      if (!all_ok) {
+        last = s.ok() ? InternalError("another rank could not load " + store_->StepDir(*it)) : s;
+        std::cerr << "Skipped checkpoint " << store_->StepDir(*it) << ": " << last.ToString()
+                  << "\n";
+        continue;
       }
+      return Restored(*reader, mine, t0);
     }
-    if (optim.empty()) {
-      // A parameters-only checkpoint (older trainer): the optimizer starts fresh.
-      ORRERY_RETURN_IF_ERROR(
-          strategy_->LoadFullParameters(full).WithContext("applying " + reader->dir()));
-    } else {
-      ORRERY_RETURN_IF_ERROR(
-          strategy_->LoadFullState(full, optim).WithContext("applying " + reader->dir()));
-    }
+    if (!last.ok()) return last.WithContext("no usable checkpoint in " + task_.checkpoint_dir);
+    return OkStatus();  // a fresh start
+  }
+
+  Status Restored(const checkpoint::CheckpointReader& reader, StateIoStats mine,
+                  Clock::time_point t0) {
+    const auto& meta = reader.metadata();
     auto rng = meta.blobs.find(checkpoint::BlobKey(0, "rng/cpu"));
     if (rng != meta.blobs.end())
       ORRERY_RETURN_IF_ERROR(checkpoint::RestoreCpuRngState(rng->second));
@@ -325,12 +375,33 @@ class Run {
     resumed_ = true;
     resumed_schedule_ = meta.info.lr_schedule;
     result_.resumed_from_step = step_;
-    result_.checkpoint = reader->dir();
-    if (metrics_ != nullptr && metrics_->task_level()) {
-      metrics_->RecordCheckpointSamples(meta.info.dataset.Position());
-      metrics_->RecordCheckpoint(metrics::WorkerRecorder::CheckpointOp::kLoad, step_, Seconds(t0),
-                                 DirBytes(reader->dir()));
+    result_.checkpoint = reader.dir();
+    ORRERY_ASSIGN_OR_RETURN(std::vector<StateIoStats> all, GatherStats(mine));
+    result_.load = all;
+    if (metrics_ != nullptr) {
+      metrics_->RecordStateIo(metrics::WorkerRecorder::CheckpointOp::kLoad, mine.bytes,
+                              mine.bytes_needed, mine.peak_rss_bytes);
+      if (metrics_->task_level()) {
+        metrics_->RecordCheckpointSamples(meta.info.dataset.Position());
+        metrics_->RecordCheckpoint(metrics::WorkerRecorder::CheckpointOp::kLoad, step_, Seconds(t0),
+                                   DirBytes(reader.dir()));
+      }
     }
+    uint64_t read = 0, needed = 0;
+    for (const auto& s : all) {
+      read += s.bytes;
+      needed += s.bytes_needed;
+    }
+    // Announced after "start" (the first line says what the run is).
+    restore_event_ = Json{{"event", "restore"},
+                          {"step", step_},
+                          {"path", reader.dir()},
+                          {"from_layout", meta.info.layout.ToString()},
+                          {"layout", dist::LayoutToString(strategy_->Info().layout)},
+                          {"seconds", Seconds(t0)},
+                          {"bytes_read", read},
+                          {"bytes_needed", needed},
+                          {"ranks", RankStats(all)}};
     return OkStatus();
   }
 
@@ -363,6 +434,7 @@ class Run {
   std::map<std::string, double> resumed_schedule_;  // the checkpoint's lr_schedule
   std::optional<ScheduleClock> clock_;
   TrainResult result_;
+  Json restore_event_;  // the resume's "restore" line, printed after "start"
 };
 
 }  // namespace

@@ -43,6 +43,7 @@
 
 #include "common/status.h"
 #include "worker/dist/communicator.h"
+#include "worker/train/state_io.h"
 #include "worker/train/task.h"
 
 namespace orrery::train {
@@ -60,6 +61,9 @@ struct TrainResult {
   std::vector<double> lrs;         // the rate of every step this process ran
   std::vector<int64_t> positions;  // dataset cursor Position() before each step
   int64_t steps = 0;               // the run's budget in steps (from step 0)
+  // Per rank (rank order): each save this process made, and the resume's load.
+  std::vector<std::vector<StateIoStats>> saves;
+  std::vector<StateIoStats> load;
 };
 
 // `stop` (may be null) is polled between steps; when any rank sees it set, all

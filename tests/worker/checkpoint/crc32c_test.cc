@@ -35,4 +35,41 @@ TEST(Crc32cTest, ExtendingInPiecesEqualsOneShotAndSoftwareEqualsHardware) {
 }
 
 }  // namespace
+TEST(Crc32cTest, ShiftEqualsFeedingZeroBytes) {
+  std::vector<unsigned char> zeros(5000, 0);
+  for (uint32_t state : {0u, 1u, 0xFFFFFFFFu, 0x12345678u}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{64}, size_t{1000}, size_t{4999}}) {
+      // Feeding zeros into the raw register: ~Extend(~state, zeros).
+      const uint32_t want = ~Crc32cExtend(~state, zeros.data(), n);
+      EXPECT_EQ(Crc32cShift(state, n), want) << "state " << state << " n " << n;
+    }
+  }
+}
+
+TEST(Crc32cTest, TermsOfPiecesThatTileABlockGiveItsChecksum) {
+  std::vector<unsigned char> block(3001);
+  uint32_t x = 7;
+  for (auto& b : block) b = static_cast<unsigned char>((x = x * 1103515245u + 12345u) >> 16);
+  const uint32_t want = Crc32c(block.data(), block.size());
+  // Any cut points, pieces in any order (XOR commutes).
+  for (std::vector<size_t> cuts : std::vector<std::vector<size_t>>{
+           {}, {1}, {1500}, {3000}, {10, 20, 30, 2999}, {512, 1024, 2048}}) {
+    std::vector<size_t> edges{0};
+    edges.insert(edges.end(), cuts.begin(), cuts.end());
+    edges.push_back(block.size());
+    uint32_t terms = 0;
+    for (size_t i = edges.size() - 1; i-- > 0;) {
+      terms ^= Crc32cFragmentTerm(block.data() + edges[i], edges[i + 1] - edges[i],
+                                  block.size() - edges[i + 1]);
+    }
+    EXPECT_EQ(Crc32cFromTerms(terms, block.size()), want) << cuts.size() << " cuts";
+  }
+  // A flipped bit, or a missing piece, fails.
+  uint32_t terms = Crc32cFragmentTerm(block.data(), 1000, block.size() - 1000);
+  EXPECT_NE(Crc32cFromTerms(terms, block.size()), want);
+  block[5] ^= 1;
+  terms = Crc32cFragmentTerm(block.data(), block.size(), 0);
+  EXPECT_NE(Crc32cFromTerms(terms, block.size()), want);
+}
+
 }  // namespace orrery::checkpoint
