@@ -358,19 +358,25 @@ StatusOr<std::vector<BlockPiece>> CheckBlockPieces(std::vector<BlockPiece> piece
     // where the last one ended (duplicates from replicas are skipped).
     uint64_t pos = 0;
     uint32_t terms = 0;
+    const BlockPiece& first = pieces[i];
+    auto damaged = [&](const BlockPiece& p) {
+      return DataLossError("shard file " + reader.FilePath(p.file) +
+                           " fails its checksum in bytes [" + std::to_string(p.block_offset) +
+                           ", " + std::to_string(p.block_offset + p.block_length) + ")");
+    };
     for (size_t k = i; k < j; ++k) {
+      if (k > i && pieces[k].begin == pieces[k - 1].begin && pieces[k].end == pieces[k - 1].end) {
+        // The same bytes read by another replica must have read the same.
+        if (pieces[k].term != pieces[k - 1].term) return damaged(pieces[k]);
+        continue;
+      }
       if (pieces[k].begin == pos && pieces[k].end > pos) {
         terms ^= pieces[k].term;
         pos = pieces[k].end;
       }
     }
-    const BlockPiece& first = pieces[i];
     if (pos == first.block_length) {
-      if (Crc32cFromTerms(terms, first.block_length) != first.block_crc) {
-        return DataLossError("shard file " + reader.FilePath(first.file) +
-                             " fails its checksum in bytes [" + std::to_string(first.block_offset) +
-                             ", " + std::to_string(first.block_offset + first.block_length) + ")");
-      }
+      if (Crc32cFromTerms(terms, first.block_length) != first.block_crc) return damaged(first);
     } else {
       untiled.insert(untiled.end(), pieces.begin() + static_cast<std::ptrdiff_t>(i),
                      pieces.begin() + static_cast<std::ptrdiff_t>(j));
@@ -382,7 +388,7 @@ StatusOr<std::vector<BlockPiece>> CheckBlockPieces(std::vector<BlockPiece> piece
 
 Status LoadRank(const CheckpointReader& reader, const std::vector<RankBuffer>& buffers,
                 const Layout& layout, int rank, const StageFn& stages, const LoadOptions& options,
-                LoadStats* stats) {
+                LoadStats* stats, std::vector<BlockPiece>* partial) {
   std::vector<LoadRequest> requests;
   for (const RankBuffer& b : buffers) {
     const TensorMeta* t = reader.metadata().Find(b.spec.name);
@@ -405,7 +411,7 @@ Status LoadRank(const CheckpointReader& reader, const std::vector<RankBuffer>& b
     if (b.bytes > valid) std::memset(static_cast<char*>(b.data) + valid, 0, b.bytes - valid);
     requests.push_back({b.spec.name, piece.region, b.data, valid});
   }
-  return reader.Load(requests, options, stats);
+  return reader.Load(requests, options, stats, partial);
 }
 
 }  // namespace orrery::checkpoint

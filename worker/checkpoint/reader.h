@@ -114,6 +114,6 @@ struct RankBuffer {
 // differs from the checkpoint's is an error naming the tensor.
 Status LoadRank(const CheckpointReader& reader, const std::vector<RankBuffer>& buffers,
                 const Layout& layout, int rank, const StageFn& stages, const LoadOptions& options,
-                LoadStats* stats = nullptr);
+                LoadStats* stats = nullptr, std::vector<BlockPiece>* partial = nullptr);
 
 }  // namespace orrery::checkpoint

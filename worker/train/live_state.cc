@@ -2,6 +2,7 @@
 // live_state.h).
 #include "worker/train/live_state.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -81,7 +82,24 @@ checkpoint::TensorSpec CollectionSpec(const std::string& qualified, const std::s
   return spec;
 }
 
+namespace {
+std::atomic<uint64_t> lifetime_peak{0};
+void FoldPeak(uint64_t v) {
+  uint64_t seen = lifetime_peak.load();
+  while (v > seen && !lifetime_peak.compare_exchange_weak(seen, v)) {
+  }
+}
+}  // namespace
+
+uint64_t LifetimePeakRss() {
+  FoldPeak(ProcStatusBytes("VmHWM"));
+  return lifetime_peak.load();
+}
+
+uint64_t CurrentRss() { return ProcStatusBytes("VmRSS"); }
+
 PeakRssScope::PeakRssScope() {
+  FoldPeak(ProcStatusBytes("VmHWM"));
   // "5" resets the peak resident set size (Linux >= 4.0, proc(5)).
   if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
     std::fputs("5", f);
@@ -90,7 +108,11 @@ PeakRssScope::PeakRssScope() {
   before_ = ProcStatusBytes("VmRSS");
 }
 
-uint64_t PeakRssScope::Peak() const { return ProcStatusBytes("VmHWM"); }
+uint64_t PeakRssScope::Peak() const {
+  const uint64_t peak = ProcStatusBytes("VmHWM");
+  FoldPeak(peak);
+  return peak;
+}
 
 Status WriteLocalState(checkpoint::ShardWriter& writer, parallel::Strategy& strategy,
                        const std::string& model_kind, bool write_scalars, StateIoStats* stats) {

@@ -60,6 +60,8 @@ Status VerifyPiecesTogether(const checkpoint::CheckpointReader& reader,
                             dist::Communicator* world, StateIoStats* stats);
 
 // Peak-memory bracketing for an operation (see StateIoStats::peak_rss_bytes).
+// Resetting the kernel's high-water mark would lose the process's lifetime
+// peak, so the scope folds it into LifetimePeakRss() first.
 class PeakRssScope {
  public:
   PeakRssScope();  // resets the high-water mark
@@ -69,5 +71,10 @@ class PeakRssScope {
  private:
   uint64_t before_ = 0;
 };
+
+// The process's peak resident memory since it started, across every
+// PeakRssScope's reset; and its resident memory now (0 where unreadable).
+uint64_t LifetimePeakRss();
+uint64_t CurrentRss();
 
 }  // namespace orrery::train

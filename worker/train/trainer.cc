@@ -56,6 +56,7 @@ class Run {
   }
 
   StatusOr<TrainResult> Go() {
+    rss_at_start_ = CurrentRss();
     at::set_num_threads(task_.threads);
     ORRERY_ASSIGN_OR_RETURN(batches_, MakeBatchSource(task_));
     ORRERY_ASSIGN_OR_RETURN(
@@ -150,8 +151,20 @@ class Run {
     result_.step = step_;
     result_.base_lr = base_lr_;
     result_.steps = total;
+    // Every rank's memory over the whole run: its peak against what it held
+    // before building anything (the runtime itself).
+    StateIoStats memory;
+    memory.peak_rss_bytes = LifetimePeakRss();
+    memory.rss_before_bytes = rss_at_start_;
+    ORRERY_ASSIGN_OR_RETURN(result_.memory, GatherStats(memory));
+    Json memory_ranks = Json::array();
+    for (const auto& m : result_.memory) {
+      memory_ranks.push_back(
+          {{"peak_rss_bytes", m.peak_rss_bytes}, {"rss_start_bytes", m.rss_before_bytes}});
+    }
     Emit({{"event", "done"},
           {"status", status},
+          {"memory", memory_ranks},
           {"step", step_},
           {"loss", result_.loss},
           {"samples_per_s",
@@ -434,7 +447,8 @@ class Run {
   std::map<std::string, double> resumed_schedule_;  // the checkpoint's lr_schedule
   std::optional<ScheduleClock> clock_;
   TrainResult result_;
-  Json restore_event_;  // the resume's "restore" line, printed after "start"
+  Json restore_event_;
+  uint64_t rss_at_start_ = 0;  // the resume's "restore" line, printed after "start"
 };
 
 }  // namespace

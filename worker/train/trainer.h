@@ -10,8 +10,14 @@
 //   {"event":"progress","step":10,"steps":100,"epoch":0,"samples":80,"loss":3.21,
 //    "lr":0.001,"step_time_s":0.012,"samples_per_s":640.0,"checkpoint":null}
 //   {"event":"checkpoint","step":50,"path":"/ckpt/step-000000000050",
-//    "reason":"periodic"|"signal"|"final","seconds":0.02}
+//    "reason":"periodic"|"signal"|"final","seconds":0.02,"bytes":123456,
+//    "ranks":[{"bytes":..,"bytes_needed":..,"reads":0,"seconds":..,
+//              "peak_rss_bytes":..,"rss_before_bytes":..}, ...one per rank]}
+//   {"event":"restore","step":50,"path":"...","from_layout":"dp=4,tp=1,pp=1,fsdp=4",
+//    "layout":"dp=1,tp=2,pp=2","seconds":0.05,"bytes_read":..,"bytes_needed":..,
+//    "ranks":[... as in "checkpoint", bytes = bytes read]}   (after "start", on a resume)
 //   {"event":"done","status":"completed"|"preempted"|"failed","step":100,
+//    "memory":[{"peak_rss_bytes":..,"rss_start_bytes":..}, ...one per rank],
 //    "loss":1.05,"samples_per_s":655.1,"wall_s":1.6,"checkpoint":"/ckpt/..."|null,
 //    "error":null|"UNAVAILABLE: ..."}
 // `orrery-worker train` prints {"event":"metrics","address":"127.0.0.1:41234"}
@@ -21,14 +27,18 @@
 // interval in progress lines and over this process's whole run in "done".
 //
 // Checkpoints go through worker/checkpoint's CheckpointStore and hold the whole
-// training state: parameters ("model/<name>"), optimizer state
-// ("optim/<slot>/<name>", "optim/step"), the step, the schedule (base_lr and the
-// global batch it belongs to, and ScheduleClock's position in samples; task.h),
-// the dataset cursor (its position is the samples consumed) and rank 0's CPU RNG state
-// (blob "rng/cpu"). The state is gathered from whatever layout is running and
-// rank 0 writes it whole (layout 1×1×1, specs carrying each parameter's tp_dim);
-// a resume loads it through LoadTensors and each rank keeps its slice, so any
-// later layout continues the same optimizer trajectory.
+// training state as a tensor collection (live_state.h): parameters
+// ("model/<name>"), optimizer state ("optim/<slot>/<name>", "optim/step"), the
+// step, the schedule (base_lr and the global batch it belongs to, and
+// ScheduleClock's position in samples; task.h), the dataset cursor (its
+// position is the samples consumed) and each rank's CPU RNG state (blob
+// "rng/cpu"; a resume restores rank 0's on every rank). Every rank writes the
+// slices it owns under the running template into its own shard file and
+// fsyncs it; when all have, rank 0 commits the metadata atomically. A resume
+// under any layout has each rank read exactly the regions its own slices
+// cover, checking the checksums of what it read (blocks read in part by
+// several ranks are checked from their pieces together); a checkpoint that
+// fails on any rank is skipped by all for the next older one.
 //
 // A resume at another global batch (elastic scaling, issue #10) continues the
 // cursor at the exact sample it stopped at, rescales the checkpoint's base rate
@@ -64,6 +74,8 @@ struct TrainResult {
   // Per rank (rank order): each save this process made, and the resume's load.
   std::vector<std::vector<StateIoStats>> saves;
   std::vector<StateIoStats> load;
+  // Per rank: peak_rss_bytes over the run, rss_before_bytes when Train began.
+  std::vector<StateIoStats> memory;
 };
 
 // `stop` (may be null) is polled between steps; when any rank sees it set, all

@@ -31,8 +31,10 @@ Status Save(const std::string& dir, const ModelState& m, const Layout& l, uint64
 
 // Loads every rank of `to` and checks each local buffer against the reference
 // slice of the original, the padding is zero, and every element is held somewhere.
+// With `partial`, exact loads hand back the pieces of blocks each rank read in
+// part (all ranks' together in *partial).
 void CheckLoad(const CheckpointReader& reader, const ModelState& m, const Layout& to,
-               const LoadOptions& opt) {
+               const LoadOptions& opt, std::vector<BlockPiece>* partial = nullptr) {
   auto stages = BalancedStages(m.num_layers);
   std::vector<std::vector<bool>> seen(m.specs.size());
   for (size_t i = 0; i < m.specs.size(); ++i)
@@ -50,9 +52,9 @@ void CheckLoad(const CheckpointReader& reader, const ModelState& m, const Layout
       rb.push_back({m.specs[i], bufs[i].data(), bufs[i].size()});
     }
     LoadStats stats;
-    Status s = LoadRank(reader, rb, to, r, stages, opt, &stats);
+    Status s = LoadRank(reader, rb, to, r, stages, opt, &stats, partial);
     ASSERT_TRUE(s.ok()) << s << " loading rank " << r << " of " << to.ToString();
-    if (!opt.verify) {
+    if (!opt.verify || (opt.exact && partial != nullptr)) {
       EXPECT_EQ(stats.bytes_read, stats.bytes_needed);
     }
     for (size_t i = 0; i < m.specs.size(); ++i) {
@@ -102,6 +104,44 @@ TEST(ReaderTest, EveryLayoutToEveryLayoutIsBitIdentical) {
       opt.max_read = 1 + (seed * 7 + static_cast<uint64_t>(to.dp)) % 97;
       CheckLoad(*reader, m, to, opt);
       if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Exact loads (LoadOptions::exact): every rank reads exactly its bytes, and the
+// pieces of blocks the ranks read in part, taken together, tile every block
+// and pass its checksum; a flipped byte fails on some rank or in the pieces.
+TEST(ReaderTest, ExactLoadsReadOnlyTheirBytesAndTheRanksTogetherCheckEveryBlock) {
+  const auto layouts = AllLayouts(8);
+  TempDir tmp;
+  uint64_t seed = 100;
+  for (size_t li = 0; li < layouts.size(); li += 3) {
+    const Layout& from = layouts[li];
+    const ModelState m = RandomModel(seed++);
+    const std::string dir = tmp.Sub("exact-" + from.ToString());
+    ASSERT_TRUE(Save(dir, m, from, 1 + seed % 40).ok());
+    auto reader = CheckpointReader::Open(dir);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    for (size_t lj = li % 5; lj < layouts.size(); lj += 5) {
+      LoadOptions opt;
+      opt.threads = 2;
+      opt.exact = true;
+      opt.max_read = 1 + (seed * 11) % 97;
+      std::vector<BlockPiece> partial;
+      CheckLoad(*reader, m, layouts[lj], opt, &partial);
+      if (HasFatalFailure()) return;
+      auto untiled = CheckBlockPieces(partial, *reader);
+      ASSERT_TRUE(untiled.ok()) << untiled.status();
+      EXPECT_TRUE(untiled->empty()) << untiled->size() << " pieces of blocks nobody tiled, "
+                                    << from.ToString() << " -> " << layouts[lj].ToString();
+      // The same pieces with one term damaged fail, naming the file.
+      if (!partial.empty()) {
+        partial[partial.size() / 2].term ^= 1u << 7;
+        auto bad = CheckBlockPieces(partial, *reader);
+        ASSERT_FALSE(bad.ok());
+        EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+        EXPECT_NE(bad.status().message().find("shard-"), std::string::npos) << bad.status();
+      }
     }
   }
 }

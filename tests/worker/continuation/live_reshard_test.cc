@@ -5,6 +5,7 @@
 // four ranks: ddp×4, fsdp×4, tp2×pp2, dp2×tp2, pp4, spill×1 (one shard a layer)
 // and fsdp×2.
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -152,6 +153,48 @@ TEST_P(LiveReshardTest, ResumesUnderTheOtherLayoutReadingExactlyItsBytes) {
   ASSERT_EQ(rb->losses.size(), static_cast<size_t>(kTotalSteps - kFirstSteps));
   for (size_t i = 0; i < rb->losses.size(); ++i) {
     const double want = full.losses[i + kFirstSteps];
+    EXPECT_NEAR(rb->losses[i], want, kRelTolerance * want) << "resumed step " << i;
+  }
+}
+
+// A byte flipped in each shard of the newest checkpoint, wherever it lands (a
+// block one rank reads whole, or one whose pieces several ranks read and check
+// together): the load fails its checksum and every rank falls back to the
+// previous checkpoint.
+TEST(LiveReshardDamageTest, AFlippedByteFallsBackToThePreviousCheckpoint) {
+  const Layout& a = Layouts()[1];  // fsdp4
+  const Layout& b = Layouts()[2];  // tp2pp2
+  testing_worker::TempDir dir;
+  TaskConfig first = TinyGpt();
+  first.steps = kFirstSteps;
+  first.checkpoint_every = 1;
+  first.keep = 2;
+  first.checkpoint_dir = dir.path();
+  auto ra = RunUnder(first, a);
+  ASSERT_TRUE(ra.ok()) << ra.status();
+  auto reader = checkpoint::CheckpointReader::Open(ra->checkpoint);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_EQ(reader->metadata().info.step, kFirstSteps);
+  for (size_t f = 0; f < reader->metadata().files.size(); ++f) {
+    const std::string path = reader->FilePath(static_cast<int>(f));
+    std::FILE* file = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(file, nullptr) << path;
+    const long middle = static_cast<long>(reader->metadata().files[f].size / 2);
+    std::fseek(file, middle, SEEK_SET);
+    const int c = std::fgetc(file);
+    std::fseek(file, middle, SEEK_SET);
+    std::fputc(c ^ 0x10, file);
+    std::fclose(file);
+  }
+  TaskConfig second = TinyGpt();
+  second.checkpoint_dir = dir.path();
+  auto rb = RunUnder(second, b);
+  ASSERT_TRUE(rb.ok()) << rb.status();
+  EXPECT_EQ(rb->resumed_from_step, kFirstSteps - 1);
+  const TrainResult& full = Reference();
+  ASSERT_EQ(rb->losses.size(), static_cast<size_t>(kTotalSteps - kFirstSteps + 1));
+  for (size_t i = 0; i < rb->losses.size(); ++i) {
+    const double want = full.losses[i + kFirstSteps - 1];
     EXPECT_NEAR(rb->losses[i], want, kRelTolerance * want) << "resumed step " << i;
   }
 }
