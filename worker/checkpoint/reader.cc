@@ -9,8 +9,6 @@
 #include <thread>
 #include <tuple>
 
-#include <sys/stat.h>
-
 #include "worker/checkpoint/crc32c.h"
 #include "worker/checkpoint/io.h"
 #include "worker/checkpoint/overlap.h"
@@ -153,9 +151,9 @@ Status CheckRead(const ReadOp& op, const std::string& path, const char* buf, std
 
 }  // namespace
 
-StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir) {
+StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir, const Storage& storage) {
   const std::string path = JoinPath(dir, kMetadataFile);
-  auto text = ReadWholeFile(path);
+  auto text = storage.ReadWhole(path);
   if (!text.ok()) {
     if (text.status().code() == StatusCode::kNotFound) {
       return NotFoundError("no committed checkpoint in " + dir + " (" + path + " is missing)");
@@ -166,6 +164,7 @@ StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir) {
   CheckpointReader r;
   r.dir_ = dir;
   r.metadata_ = std::move(m);
+  r.storage_ = &storage;
   return r;
 }
 
@@ -176,14 +175,17 @@ std::string CheckpointReader::FilePath(int file) const {
 Status CheckpointReader::CheckFiles() const {
   for (size_t i = 0; i < metadata_.files.size(); ++i) {
     const std::string path = FilePath(static_cast<int>(i));
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return NotFoundError("shard file " + path + " is missing");
-    const auto size = static_cast<uint64_t>(st.st_size);
-    if (size != metadata_.files[i].size) {
-      return DataLossError("shard file " + path + " has " + std::to_string(size) +
+    auto size = storage_->Size(path);
+    if (!size.ok()) {
+      if (size.status().code() == StatusCode::kNotFound)
+        return NotFoundError("shard file " + path + " is missing");
+      return size.status();
+    }
+    if (*size != metadata_.files[i].size) {
+      return DataLossError("shard file " + path + " has " + std::to_string(*size) +
                            " bytes, the metadata records " +
                            std::to_string(metadata_.files[i].size) +
-                           (size < metadata_.files[i].size ? " (truncated)" : ""));
+                           (*size < metadata_.files[i].size ? " (truncated)" : ""));
     }
   }
   return OkStatus();
@@ -194,13 +196,13 @@ Status CheckpointReader::VerifyAll(int threads) const {
   // The whole-file CRC covers every byte, so one sequential pass per file suffices.
   return ParallelFor(metadata_.files.size(), threads, [&](size_t i) -> Status {
     const std::string path = FilePath(static_cast<int>(i));
-    ORRERY_ASSIGN_OR_RETURN(File f, File::OpenRead(path));
+    ORRERY_ASSIGN_OR_RETURN(auto f, storage_->OpenRead(path));
     std::vector<char> buf(8u << 20);
     uint32_t crc = 0;
     const uint64_t size = metadata_.files[i].size;
     for (uint64_t off = 0; off < size; off += buf.size()) {
       const uint64_t n = std::min<uint64_t>(buf.size(), size - off);
-      ORRERY_RETURN_IF_ERROR(f.ReadAt(off, buf.data(), n));
+      ORRERY_RETURN_IF_ERROR(f->ReadAt(off, buf.data(), n));
       crc = Crc32cExtend(crc, buf.data(), n);
     }
     if (crc != metadata_.files[i].crc32c) {
@@ -252,9 +254,9 @@ Status CheckpointReader::Load(const std::vector<LoadRequest>& requests, const Lo
   }
   // Open each file once; preads from several threads share the descriptor.
   ORRERY_RETURN_IF_ERROR(CheckFiles());
-  std::map<int, File> files;
+  std::map<int, std::unique_ptr<ReadableFile>> files;
   for (const auto& [f, used] : files_used) {
-    ORRERY_ASSIGN_OR_RETURN(File file, File::OpenRead(FilePath(f)));
+    ORRERY_ASSIGN_OR_RETURN(auto file, storage_->OpenRead(FilePath(f)));
     files.emplace(f, std::move(file));
   }
   for (const ReadOp& op : ops) {
@@ -267,7 +269,7 @@ Status CheckpointReader::Load(const std::vector<LoadRequest>& requests, const Lo
   std::sort(ops.begin(), ops.end(), [](const ReadOp& a, const ReadOp& b) { return a.len > b.len; });
   Status s = ParallelFor(ops.size(), options.threads, [&](size_t i) -> Status {
     const ReadOp& op = ops[i];
-    const File& file = files.at(op.file);
+    const ReadableFile& file = *files.at(op.file);
     const bool direct =
         op.pieces.size() == 1 && op.pieces[0].file_off == op.off && op.pieces[0].len == op.len;
     thread_local std::vector<char> bounce;
@@ -326,15 +328,15 @@ Status CheckpointReader::CheckWholeBlocks(const std::vector<BlockPiece>& pieces,
   for (const auto& [key, p] : blocks) {
     if (p->file < 0 || static_cast<size_t>(p->file) >= metadata_.files.size())
       return InvalidArgumentError("block of an unknown file");
-    ORRERY_ASSIGN_OR_RETURN(File file, File::OpenRead(FilePath(p->file)));
+    ORRERY_ASSIGN_OR_RETURN(auto file, storage_->OpenRead(FilePath(p->file)));
     buf.resize(p->block_length);
-    ORRERY_RETURN_IF_ERROR(file.ReadAt(p->block_offset, buf.data(), p->block_length));
+    ORRERY_RETURN_IF_ERROR(file->ReadAt(p->block_offset, buf.data(), p->block_length));
     if (stats != nullptr) {
       stats->bytes_read += p->block_length;
       stats->reads += 1;
     }
     if (Crc32c(buf.data(), buf.size()) != p->block_crc) {
-      return DataLossError("shard file " + file.path() + " fails its checksum in bytes [" +
+      return DataLossError("shard file " + file->path() + " fails its checksum in bytes [" +
                            std::to_string(p->block_offset) + ", " +
                            std::to_string(p->block_offset + p->block_length) + ")");
     }

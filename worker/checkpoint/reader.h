@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "worker/checkpoint/layout.h"
 #include "worker/checkpoint/metadata.h"
+#include "worker/checkpoint/storage.h"
 
 namespace orrery::checkpoint {
 
@@ -71,7 +72,8 @@ class CheckpointReader {
  public:
   // Reads and checks metadata.json in `dir` (NOT_FOUND if the checkpoint was never
   // committed; FAILED_PRECONDITION if written in a newer format).
-  static StatusOr<CheckpointReader> Open(const std::string& dir);
+  static StatusOr<CheckpointReader> Open(const std::string& dir,
+                                         const Storage& storage = LocalStorage());
 
   const std::string& dir() const { return dir_; }
   const Metadata& metadata() const { return metadata_; }
@@ -93,6 +95,7 @@ class CheckpointReader {
  private:
   std::string dir_;
   Metadata metadata_;
+  const Storage* storage_ = &LocalStorage();
 };
 
 // Checks every block that `pieces` tile (pieces read twice, by replicas, count

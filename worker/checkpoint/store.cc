@@ -25,8 +25,8 @@ int64_t StepOf(const std::string& name) {
 }
 }  // namespace
 
-CheckpointStore::CheckpointStore(std::string root, int keep)
-    : root_(std::move(root)), keep_(std::max(1, keep)) {}
+CheckpointStore::CheckpointStore(std::string root, int keep, const Storage& storage)
+    : root_(std::move(root)), keep_(std::max(1, keep)), storage_(&storage) {}
 
 std::string CheckpointStore::StepDir(int64_t step) const {
   char buf[40];
@@ -36,19 +36,19 @@ std::string CheckpointStore::StepDir(int64_t step) const {
 
 StatusOr<std::vector<int64_t>> CheckpointStore::CommittedSteps() const {
   std::vector<int64_t> steps;
-  if (!PathExists(root_)) return steps;
-  ORRERY_ASSIGN_OR_RETURN(auto names, ListDir(root_));
+  if (!storage_->Exists(root_)) return steps;
+  ORRERY_ASSIGN_OR_RETURN(auto names, storage_->List(root_));
   for (const auto& n : names) {
     const int64_t s = StepOf(n);
-    if (s >= 0 && PathExists(JoinPath(JoinPath(root_, n), kMetadataFile))) steps.push_back(s);
+    if (s >= 0 && storage_->Exists(JoinPath(JoinPath(root_, n), kMetadataFile))) steps.push_back(s);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
 }
 
 Status CheckpointStore::Commit(const CheckpointInfo& info) {
-  ORRERY_RETURN_IF_ERROR(CommitCheckpoint(StepDir(info.step), info));
-  ORRERY_RETURN_IF_ERROR(SyncDir(root_));
+  ORRERY_RETURN_IF_ERROR(CommitCheckpoint(StepDir(info.step), info, {}, *storage_));
+  ORRERY_RETURN_IF_ERROR(storage_->SyncDir(root_));
   return Prune();
 }
 
@@ -60,7 +60,7 @@ Status CheckpointStore::Prune() {
   if (committed.size() > static_cast<size_t>(keep_)) {
     doomed.assign(committed.begin(), committed.end() - keep_);
   }
-  ORRERY_ASSIGN_OR_RETURN(auto names, ListDir(root_));
+  ORRERY_ASSIGN_OR_RETURN(auto names, storage_->List(root_));
   for (const auto& n : names) {
     const int64_t s = StepOf(n);
     if (s >= 0 && s < newest && !std::binary_search(committed.begin(), committed.end(), s))
@@ -70,9 +70,9 @@ Status CheckpointStore::Prune() {
     // Uncommit first (metadata goes before the shards), so a crash mid-removal
     // never leaves a committed checkpoint with missing shards.
     const std::string dir = StepDir(s);
-    std::remove(JoinPath(dir, kMetadataFile).c_str());
-    ORRERY_RETURN_IF_ERROR(SyncDir(dir));
-    ORRERY_RETURN_IF_ERROR(RemoveTree(dir));
+    ORRERY_RETURN_IF_ERROR(storage_->Remove(JoinPath(dir, kMetadataFile)));
+    ORRERY_RETURN_IF_ERROR(storage_->SyncDir(dir));
+    ORRERY_RETURN_IF_ERROR(storage_->RemoveTree(dir));
   }
   return OkStatus();
 }
@@ -87,7 +87,7 @@ StatusOr<CheckpointReader> CheckpointStore::OpenLatest(VerifyLevel level, bool f
   ORRERY_ASSIGN_OR_RETURN(auto steps, CommittedSteps());
   Status last_error = NotFoundError("no committed checkpoint under " + root_);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    auto reader = CheckpointReader::Open(StepDir(*it));
+    auto reader = CheckpointReader::Open(StepDir(*it), *storage_);
     Status s = reader.ok() ? VerifyCheckpoint(*reader, level) : reader.status();
     if (s.ok()) return std::move(reader).value();
     if (!fallback) return s;

@@ -28,9 +28,10 @@ enum class VerifyLevel {
 class CheckpointStore {
  public:
   // `keep`: how many committed checkpoints to retain (>= 1).
-  CheckpointStore(std::string root, int keep);
+  CheckpointStore(std::string root, int keep, const Storage& storage = LocalStorage());
 
   const std::string& root() const { return root_; }
+  const Storage& storage() const { return *storage_; }
   std::string StepDir(int64_t step) const;
 
   // Steps with a committed checkpoint, ascending.
@@ -52,6 +53,7 @@ class CheckpointStore {
  private:
   std::string root_;
   int keep_;
+  const Storage* storage_;
 };
 
 // Checks an opened checkpoint at `level`.

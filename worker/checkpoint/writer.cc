@@ -22,32 +22,35 @@ std::string ShardIndexName(int rank) {
 }
 
 ShardWriter::ShardWriter(std::string dir, Layout layout, int rank, StageFn stages,
-                         uint64_t block_size, File file)
+                         uint64_t block_size, std::unique_ptr<WritableFile> file,
+                         const Storage& storage)
     : dir_(std::move(dir)),
       layout_(layout),
       rank_(rank),
       stages_(std::move(stages)),
       block_size_(block_size),
-      file_(std::move(file)) {
+      file_(std::move(file)),
+      storage_(storage) {
   index_.info.layout = layout_;
   index_.files.push_back({ShardFileName(rank_), rank_, 0, 0});
 }
 
 StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::Create(const std::string& dir,
                                                            const Layout& layout, int rank,
-                                                           StageFn stages, uint64_t block_size) {
+                                                           StageFn stages, uint64_t block_size,
+                                                           const Storage& storage) {
   ORRERY_RETURN_IF_ERROR(layout.Validate());
   if (rank < 0 || rank >= layout.World()) {
     return InvalidArgumentError("rank " + std::to_string(rank) + " outside world of " +
                                 layout.ToString());
   }
   if (block_size == 0) return InvalidArgumentError("block size must be > 0");
-  ORRERY_RETURN_IF_ERROR(MakeDirs(dir));
+  ORRERY_RETURN_IF_ERROR(storage.MakeDirs(dir));
   // A stale index from an earlier attempt must not let a commit see this rank as done.
-  std::remove(JoinPath(dir, ShardIndexName(rank)).c_str());
-  ORRERY_ASSIGN_OR_RETURN(File f, File::Create(JoinPath(dir, ShardFileName(rank))));
+  ORRERY_RETURN_IF_ERROR(storage.Remove(JoinPath(dir, ShardIndexName(rank))));
+  ORRERY_ASSIGN_OR_RETURN(auto f, storage.Create(JoinPath(dir, ShardFileName(rank))));
   return std::unique_ptr<ShardWriter>(
-      new ShardWriter(dir, layout, rank, std::move(stages), block_size, std::move(f)));
+      new ShardWriter(dir, layout, rank, std::move(stages), block_size, std::move(f), storage));
 }
 
 Status ShardWriter::Add(const TensorSpec& spec, const void* data, uint64_t bytes) {
@@ -119,7 +122,7 @@ Status ShardWriter::AppendChunk(TensorMeta& tm, const Region& region, const char
   for (uint64_t off = 0; off < c.bytes; off += block_size_) {
     c.block_crcs.push_back(Crc32c(data + off, std::min(block_size_, c.bytes - off)));
   }
-  ORRERY_RETURN_IF_ERROR(file_.Append(data, c.bytes));
+  ORRERY_RETURN_IF_ERROR(file_->Append(data, c.bytes));
   file_crc_ = Crc32cExtend(file_crc_, data, c.bytes);
   offset_ += c.bytes;
   tm.chunks.push_back(std::move(c));
@@ -133,25 +136,26 @@ Status ShardWriter::AddBlob(const std::string& name, const std::string& bytes) {
 
 Status ShardWriter::Finish() {
   if (finished_) return OkStatus();
-  ORRERY_RETURN_IF_ERROR(file_.Sync());
-  ORRERY_RETURN_IF_ERROR(file_.Close());
+  ORRERY_RETURN_IF_ERROR(file_->Sync());
+  ORRERY_RETURN_IF_ERROR(file_->Close());
   index_.files[0].size = offset_;
   index_.files[0].crc32c = file_crc_;
   ORRERY_RETURN_IF_ERROR(
-      WriteFileAtomic(JoinPath(dir_, ShardIndexName(rank_)), MetadataToJson(index_)));
+      storage_.WriteAtomic(JoinPath(dir_, ShardIndexName(rank_)), MetadataToJson(index_)));
   finished_ = true;
   return OkStatus();
 }
 
 Status CommitCheckpoint(const std::string& dir, const CheckpointInfo& info,
-                        const std::map<std::string, std::string>& extra_blobs) {
+                        const std::map<std::string, std::string>& extra_blobs,
+                        const Storage& storage) {
   ORRERY_RETURN_IF_ERROR(info.layout.Validate());
   Metadata m;
   m.info = info;
   m.blobs = extra_blobs;
   for (int r = 0; r < info.layout.World(); ++r) {
     const std::string path = JoinPath(dir, ShardIndexName(r));
-    auto text = ReadWholeFile(path);
+    auto text = storage.ReadWhole(path);
     if (!text.ok()) {
       return FailedPreconditionError("cannot commit " + dir + ": rank " + std::to_string(r) +
                                      " has not finished its shard (" + text.status().message() +
@@ -195,10 +199,10 @@ Status CommitCheckpoint(const std::string& dir, const CheckpointInfo& info,
           std::to_string(Numel(t.spec.shape)) + " elements stored (a rank did not add it?)");
     }
   }
-  ORRERY_RETURN_IF_ERROR(WriteFileAtomic(JoinPath(dir, kMetadataFile), MetadataToJson(m)));
+  ORRERY_RETURN_IF_ERROR(storage.WriteAtomic(JoinPath(dir, kMetadataFile), MetadataToJson(m)));
   // The indexes are now redundant; a leftover one is harmless.
   for (int r = 0; r < info.layout.World(); ++r)
-    std::remove(JoinPath(dir, ShardIndexName(r)).c_str());
+    (void)storage.Remove(JoinPath(dir, ShardIndexName(r)));
   return OkStatus();
 }
 

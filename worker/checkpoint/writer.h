@@ -24,6 +24,7 @@
 #include "worker/checkpoint/io.h"
 #include "worker/checkpoint/layout.h"
 #include "worker/checkpoint/metadata.h"
+#include "worker/checkpoint/storage.h"
 
 namespace orrery::checkpoint {
 
@@ -36,7 +37,8 @@ class ShardWriter {
   // an earlier, uncommitted attempt).
   static StatusOr<std::unique_ptr<ShardWriter>> Create(const std::string& dir, const Layout& layout,
                                                        int rank, StageFn stages,
-                                                       uint64_t block_size = kDefaultBlockSize);
+                                                       uint64_t block_size = kDefaultBlockSize,
+                                                       const Storage& storage = LocalStorage());
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
@@ -64,14 +66,15 @@ class ShardWriter {
   Status AppendChunk(TensorMeta& tm, const Region& region, const char* data, uint64_t bytes);
 
   ShardWriter(std::string dir, Layout layout, int rank, StageFn stages, uint64_t block_size,
-              File file);
+              std::unique_ptr<WritableFile> file, const Storage& storage);
 
   std::string dir_;
   Layout layout_;
   int rank_;
   StageFn stages_;
   uint64_t block_size_;
-  File file_;
+  std::unique_ptr<WritableFile> file_;
+  const Storage& storage_;
   uint64_t offset_ = 0;
   uint32_t file_crc_ = 0;
   bool finished_ = false;
@@ -82,7 +85,8 @@ class ShardWriter {
 // checkpoint. Fails (naming the rank) if any rank has not finished. `extra_blobs`
 // (full keys) are stored beside the ranks' own (offline reshard keeps the old ones).
 Status CommitCheckpoint(const std::string& dir, const CheckpointInfo& info,
-                        const std::map<std::string, std::string>& extra_blobs = {});
+                        const std::map<std::string, std::string>& extra_blobs = {},
+                        const Storage& storage = LocalStorage());
 
 // One process writing the shards of every rank of `layout` from whole (global)
 // tensors: offline resharding, tests and benchmarks. `global` holds each spec's
