@@ -281,7 +281,8 @@ class Run {
     StateIoStats mine;
     Status written = [&]() -> Status {
       ORRERY_ASSIGN_OR_RETURN(auto writer, checkpoint::ShardWriter::Create(
-                                               dir, layout, rank_, checkpoint::BalancedStages(1)));
+                                               dir, layout, rank_, checkpoint::BalancedStages(1),
+                                               checkpoint::kDefaultBlockSize, store_->storage()));
       ORRERY_RETURN_IF_ERROR(
           WriteLocalState(*writer, *strategy_, task_.model.kind, rank_ == 0, &mine));
       ORRERY_ASSIGN_OR_RETURN(std::string rng, checkpoint::CaptureCpuRngState());
@@ -352,7 +353,7 @@ class Run {
     ORRERY_ASSIGN_OR_RETURN(std::vector<int64_t> steps, store_->CommittedSteps());
     Status last = OkStatus();
     for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-      auto reader = checkpoint::CheckpointReader::Open(store_->StepDir(*it));
+      auto reader = checkpoint::CheckpointReader::Open(store_->StepDir(*it), store_->storage());
       Status s = reader.status();
       StateIoStats mine;
       if (s.ok()) s = checkpoint::VerifyCheckpoint(*reader, checkpoint::VerifyLevel::kFiles);
