@@ -103,19 +103,22 @@ std::string ReadFile(const std::string& path) {
 }
 
 // The last {"event":"done",...} line of a worker log.
-std::optional<Json> DoneEvent(const std::string& log) {
-  std::optional<Json> done;
+// The last progress line of `event` ("done", "restore", ...) in a worker log.
+std::optional<Json> LastEvent(const std::string& log, const std::string& event) {
+  std::optional<Json> found;
   std::istringstream in(log);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.find("\"event\":\"done\"") == std::string::npos) continue;
+    if (line.find("\"event\":\"" + event + "\"") == std::string::npos) continue;
     try {
-      done = Json::parse(line);
+      found = Json::parse(line);
     } catch (const std::exception&) {
     }
   }
-  return done;
+  return found;
 }
+
+std::optional<Json> DoneEvent(const std::string& log) { return LastEvent(log, "done"); }
 
 class FullPathTest : public orrery::testing::ControlPlaneTestWith<false, true, false> {
  protected:
@@ -348,6 +351,13 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
       ReadFile((*agent)->LogPath(kNamespace, (*last)["metadata"]["name"].get<std::string>()));
   EXPECT_TRUE(std::regex_search(resumed_log, std::regex(R"("resumed_from_step":[1-9][0-9]*)")))
       << resumed_log.substr(0, 2000);
+  // The one rank left read exactly the bytes of its state out of the two
+  // ranks' shards (issue #18).
+  std::optional<Json> restore = LastEvent(resumed_log, "restore");
+  ASSERT_TRUE(restore.has_value()) << resumed_log.substr(0, 2000);
+  EXPECT_EQ((*restore)["bytes_read"], (*restore)["bytes_needed"]) << restore->dump();
+  EXPECT_GT((*restore)["bytes_needed"].get<uint64_t>(), 0u);
+  EXPECT_EQ((*restore)["ranks"].size(), 1u);
   std::optional<Json> done = DoneEvent(resumed_log);
   ASSERT_TRUE(done.has_value()) << resumed_log;
   const double loss = (*done)["loss"].get<double>();
