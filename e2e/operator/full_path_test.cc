@@ -364,7 +364,8 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
 
   // Events tell the story.
   CommandResult events = plane()->Kubectl(std::string("-n ") + kNamespace + " get events -o json");
-  for (const char* reason : {"Profiled", "PlanAdopted", "GangCreated", "GangFailed"}) {
+  for (const char* reason :
+       {"Profiled", "PlanAdopted", "GangCreated", "GangFailed", "CheckpointLocation"}) {
     EXPECT_NE(events.output.find(std::string("\"reason\": \"") + reason + "\""), std::string::npos)
         << reason;
   }

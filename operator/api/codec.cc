@@ -698,7 +698,19 @@ Json EncodeStatus(const ModelSelectionJobStatus& s) {
       tj["lastCheckpoint"] = {{"step", t.last_checkpoint->step},
                               {"samples", t.last_checkpoint->samples},
                               {"path", t.last_checkpoint->path},
-                              {"time", t.last_checkpoint->time}};
+                              {"time", t.last_checkpoint->time},
+                              {"seconds", t.last_checkpoint->seconds},
+                              {"bytesWritten", t.last_checkpoint->bytes_written},
+                              {"bytesNeeded", t.last_checkpoint->bytes_needed},
+                              {"peakRssBytes", t.last_checkpoint->peak_rss_bytes}};
+    }
+    if (t.last_restore) {
+      const RestoreRef& r = *t.last_restore;
+      Json rj = {{"generation", r.generation},    {"time", r.time},
+                 {"seconds", r.seconds},          {"bytesRead", r.bytes_read},
+                 {"bytesNeeded", r.bytes_needed}, {"peakRssBytes", r.peak_rss_bytes}};
+      if (r.step >= 0) rj["step"] = r.step;  // absent: no scrape caught it
+      tj["lastRestore"] = rj;
     }
     tj["restarts"] = t.restarts;
     if (!t.message.empty()) tj["message"] = t.message;
@@ -766,7 +778,23 @@ void DecodeStatus(const Json& json, const std::string& path, ModelSelectionJobSt
       c.Integer("samples", &ref.samples);
       c.String("path", &ref.path);
       c.String("time", &ref.time);
+      c.Number("seconds", &ref.seconds);
+      c.Integer("bytesWritten", &ref.bytes_written);
+      c.Integer("bytesNeeded", &ref.bytes_needed);
+      c.Integer("peakRssBytes", &ref.peak_rss_bytes);
       t.last_checkpoint = ref;
+    }
+    if (const Json* v = o.Get("lastRestore")) {
+      ObjectReader c(*v, o.Path("lastRestore"), errors);
+      RestoreRef ref;
+      c.Integer("generation", &ref.generation);
+      c.Integer("step", &ref.step);
+      c.String("time", &ref.time);
+      c.Number("seconds", &ref.seconds);
+      c.Integer("bytesRead", &ref.bytes_read);
+      c.Integer("bytesNeeded", &ref.bytes_needed);
+      c.Integer("peakRssBytes", &ref.peak_rss_bytes);
+      t.last_restore = ref;
     }
     o.Integer("restarts", &t.restarts);
     o.String("message", &t.message);

@@ -250,7 +250,30 @@ struct CheckpointRef {
   // Samples consumed at it, as the worker reported (exact across batch
   // changes); 0 when it did not report them.
   int64_t samples = 0;
+  // The save that wrote it, as the gang's rank 0 reported it (the operator
+  // scrapes rank 0 only): the whole save's seconds, and rank 0's bytes written,
+  // bytes of its own state needed and peak resident memory. 0: not reported
+  // (a checkpoint the gang resumed from, an older worker).
+  double seconds = 0;
+  int64_t bytes_written = 0;
+  int64_t bytes_needed = 0;
+  int64_t peak_rss_bytes = 0;
   bool operator==(const CheckpointRef&) const = default;
+};
+
+// The newest restore: a gang generation that resumed from a checkpoint (in any
+// layout: a relaunch in another one re-shards), as its rank 0 reported it.
+struct RestoreRef {
+  int generation = 0;  // the gang that restored (its task's restarts)
+  int64_t step = -1;   // the checkpoint's step; -1 when no scrape caught it
+  std::string time;    // RFC 3339, when the operator first saw it
+  // The whole load's seconds (0: not reported), and rank 0's bytes read, bytes
+  // of its own state needed and peak resident memory (0: not reported).
+  double seconds = 0;
+  int64_t bytes_read = 0;
+  int64_t bytes_needed = 0;
+  int64_t peak_rss_bytes = 0;
+  bool operator==(const RestoreRef&) const = default;
 };
 
 struct TaskStatus {
@@ -263,6 +286,7 @@ struct TaskStatus {
   double samples_per_second = 0;  // measured throughput
   double eta_seconds = 0;
   std::optional<CheckpointRef> last_checkpoint;
+  std::optional<RestoreRef> last_restore;
   int restarts = 0;
   std::string message;
   bool operator==(const TaskStatus&) const = default;

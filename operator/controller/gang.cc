@@ -41,10 +41,23 @@ std::string PodDnsName(const std::string& pod, const std::string& service, const
   return pod + "." + service + "." + ns + ".svc";
 }
 
-std::string CheckpointDir(const api::ModelSelectionJob& job, const std::string& task) {
+std::string JobCheckpointDir(const api::ModelSelectionJob& job) {
   std::string base = job.spec.checkpoints.path;
-  while (base.size() > 1 && base.back() == '/') base.pop_back();
-  return base + "/" + job.metadata.name + "/" + task;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+  return base + "/" + job.metadata.name + "-" + job.metadata.uid;
+}
+
+std::string CheckpointDir(const api::ModelSelectionJob& job, const std::string& task) {
+  return JobCheckpointDir(job) + "/" + task;
+}
+
+std::string CheckpointLocationNote(const api::ModelSelectionJob& job) {
+  const std::string& claim = job.spec.checkpoints.claim_name;
+  return "Checkpoints of each task go to " + JobCheckpointDir(job) + "/<task> (" +
+         (claim.empty() ? "an emptyDir, lost with each pod" : "claim " + claim) +
+         "). The folder is keyed by the job's UID " + job.metadata.uid +
+         ", so a job created again under the name " + job.metadata.name +
+         " starts fresh instead of resuming this one's state.";
 }
 
 Json OwnerReference(const api::ModelSelectionJob& job) {

@@ -80,9 +80,21 @@ StatusOr<Gang> BuildGang(const GangRequest& request);
 // its Service: managed-by, job, task, gang.
 Json GangSelector(const api::ModelSelectionJob& job, const std::string& task, int generation);
 
-// The checkpoint folder of a task: <spec.checkpoints.path>/<job>/<task>. Every
+// The checkpoint folder of a job: <spec.checkpoints.path>/<name>-<uid>. Keyed by
+// metadata.uid as well as the name, so a job deleted and created again under
+// the same name starts fresh instead of resuming the old job's state from the
+// same volume (the name keeps the folder readable).
+std::string JobCheckpointDir(const api::ModelSelectionJob& job);
+
+// The checkpoint folder of a task: <JobCheckpointDir(job)>/<task>. Every
 // generation of a task uses the same folder, so a relaunch resumes from it.
 std::string CheckpointDir(const api::ModelSelectionJob& job, const std::string& task);
+
+// The note of the CheckpointLocation event a job's first launch records: the
+// folder its tasks checkpoint into and the volume behind it, and that the
+// folder is keyed by the job's uid so a job re-created under the same name
+// starts fresh.
+std::string CheckpointLocationNote(const api::ModelSelectionJob& job);
 
 // ---- shared by the gang and profile builders ------------------------------
 Json OwnerReference(const api::ModelSelectionJob& job);

@@ -3,10 +3,12 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <sstream>
 
 #include <arpa/inet.h>
@@ -22,8 +24,44 @@ namespace orrery::controller {
 
 namespace {
 
-// The value of the first sample of `family` in a text exposition, if any.
-std::optional<double> FirstSample(const std::string& text, const std::string& family) {
+// The labels of a sample line from its '{' (`at`); sets `end` past the '}'.
+// Escapes in values (\\, \", \n) are undone. nullopt when malformed.
+std::optional<std::map<std::string, std::string>> Labels(const std::string& line, size_t at,
+                                                         size_t* end) {
+  std::map<std::string, std::string> labels;
+  size_t i = at + 1;
+  while (i < line.size() && line[i] != '}') {
+    if (line[i] == ',' || line[i] == ' ') {
+      ++i;
+      continue;
+    }
+    size_t eq = line.find('=', i);
+    if (eq == std::string::npos || eq + 1 >= line.size() || line[eq + 1] != '"')
+      return std::nullopt;
+    std::string key = line.substr(i, eq - i);
+    std::string value;
+    size_t j = eq + 2;
+    for (; j < line.size() && line[j] != '"'; ++j) {
+      if (line[j] == '\\' && j + 1 < line.size()) {
+        ++j;
+        value += line[j] == 'n' ? '\n' : line[j];
+      } else {
+        value += line[j];
+      }
+    }
+    if (j >= line.size()) return std::nullopt;
+    labels[key] = value;
+    i = j + 1;
+  }
+  if (i >= line.size()) return std::nullopt;
+  *end = i + 1;
+  return labels;
+}
+
+// The value of the first sample of `family` in a text exposition whose labels
+// include every pair of `want`, if any.
+std::optional<double> Sample(const std::string& text, const std::string& family,
+                             const std::map<std::string, std::string>& want = {}) {
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
@@ -31,9 +69,21 @@ std::optional<double> FirstSample(const std::string& text, const std::string& fa
     if (line.compare(0, family.size(), family) != 0) continue;
     size_t after = family.size();
     if (after < line.size() && line[after] != '{' && line[after] != ' ') continue;  // a longer name
-    size_t value_at = line[after] == '{' ? line.find("} ", after) : after;
-    if (value_at == std::string::npos) continue;
+    size_t value_at = after;
+    if (after < line.size() && line[after] == '{') {
+      auto labels = Labels(line, after, &value_at);
+      if (!labels) continue;
+      bool match = true;
+      for (const auto& [k, v] : want) {
+        auto it = labels->find(k);
+        match = match && it != labels->end() && it->second == v;
+      }
+      if (!match) continue;
+    } else if (!want.empty()) {
+      continue;
+    }
     value_at = line.find(' ', value_at);
+    if (value_at == std::string::npos) continue;
     try {
       return std::stod(line.substr(value_at + 1));
     } catch (const std::exception&) {
@@ -47,40 +97,100 @@ int64_t Int(const std::optional<double>& v, int64_t fallback) {
   return v ? static_cast<int64_t>(std::llround(*v)) : fallback;
 }
 
+// One operation's series: op is "save" or "load".
+StateIoProgress StateIo(const std::string& text, const char* op) {
+  StateIoProgress io;
+  const std::string duration = "orrery_worker_checkpoint_duration_seconds";
+  io.count = Int(Sample(text, duration + "_count", {{"op", op}}), 0);
+  io.seconds_total = Sample(text, duration + "_sum", {{"op", op}}).value_or(0);
+  if (io.count == 1) io.last_seconds = io.seconds_total;
+  // Rank 0's own series: the only rank this process serves.
+  io.bytes_moved =
+      Int(Sample(text, "orrery_worker_checkpoint_rank_bytes", {{"op", op}, {"kind", "moved"}}), -1);
+  io.bytes_needed = Int(
+      Sample(text, "orrery_worker_checkpoint_rank_bytes", {{"op", op}, {"kind", "needed"}}), -1);
+  io.peak_rss_bytes =
+      Int(Sample(text, "orrery_worker_checkpoint_peak_rss_bytes", {{"op", op}}), -1);
+  return io;
+}
+
 }  // namespace
 
 std::optional<TaskProgress> ParseWorkerMetrics(const std::string& text) {
-  std::optional<double> step = FirstSample(text, "orrery_worker_step");
+  std::optional<double> step = Sample(text, "orrery_worker_step");
   if (!step) return std::nullopt;
   TaskProgress p;
   p.step = Int(step, 0);
-  std::optional<double> ckpt = FirstSample(text, "orrery_worker_checkpoint_step");
+  std::optional<double> ckpt = Sample(text, "orrery_worker_checkpoint_step");
   p.checkpoint_step = ckpt && *ckpt >= 0 ? Int(ckpt, -1) : -1;
-  std::optional<double> samples = FirstSample(text, "orrery_worker_checkpoint_samples");
+  std::optional<double> samples = Sample(text, "orrery_worker_checkpoint_samples");
   p.checkpoint_samples = p.checkpoint_step >= 0 && samples && *samples > 0 ? Int(samples, 0) : 0;
-  p.samples_per_second = FirstSample(text, "orrery_worker_samples_per_second").value_or(0);
-  if (std::optional<double> loss = FirstSample(text, "orrery_worker_loss")) {
+  p.samples_per_second = Sample(text, "orrery_worker_samples_per_second").value_or(0);
+  if (std::optional<double> loss = Sample(text, "orrery_worker_loss")) {
     p.loss = *loss;
     p.has_loss = true;
   }
+  p.save = StateIo(text, "save");
+  p.load = StateIo(text, "load");
+  // Until the gang's first save the checkpoint gauge is the one it loaded.
+  if (p.load.count > 0 && p.save.count == 0) p.restore_step = p.checkpoint_step;
   return p;
+}
+
+void CarryOver(const TaskProgress& previous, TaskProgress* next) {
+  if (previous.generation != next->generation) return;
+  for (auto [before, now] :
+       {std::pair{&previous.save, &next->save}, std::pair{&previous.load, &next->load}}) {
+    if (now->last_seconds >= 0) continue;
+    if (now->count == before->count) {
+      now->last_seconds = before->last_seconds;
+    } else if (now->count == before->count + 1) {
+      now->last_seconds = std::max(0.0, now->seconds_total - before->seconds_total);
+    }
+  }
+  if (next->restore_step < 0) next->restore_step = previous.restore_step;
 }
 
 std::optional<api::CheckpointRef> LastCheckpoint(const std::optional<api::CheckpointRef>& last,
                                                  const TaskProgress& p, const std::string& path,
                                                  const std::string& now) {
   if (p.checkpoint_step < 0) return last;
-  if (last && last->step == p.checkpoint_step) {
-    if (p.checkpoint_samples <= 0 || last->samples == p.checkpoint_samples) return last;
-    api::CheckpointRef ref = *last;
-    ref.samples = p.checkpoint_samples;
-    return ref;
-  }
   api::CheckpointRef ref;
-  ref.step = p.checkpoint_step;
-  ref.samples = p.checkpoint_samples;
-  ref.path = path;
-  ref.time = now;
+  if (last && last->step == p.checkpoint_step) {
+    ref = *last;
+    if (p.checkpoint_samples > 0) ref.samples = p.checkpoint_samples;
+  } else {
+    ref.step = p.checkpoint_step;
+    ref.samples = p.checkpoint_samples;
+    ref.path = path;
+    ref.time = now;
+  }
+  // Saves come after the gang's load, so its latest save wrote this checkpoint.
+  if (p.save.count > 0) {
+    if (p.save.last_seconds >= 0) ref.seconds = p.save.last_seconds;
+    if (p.save.bytes_moved >= 0) ref.bytes_written = p.save.bytes_moved;
+    if (p.save.bytes_needed >= 0) ref.bytes_needed = p.save.bytes_needed;
+    if (p.save.peak_rss_bytes >= 0) ref.peak_rss_bytes = p.save.peak_rss_bytes;
+  }
+  if (last && *last == ref) return last;
+  return ref;
+}
+
+std::optional<api::RestoreRef> LastRestore(const std::optional<api::RestoreRef>& last,
+                                           const TaskProgress& p, const std::string& now) {
+  if (p.load.count == 0) return last;
+  api::RestoreRef ref;
+  if (last && last->generation == p.generation) {
+    ref = *last;
+  } else {
+    ref.generation = p.generation;
+    ref.time = now;
+  }
+  if (p.restore_step >= 0) ref.step = p.restore_step;
+  if (p.load.last_seconds >= 0) ref.seconds = p.load.last_seconds;
+  if (p.load.bytes_moved >= 0) ref.bytes_read = p.load.bytes_moved;
+  if (p.load.bytes_needed >= 0) ref.bytes_needed = p.load.bytes_needed;
+  if (p.load.peak_rss_bytes >= 0) ref.peak_rss_bytes = p.load.peak_rss_bytes;
   return ref;
 }
 
@@ -160,6 +270,16 @@ bool ProgressBoard::Set(const std::string& job, const std::string& task, const T
   return true;
 }
 
+std::optional<TaskProgress> ProgressBoard::Get(const std::string& job,
+                                               const std::string& task) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto j = by_job_.find(job);
+  if (j == by_job_.end()) return std::nullopt;
+  auto t = j->second.find(task);
+  if (t == j->second.end()) return std::nullopt;
+  return t->second;
+}
+
 std::map<std::string, TaskProgress> ProgressBoard::ForJob(const std::string& job) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_job_.find(job);
@@ -232,7 +352,11 @@ void ProgressScraper::ScrapeOnce() {
     } catch (const std::exception&) {
       progress->generation = 0;
     }
-    if (board_->Set(job, labels.value(kTaskLabel, ""), *progress) && on_change_) on_change_(job);
+    const std::string task = labels.value(kTaskLabel, "");
+    if (std::optional<TaskProgress> previous = board_->Get(job, task)) {
+      CarryOver(*previous, &*progress);
+    }
+    if (board_->Set(job, task, *progress) && on_change_) on_change_(job);
   }
 }
 

@@ -1,8 +1,9 @@
 // Progress of running gangs, read from the workers themselves: every gang's rank
 // 0 serves Prometheus metrics on its pod IP (gang.h: ORRERY_METRICS_ADDRESS,
 // port kMetricsPort), and the ProgressScraper polls it. What it reads (step,
-// throughput, last committed checkpoint and the samples consumed at it, loss)
-// is kept on a ProgressBoard that
+// throughput, last committed checkpoint and the samples consumed at it, loss,
+// the latest save's and the restore's time, bytes and memory) is kept on a
+// ProgressBoard that
 // the reconciler reads when it writes status and feeds the engine (remaining
 // work, measured throughput); a change wakes the job's reconcile.
 //
@@ -25,6 +26,29 @@
 
 namespace orrery::controller {
 
+// A task's checkpoint saves, or its restore, as its rank 0's /metrics shows
+// them (the worker's orrery_worker_checkpoint_* series, op="save" or "load").
+struct StateIoProgress {
+  // Operations of this kind in rank 0's process, and their time together
+  // (orrery_worker_checkpoint_duration_seconds _count and _sum: task-level, so
+  // the gang's whole operation as rank 0 waited for it). A process loads once.
+  int64_t count = 0;
+  double seconds_total = 0;
+  // The latest operation's time: the sum when it is the only one, else the sum's
+  // growth across one more operation since the previous reading (CarryOver);
+  // < 0 when unknown (several happened between two readings).
+  double last_seconds = -1;
+  // Rank 0's part of the latest operation: bytes it wrote (save) or read (load),
+  // bytes its own state needed, its peak resident memory
+  // (orrery_worker_checkpoint_rank_bytes / _peak_rss_bytes). The operator scrapes
+  // rank 0 only, so these are rank 0's, not the gang's sums; -1 when not
+  // exported (an older worker, or no such operation yet).
+  int64_t bytes_moved = -1;
+  int64_t bytes_needed = -1;
+  int64_t peak_rss_bytes = -1;
+  bool operator==(const StateIoProgress&) const = default;
+};
+
 struct TaskProgress {
   int generation = 0;            // the gang it was read from
   int64_t step = 0;              // last completed optimizer step
@@ -35,6 +59,12 @@ struct TaskProgress {
   double samples_per_second = 0;
   double loss = 0;
   bool has_loss = false;
+  StateIoProgress save;
+  StateIoProgress load;
+  // The step this gang resumed from: orrery_worker_checkpoint_step while the
+  // gang has loaded and not yet saved (a save moves that gauge on); -1 when it
+  // did not resume or no reading caught it (CarryOver keeps it once seen).
+  int64_t restore_step = -1;
   bool operator==(const TaskProgress&) const = default;
 };
 
@@ -43,13 +73,30 @@ struct TaskProgress {
 // trained a step yet).
 std::optional<TaskProgress> ParseWorkerMetrics(const std::string& text);
 
+// What one reading cannot know alone, from the previous reading of the same
+// gang (same generation; another gang's is ignored): the latest save's and
+// load's seconds (the growth of their sum across one more operation) and the
+// step it resumed from once a save has moved the checkpoint gauge on.
+void CarryOver(const TaskProgress& previous, TaskProgress* next);
+
 // The task status's lastCheckpoint once `p` is read: a new reference (at `path`,
 // committed at `now`) when `p` reports a checkpoint at another step than `last`;
 // `last` with the samples filled in or corrected when only they differ (the
 // worker sets its step and samples gauges one after the other); else `last`.
+// When the gang has saved (p.save.count > 0) its latest save wrote that
+// checkpoint: the reference carries the save's seconds (when known) and rank
+// 0's bytes written, bytes needed and peak memory.
 std::optional<api::CheckpointRef> LastCheckpoint(const std::optional<api::CheckpointRef>& last,
                                                  const TaskProgress& p, const std::string& path,
                                                  const std::string& now);
+
+// The task status's lastRestore once `p` is read: when p's gang loaded a
+// checkpoint, a restore of generation p.generation (first seen at `now`) with
+// the step it resumed from, the load's seconds and rank 0's bytes read, bytes
+// needed and peak memory, each kept from `last` (the same generation) where p
+// no longer knows it; else `last`.
+std::optional<api::RestoreRef> LastRestore(const std::optional<api::RestoreRef>& last,
+                                           const TaskProgress& p, const std::string& now);
 
 // GET http://host:port/path with a deadline; the body of a 200 answer.
 StatusOr<std::string> HttpGet(const std::string& host, int port, const std::string& path,
@@ -60,6 +107,7 @@ class ProgressBoard {
  public:
   // True when it changed what the board held.
   bool Set(const std::string& job, const std::string& task, const TaskProgress& p);
+  std::optional<TaskProgress> Get(const std::string& job, const std::string& task) const;
   std::map<std::string, TaskProgress> ForJob(const std::string& job) const;
   void ForgetJob(const std::string& job);
 

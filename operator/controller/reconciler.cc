@@ -1114,6 +1114,16 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
     for (const auto& [task, g] : live) {
       for (const std::string& node : g.config.nodes) --free_now[node];
     }
+    // The job's first gang says where its state lives, once: a gang seen, made,
+    // or recorded in the status (a restarted operator, a resumed suspend) means
+    // an earlier pass said it already.
+    bool launched_before = !st.last_generation.empty() || !st.expected.empty();
+    for (const auto& [name, o] : observed) launched_before = launched_before || o.gang.has_value();
+    if (job.status) {
+      for (const api::TaskStatus& ts : job.status->tasks) {
+        launched_before = launched_before || ts.config.has_value() || ts.restarts > 0;
+      }
+    }
     for (const LaunchPlan& l :
          SelectLaunches(*st.plan, st.plan_nodes, ctx.loaded.tasks, blocked, free_now, budget)) {
       const api::ExpandedTask& task = ctx.loaded.tasks[l.task];
@@ -1165,6 +1175,11 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
             "Launch",
             task.name + " as " + c.template_name + "x" + std::to_string(c.gpus) + " on " + where +
                 " (generation " + std::to_string(generation) + ")");
+      if (!launched_before) {
+        launched_before = true;
+        Event(ctx, kube::EventType::kNormal, "CheckpointLocation", "Launch",
+              CheckpointLocationNote(job));
+      }
       for (const std::string& w : gang.warnings) {
         Event(ctx, kube::EventType::kWarning, "NoCheckpointClaim", "Launch", w);
       }

@@ -256,6 +256,7 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
                               : 0;
           t.last_checkpoint =
               LastCheckpoint(t.last_checkpoint, p, CheckpointDir(job, task.name), in.now);
+          t.last_restore = LastRestore(t.last_restore, p, in.now);
           break;
         }
         case GangPhase::kSucceeded:

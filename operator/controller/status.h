@@ -80,8 +80,8 @@ struct StatusInput {
 // The job status: phase, observedGeneration, conditions (Progressing, Degraded,
 // Complete; a condition keeps its lastTransitionTime while its status holds),
 // per-task state, configuration and restarts. Progress fields (steps, throughput,
-// checkpoint) and the plan are carried over from the job's current status: they
-// come from the workers' reports, not from pods.
+// the last checkpoint and the last restore) and the plan are carried over from
+// the job's current status: they come from the workers' reports, not from pods.
 api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& input);
 
 // The object to send to the /status subresource: apiVersion, kind, metadata

@@ -176,6 +176,7 @@ body { margin: 0; padding: 24px 32px 48px; font: 14px/1.45 -apple-system, "Segoe
   "DejaVu Sans", Helvetica, Arial, sans-serif; color: var(--ink); background: #fff; }
 h1 { font-size: 22px; margin: 0 0 4px; }
 h2 { font-size: 17px; margin: 28px 0 10px; padding-bottom: 4px; border-bottom: 1px solid var(--rule); }
+h3 { font-size: 14px; margin: 16px 0 6px; }
 .meta { display: flex; flex-wrap: wrap; gap: 8px 28px; color: var(--muted); margin: 6px 0 0; }
 .meta b { color: var(--ink); font-weight: 600; }
 .outcome { display: inline-block; padding: 1px 9px; border-radius: 10px; color: #fff;
@@ -607,6 +608,64 @@ void LossChart(Page& p, const RunReport& r, const std::map<std::string, std::str
   p << "</svg></section>\n";
 }
 
+// Each task's saves and restores: bytes moved against the bytes its ranks
+// needed, time and the largest rank's peak memory. Every restore is listed; of
+// the periodic saves only the latest kSavesShown, so a long run stays readable.
+constexpr size_t kSavesShown = 20;
+
+void StateIoTable(Page& p, const RunReport& r, const std::map<std::string, std::string>& colour) {
+  p << "<section><h2>Checkpoints and re-shards</h2>";
+  bool any = false;
+  for (const auto& t : r.tasks) any = any || !t.state_io.empty();
+  if (!any) {
+    p << "<p class=\"note\">No checkpoint saved or restored yet.</p></section>\n";
+    return;
+  }
+  for (const auto& t : r.tasks) {
+    if (t.state_io.empty()) continue;
+    size_t saves = 0;
+    for (const auto& io : t.state_io) saves += io.op == "save" ? 1 : 0;
+    const size_t skip = saves > kSavesShown ? saves - kSavesShown : 0;
+    p << "<h3><span class=\"swatch\" style=\"background:" << colour.at(t.name) << "\"></span>"
+      << Escape(t.name) << "</h3>";
+    if (skip > 0) {
+      p << "<p class=\"note\">" << std::to_string(skip) << " earlier of " << std::to_string(saves)
+        << " saves not shown (report.json has them).</p>";
+    }
+    p << "<table><thead><tr><th class=\"num\">At</th><th>Operation</th><th class=\"num\">Step</th>"
+         "<th>Layout</th><th class=\"num\">Written / read</th><th class=\"num\">Needed</th>"
+         "<th class=\"num\">Moved / needed</th><th class=\"num\">Time</th>"
+         "<th class=\"num\">Peak RSS (largest rank)</th></tr></thead><tbody>";
+    size_t save_index = 0;
+    for (const auto& io : t.state_io) {
+      const bool save = io.op == "save";
+      if (save && save_index++ < skip) continue;
+      std::string op = save                                                    ? "save"
+                       : io.from_layout.empty() || io.from_layout == io.layout ? "restore"
+                                                                               : "re-shard";
+      if (!io.reason.empty()) op += " (" + io.reason + ")";
+      std::string layout;
+      if (!save && !io.from_layout.empty() && io.from_layout != io.layout) {
+        layout += "<code>" + Escape(io.from_layout) + "</code> → ";
+      }
+      layout += io.layout.empty() ? "–" : "<code>" + Escape(io.layout) + "</code>";
+      const std::string ratio = io.bytes_needed > 0
+                                    ? Fmt("%.0f %%", 100.0 * static_cast<double>(io.bytes) /
+                                                         static_cast<double>(io.bytes_needed))
+                                    : "–";
+      p << "<tr><td class=\"num\">" << Duration(io.time_s) << "</td><td>" << Escape(op)
+        << "</td><td class=\"num\">" << std::to_string(io.step) << "</td><td>" << layout
+        << "</td><td class=\"num\">" << (save ? "wrote " : "read ") << FormatBytes(io.bytes)
+        << "</td><td class=\"num\">" << FormatBytes(io.bytes_needed) << "</td><td class=\"num\">"
+        << ratio << "</td><td class=\"num\">" << Fmt("%.3g s", io.seconds)
+        << "</td><td class=\"num\">"
+        << (io.peak_rss_bytes > 0 ? FormatBytes(io.peak_rss_bytes) : "–") << "</td></tr>";
+    }
+    p << "</tbody></table>";
+  }
+  p << "</section>\n";
+}
+
 void PlansTable(Page& p, const RunReport& r) {
   p << "<section><h2>Plans adopted</h2>";
   if (r.plans.empty()) {
@@ -675,6 +734,7 @@ class Reader {
  public:
   Reader(const json& j, std::string path) : j_(j), path_(std::move(path)) {}
 
+  bool Has(const char* key) const { return j_.find(key) != j_.end(); }
   Status Object() const {
     if (!j_.is_object()) return Error(path_.empty() ? "report" : path_, "want an object");
     return OkStatus();
@@ -805,6 +865,34 @@ Status ReadLoss(const Reader& r, ReportLossPoint* l) {
   return r.Get("time_s", &l->time_s);
 }
 
+json StateIoJson(const ReportStateIo& io) {
+  return {{"op", io.op},
+          {"time_s", Num(io.time_s)},
+          {"step", io.step},
+          {"reason", io.reason},
+          {"from_layout", io.from_layout},
+          {"layout", io.layout},
+          {"bytes", io.bytes},
+          {"bytes_needed", io.bytes_needed},
+          {"seconds", Num(io.seconds)},
+          {"peak_rss_bytes", io.peak_rss_bytes},
+          {"ranks", io.ranks}};
+}
+
+Status ReadStateIo(const Reader& r, ReportStateIo* io) {
+  ORRERY_RETURN_IF_ERROR(r.Get("op", &io->op));
+  ORRERY_RETURN_IF_ERROR(r.Get("time_s", &io->time_s));
+  ORRERY_RETURN_IF_ERROR(r.Get("step", &io->step));
+  ORRERY_RETURN_IF_ERROR(r.Get("reason", &io->reason));
+  ORRERY_RETURN_IF_ERROR(r.Get("from_layout", &io->from_layout));
+  ORRERY_RETURN_IF_ERROR(r.Get("layout", &io->layout));
+  ORRERY_RETURN_IF_ERROR(r.Get("bytes", &io->bytes));
+  ORRERY_RETURN_IF_ERROR(r.Get("bytes_needed", &io->bytes_needed));
+  ORRERY_RETURN_IF_ERROR(r.Get("seconds", &io->seconds));
+  ORRERY_RETURN_IF_ERROR(r.Get("peak_rss_bytes", &io->peak_rss_bytes));
+  return r.Get("ranks", &io->ranks);
+}
+
 Status ReadTask(const Reader& r, ReportTask* t) {
   ORRERY_RETURN_IF_ERROR(r.Get("name", &t->name));
   ORRERY_RETURN_IF_ERROR(r.Get("source", &t->source));
@@ -818,7 +906,10 @@ Status ReadTask(const Reader& r, ReportTask* t) {
   ORRERY_RETURN_IF_ERROR(r.Get("final_loss", &t->final_loss));
   ORRERY_RETURN_IF_ERROR(r.Get("samples_per_s", &t->samples_per_s));
   ORRERY_RETURN_IF_ERROR(r.Get("restarts", &t->restarts));
-  return r.List("losses", &t->losses, ReadLoss);
+  ORRERY_RETURN_IF_ERROR(r.List("losses", &t->losses, ReadLoss));
+  // Absent in the report of an Orrery from before state_io: none recorded.
+  if (!r.Has("state_io")) return OkStatus();
+  return r.List("state_io", &t->state_io, ReadStateIo);
 }
 
 Status ReadProfile(const Reader& r, ReportProfile* p) {
@@ -869,6 +960,19 @@ std::string TaskColour(size_t index) {
   return FormatRgb({mix(c.r), mix(c.g), mix(c.b)});
 }
 
+std::string FormatBytes(int64_t bytes) {
+  if (bytes < 0) return "–";
+  if (bytes < 1000) return std::to_string(bytes) + " B";
+  constexpr const char* kUnits[] = {"kB", "MB", "GB", "TB", "PB", "EB"};
+  double v = static_cast<double>(bytes) / 1000;
+  size_t unit = 0;
+  while (v >= 999.5 && unit + 1 < sizeof(kUnits) / sizeof(kUnits[0])) {
+    v /= 1000;
+    ++unit;
+  }
+  return Fmt(v < 9.995 ? "%.2f " : v < 99.95 ? "%.1f " : "%.0f ", v) + kUnits[unit];
+}
+
 std::string ReportHtml(const RunReport& report) {
   const auto colour = ColourByTask(report);
   Page p;
@@ -880,6 +984,7 @@ std::string ReportHtml(const RunReport& report) {
   TaskTable(p, report, colour);
   Gantt(p, report, colour);
   LossChart(p, report, colour);
+  StateIoTable(p, report, colour);
   PlansTable(p, report);
   ProfileTable(p, report);
   EventList(p, report);
@@ -896,6 +1001,8 @@ std::string ReportJson(const RunReport& r) {
     for (const auto& l : t.losses) {
       losses.push_back({{"step", l.step}, {"loss", Num(l.loss)}, {"time_s", Num(l.time_s)}});
     }
+    json state_io = json::array();
+    for (const auto& io : t.state_io) state_io.push_back(StateIoJson(io));
     tasks.push_back({{"name", t.name},
                      {"source", t.source},
                      {"hyper", hyper},
@@ -908,7 +1015,8 @@ std::string ReportJson(const RunReport& r) {
                      {"final_loss", Num(t.final_loss)},
                      {"samples_per_s", Num(t.samples_per_s)},
                      {"restarts", t.restarts},
-                     {"losses", losses}});
+                     {"losses", losses},
+                     {"state_io", state_io}});
   }
   json planned = json::array(), actual = json::array();
   for (const auto& b : r.planned) planned.push_back(BarJson(b));

@@ -36,6 +36,24 @@ struct ReportLossPoint {
   double time_s = 0;
 };
 
+// A checkpoint save or a restore of a task, as its rank 0 reported it (the
+// worker's "checkpoint" and "restore" lines: worker/train/trainer.h). A restore
+// into another layout than the one that wrote the checkpoint is a re-shard:
+// each rank read only the regions its new slices cover.
+struct ReportStateIo {
+  std::string op;  // save | restore
+  double time_s = 0;
+  int64_t step = 0;
+  std::string reason;        // save: periodic | signal | final; restore: ""
+  std::string from_layout;   // restore: the layout that wrote the checkpoint; save: ""
+  std::string layout;        // the layout that wrote (save) or read (restore) it; "" unknown
+  int64_t bytes = 0;         // written (save) or read (restore), summed over ranks
+  int64_t bytes_needed = 0;  // the state the ranks needed, summed over ranks
+  double seconds = 0;
+  int64_t peak_rss_bytes = 0;  // the largest rank's peak resident memory
+  int ranks = 0;               // ranks reported
+};
+
 struct ReportTask {
   std::string name;
   std::string source;                                      // the spec task it was expanded from
@@ -50,6 +68,9 @@ struct ReportTask {
   double samples_per_s = 0;  // measured over its last run
   int restarts = 0;          // rescales and resumes
   std::vector<ReportLossPoint> losses;
+  // Saves and restores in order (report.json "state_io"; absent in a report of
+  // an older Orrery: none).
+  std::vector<ReportStateIo> state_io;
 };
 
 struct ReportProfile {
@@ -97,6 +118,9 @@ struct RunReport {
 // Colour of the i-th task (the same in every chart of the page and in the
 // terminal): a fixed palette of distinct hues, as "#rrggbb".
 std::string TaskColour(size_t index);
+
+// "0 B", "950 B", "12.3 MB", "1.25 GB" (decimal units, 3 significant digits).
+std::string FormatBytes(int64_t bytes);
 
 std::string ReportHtml(const RunReport& report);
 std::string ReportJson(const RunReport& report);

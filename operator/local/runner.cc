@@ -29,6 +29,7 @@
 #include "operator/local/profile_cache.h"
 #include "operator/local/progress.h"
 #include "operator/local/report.h"
+#include "operator/local/state_io.h"
 
 namespace orrery::local {
 namespace {
@@ -98,6 +99,7 @@ struct Gang {
   std::string stop_reason;  // "" while it may run; rescaled | interrupted | device-lost
   double stop_requested = 0;
   int progress_lines = 0;
+  std::string layout;  // from its "start" line: what its saves are written in
   bool drift_reported = false;
   std::string log_prefix;
 };
@@ -281,6 +283,7 @@ Status Runner::RestoreFrom(const RunReport& previous) {
       if (p.name != tasks_[i].spec.name) continue;
       ReportTask& rt = report_.tasks[i];
       rt.losses = p.losses;
+      rt.state_io = p.state_io;
       rt.restarts = p.restarts;
       rt.final_loss = p.final_loss;
       rt.steps_done = p.steps_done;
@@ -734,6 +737,7 @@ void Runner::ReadProgress(size_t t) {
     if (j.is_discarded() || !j.is_object()) continue;
     std::string ev = j.value("event", "");
     if (ev == "start") {
+      if (j.contains("layout") && j["layout"].is_string()) task.gang->layout = j["layout"];
       if (j.contains("steps") && j["steps"].is_number_integer()) {
         task.steps_total = j["steps"].get<int64_t>();
         rt.steps_total = task.steps_total;
@@ -807,7 +811,17 @@ void Runner::ReadProgress(size_t t) {
           Decide(engine::Trigger::kThroughputDrift);
         }
       }
+    } else if (ev == "restore") {
+      // Right after "start" on a resume: what the new layout read to get here.
+      if (std::optional<ReportStateIo> io = ParseStateIo(j, Now())) {
+        Event(RestoreEventText(task.spec.name, *io));
+        AppendStateIo(&rt.state_io, std::move(*io));
+      }
     } else if (ev == "checkpoint") {
+      if (std::optional<ReportStateIo> io = ParseStateIo(j, Now())) {
+        if (io->layout.empty()) io->layout = task.gang->layout;
+        AppendStateIo(&rt.state_io, std::move(*io));
+      }
       task.checkpoint_step = j.value("step", task.checkpoint_step);
       // Each step of this run consumed its global batch (the worker's cursor).
       task.checkpoint_samples[task.checkpoint_step] =

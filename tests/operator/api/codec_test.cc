@@ -216,6 +216,47 @@ TEST(CodecTest, LastCheckpointSamplesRoundTripAndAreZeroWhenAbsent) {
   EXPECT_TRUE(HasError(errors, "status.tasks[0].lastCheckpoint.samples", "")) << Dump(errors);
 }
 
+TEST(CodecTest, SaveAndRestoreFiguresRoundTripAndAreZeroWhenAbsent) {
+  ModelSelectionJobStatus status = *testing::FullJob().status;
+  Json json = EncodeStatus(status);
+  const Json& t = json["tasks"][0];
+  EXPECT_EQ(t["lastCheckpoint"]["bytesWritten"], 6100000);
+  EXPECT_EQ(t["lastCheckpoint"]["peakRssBytes"], 230000000);
+  EXPECT_EQ(t["lastRestore"]["step"], 8);
+  EXPECT_EQ(t["lastRestore"]["bytesRead"], 6150000);
+  EXPECT_EQ(t["lastRestore"]["generation"], 1);
+  ModelSelectionJobStatus decoded;
+  std::vector<FieldError> errors;
+  DecodeStatus(json, "status", &decoded, &errors);
+  EXPECT_TRUE(errors.empty()) << Dump(errors);
+  EXPECT_EQ(decoded, status);
+
+  // A restore whose step no scrape caught has none: absent, and -1 read back.
+  status.tasks[0].last_restore->step = -1;
+  json = EncodeStatus(status);
+  EXPECT_FALSE(json["tasks"][0]["lastRestore"].contains("step"));
+  decoded = {};
+  DecodeStatus(json, "status", &decoded, &errors);
+  EXPECT_TRUE(errors.empty()) << Dump(errors);
+  EXPECT_EQ(decoded, status);
+
+  // A status an older operator wrote: no figures (0) and no restore.
+  json["tasks"][0].erase("lastRestore");
+  for (const char* k : {"seconds", "bytesWritten", "bytesNeeded", "peakRssBytes"}) {
+    json["tasks"][0]["lastCheckpoint"].erase(k);
+  }
+  decoded = {};
+  DecodeStatus(json, "status", &decoded, &errors);
+  EXPECT_TRUE(errors.empty()) << Dump(errors);
+  EXPECT_FALSE(decoded.tasks[0].last_restore.has_value());
+  EXPECT_EQ(decoded.tasks[0].last_checkpoint->bytes_written, 0);
+  EXPECT_EQ(decoded.tasks[0].last_checkpoint->seconds, 0);
+
+  json["tasks"][0]["lastRestore"] = {{"bytesRead", "lots"}};
+  DecodeStatus(json, "status", &decoded, &errors);
+  EXPECT_TRUE(HasError(errors, "status.tasks[0].lastRestore.bytesRead", "")) << Dump(errors);
+}
+
 TEST(CodecTest, TopLevelMustBeAnObject) {
   ModelSelectionJob job;
   std::vector<FieldError> errors;

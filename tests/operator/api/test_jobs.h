@@ -98,6 +98,11 @@ inline ModelSelectionJob FullJob() {
   ts.samples_per_second = 123.5;
   ts.eta_seconds = 900;
   ts.last_checkpoint = CheckpointRef{10, "/ck/gpt-r0/10", "2026-01-01T00:10:00Z"};
+  ts.last_checkpoint->seconds = 0.25;
+  ts.last_checkpoint->bytes_written = 6100000;
+  ts.last_checkpoint->bytes_needed = 6100000;
+  ts.last_checkpoint->peak_rss_bytes = 230000000;
+  ts.last_restore = RestoreRef{1, 8, "2026-01-01T00:09:00Z", 0.125, 6150000, 6150000, 210000000};
   ts.restarts = 1;
   ts.message = "rescaled from 2 to 4 GPUs";
   st.tasks = {ts};

@@ -96,7 +96,7 @@ TEST_F(GangTest, ArgsAreTheEngineTrainFlags) {
   launch.template_name = "fsdp";
   launch.gpus = 2;
   launch.batch_size = 32;
-  launch.checkpoint_dir = "/ckpt/sweep/mlp-lr-1e-3";
+  launch.checkpoint_dir = "/ckpt/sweep-6f1d2c3a-0000-4000-8000-000000000001/mlp-lr-1e-3";
   launch.checkpoint_every = loaded_.job.spec.checkpoints.interval_steps;
   launch.keep = loaded_.job.spec.checkpoints.keep;
   launch.device = "cuda";  // the default backend is nccl: the ranks compute on their GPU
@@ -181,7 +181,35 @@ TEST_F(GangTest, CheckpointVolumeFromTheClaim) {
   }
   EXPECT_TRUE(mounted);
   EXPECT_TRUE(claimed);
-  EXPECT_EQ(CheckpointDir(loaded_.job, "mlp-lr-1e-3"), "/ckpt/sweep/mlp-lr-1e-3");
+  EXPECT_EQ(CheckpointDir(loaded_.job, "mlp-lr-1e-3"),
+            "/ckpt/sweep-6f1d2c3a-0000-4000-8000-000000000001/mlp-lr-1e-3");
+}
+
+// A job deleted and created again under the same name has a new uid: its tasks
+// start fresh in a folder of their own instead of resuming the old job's state.
+TEST_F(GangTest, CheckpointsAreKeyedByTheJobsUid) {
+  EXPECT_EQ(JobCheckpointDir(loaded_.job), "/ckpt/sweep-6f1d2c3a-0000-4000-8000-000000000001");
+  api::ModelSelectionJob recreated = loaded_.job;
+  recreated.metadata.uid = "0b9e7d2c-1111-4000-8000-000000000002";
+  EXPECT_NE(CheckpointDir(recreated, "mlp-lr-1e-3"), CheckpointDir(loaded_.job, "mlp-lr-1e-3"));
+  EXPECT_EQ(CheckpointDir(recreated, "mlp-lr-1e-3"),
+            "/ckpt/sweep-0b9e7d2c-1111-4000-8000-000000000002/mlp-lr-1e-3");
+  // A trailing slash on the volume path makes no empty segment.
+  recreated.spec.checkpoints.path = "/ckpt/";
+  EXPECT_EQ(JobCheckpointDir(recreated), "/ckpt/sweep-0b9e7d2c-1111-4000-8000-000000000002");
+
+  // Every rank of every generation is told the same folder.
+  for (int generation : {0, 3}) {
+    auto gang = BuildGang(Request(2, {"n1", "n2"}, generation));
+    ASSERT_TRUE(gang.ok()) << gang.status();
+    for (const Json& pod : gang->pods) {
+      std::vector<std::string> args = pod["spec"]["containers"][0]["args"];
+      EXPECT_NE(std::find(args.begin(), args.end(),
+                          "--checkpoint-dir=" + CheckpointDir(loaded_.job, "mlp-lr-1e-3")),
+                args.end())
+          << pod["metadata"]["name"];
+    }
+  }
 }
 
 TEST_F(GangTest, NoClaimMeansEmptyDirAndAWarning) {

@@ -60,6 +60,116 @@ TEST(ParseWorkerMetricsTest, NoStepIsNoProgressAndNoCheckpointIsMinusOne) {
   EXPECT_EQ(p->checkpoint_samples, 0);
 }
 
+// What a gang of two ranks that resumed and then saved twice serves on rank 0:
+// the task's histograms and rank 0's own bytes and memory (its process serves
+// no other rank's series).
+const char* kStateIoText = R"(# TYPE orrery_worker_step gauge
+orrery_worker_step{msj="ns/sweep",task="mlp-0"} 60
+orrery_worker_checkpoint_step{msj="ns/sweep",task="mlp-0"} 60
+# TYPE orrery_worker_checkpoint_duration_seconds histogram
+orrery_worker_checkpoint_duration_seconds_bucket{msj="ns/sweep",op="load",task="mlp-0",le="+Inf"} 1
+orrery_worker_checkpoint_duration_seconds_sum{msj="ns/sweep",op="load",task="mlp-0"} 0.08
+orrery_worker_checkpoint_duration_seconds_count{msj="ns/sweep",op="load",task="mlp-0"} 1
+orrery_worker_checkpoint_duration_seconds_sum{msj="ns/sweep",op="save",task="mlp-0"} 0.5
+orrery_worker_checkpoint_duration_seconds_count{msj="ns/sweep",op="save",task="mlp-0"} 2
+# TYPE orrery_worker_checkpoint_rank_bytes gauge
+orrery_worker_checkpoint_rank_bytes{kind="moved",msj="ns/sweep",op="load",rank="0",task="mlp-0"} 6150000
+orrery_worker_checkpoint_rank_bytes{kind="needed",msj="ns/sweep",op="load",rank="0",task="mlp-0"} 6150000
+orrery_worker_checkpoint_rank_bytes{kind="moved",msj="ns/sweep",op="save",rank="0",task="mlp-0"} 6100000
+orrery_worker_checkpoint_rank_bytes{kind="needed",msj="ns/sweep",op="save",rank="0",task="mlp-0"} 6100000
+# TYPE orrery_worker_checkpoint_peak_rss_bytes gauge
+orrery_worker_checkpoint_peak_rss_bytes{msj="ns/sweep",op="load",rank="0",task="mlp-0"} 210000000
+orrery_worker_checkpoint_peak_rss_bytes{msj="ns/sweep",op="save",rank="0",task="mlp-0"} 230000000
+)";
+
+TEST(ParseWorkerMetricsTest, ReadsRankZerosSavesAndRestoreByOperation) {
+  auto p = ParseWorkerMetrics(kStateIoText);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->load.count, 1);
+  EXPECT_DOUBLE_EQ(p->load.seconds_total, 0.08);
+  EXPECT_DOUBLE_EQ(p->load.last_seconds, 0.08);  // one load: its sum is its time
+  EXPECT_EQ(p->load.bytes_moved, 6150000);
+  EXPECT_EQ(p->load.bytes_needed, 6150000);
+  EXPECT_EQ(p->load.peak_rss_bytes, 210000000);
+  EXPECT_EQ(p->save.count, 2);
+  EXPECT_DOUBLE_EQ(p->save.seconds_total, 0.5);
+  EXPECT_LT(p->save.last_seconds, 0);  // two saves in one sum: which took what is unknown
+  EXPECT_EQ(p->save.bytes_moved, 6100000);
+  EXPECT_EQ(p->save.bytes_needed, 6100000);
+  EXPECT_EQ(p->save.peak_rss_bytes, 230000000);
+  // The checkpoint gauge moved on with the saves: the resume point is not in it.
+  EXPECT_EQ(p->checkpoint_step, 60);
+  EXPECT_EQ(p->restore_step, -1);
+
+  // Before its first save the gauge is the checkpoint it loaded.
+  p = ParseWorkerMetrics(
+      "orrery_worker_step{task=\"t\"} 40\n"
+      "orrery_worker_checkpoint_step{task=\"t\"} 40\n"
+      "orrery_worker_checkpoint_duration_seconds_count{op=\"load\",task=\"t\"} 1\n"
+      "orrery_worker_checkpoint_duration_seconds_count{op=\"save\",task=\"t\"} 0\n");
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->restore_step, 40);
+  EXPECT_EQ(p->save.count, 0);
+  EXPECT_EQ(p->save.bytes_moved, -1);  // not exported: no save yet
+
+  // A fresh start: no load, no resume point, nothing of either operation.
+  p = ParseWorkerMetrics(kWorkerText);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->restore_step, -1);
+  EXPECT_EQ(p->load, StateIoProgress{});
+  EXPECT_EQ(p->save, StateIoProgress{});
+}
+
+TEST(ParseWorkerMetricsTest, LabelValuesAreMatchedWholeAndUnescaped) {
+  auto p = ParseWorkerMetrics(
+      "orrery_worker_step{msj=\"a\\\"b\",task=\"t\"} 1\n"
+      // A label value holding the text of another label does not match it.
+      "orrery_worker_checkpoint_rank_bytes{note=\"op=\\\"save\\\"\",op=\"loads\",kind=\"moved\"} "
+      "5\n"
+      "orrery_worker_checkpoint_rank_bytes{op=\"save\",kind=\"moved\"} 7\n"
+      "orrery_worker_checkpoint_peak_rss_bytes{op=\"save\" 9\n");  // malformed: skipped
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->save.bytes_moved, 7);
+  EXPECT_EQ(p->load.bytes_moved, -1);
+  EXPECT_EQ(p->save.peak_rss_bytes, -1);
+}
+
+TEST(CarryOverTest, TheLatestSavesTimeIsTheSumsGrowthAcrossOneSave) {
+  TaskProgress before;
+  before.generation = 3;
+  before.save.count = 2;
+  before.save.seconds_total = 0.5;
+  before.restore_step = 40;
+  TaskProgress next = before;
+  next.save.count = 3;
+  next.save.seconds_total = 0.75;
+  next.save.last_seconds = -1;
+  next.restore_step = -1;  // a save moved the checkpoint gauge on
+  CarryOver(before, &next);
+  EXPECT_DOUBLE_EQ(next.save.last_seconds, 0.25);
+  EXPECT_EQ(next.restore_step, 40);
+  // Nothing new: the time is kept.
+  TaskProgress again = next;
+  again.save.last_seconds = -1;
+  CarryOver(next, &again);
+  EXPECT_DOUBLE_EQ(again.save.last_seconds, 0.25);
+  // Two saves between readings: unknown.
+  TaskProgress jump = again;
+  jump.save.count = 5;
+  jump.save.seconds_total = 1.5;
+  jump.save.last_seconds = -1;
+  CarryOver(again, &jump);
+  EXPECT_LT(jump.save.last_seconds, 0);
+  // Another gang's reading says nothing about this one.
+  TaskProgress other = next;
+  other.generation = 4;
+  other.save.last_seconds = -1;
+  other.restore_step = -1;
+  CarryOver(before, &other);
+  EXPECT_LT(other.save.last_seconds, 0);
+  EXPECT_EQ(other.restore_step, -1);
+}
+
 TEST(LastCheckpointTest, NewStepIsANewReferenceWithItsSamples) {
   TaskProgress p;
   p.checkpoint_step = 40;
@@ -90,6 +200,71 @@ TEST(LastCheckpointTest, SamplesArrivingAfterTheStepFillTheSameReference) {
   // A worker that does not report samples leaves what is known alone.
   p.checkpoint_samples = 0;
   EXPECT_EQ(LastCheckpoint(ref, p, "/ck/t", "2026-01-01T00:00:10Z"), ref);
+}
+
+TEST(LastCheckpointTest, ASaveOfTheGangCarriesItsSecondsAndRankZerosFigures) {
+  TaskProgress p;
+  p.checkpoint_step = 50;
+  p.save.count = 1;
+  p.save.last_seconds = 0.5;
+  p.save.bytes_moved = 6100000;
+  p.save.bytes_needed = 6100000;
+  p.save.peak_rss_bytes = 230000000;
+  auto ref = LastCheckpoint(std::nullopt, p, "/ck/t", "t1");
+  ASSERT_TRUE(ref.has_value());
+  EXPECT_EQ(ref->step, 50);
+  EXPECT_DOUBLE_EQ(ref->seconds, 0.5);
+  EXPECT_EQ(ref->bytes_written, 6100000);
+  EXPECT_EQ(ref->bytes_needed, 6100000);
+  EXPECT_EQ(ref->peak_rss_bytes, 230000000);
+  // The next save's time unknown (two between scrapes): its bytes, not the old time.
+  p.checkpoint_step = 70;
+  p.save.count = 3;
+  p.save.last_seconds = -1;
+  p.save.peak_rss_bytes = 240000000;
+  auto next = LastCheckpoint(ref, p, "/ck/t", "t2");
+  EXPECT_EQ(next->step, 70);
+  EXPECT_EQ(next->time, "t2");
+  EXPECT_EQ(next->seconds, 0);
+  EXPECT_EQ(next->peak_rss_bytes, 240000000);
+  // A gang that resumed and has not saved yet: the checkpoint it loaded keeps
+  // what its own save reported.
+  TaskProgress resumed;
+  resumed.generation = 1;
+  resumed.checkpoint_step = 70;
+  resumed.load.count = 1;
+  resumed.load.bytes_moved = 1;
+  EXPECT_EQ(LastCheckpoint(next, resumed, "/ck/t", "t3"), next);
+}
+
+TEST(LastRestoreTest, TheGangsLoadIsKeptPerGenerationAndFilledAsItIsSeen) {
+  TaskProgress fresh;
+  fresh.generation = 0;
+  EXPECT_FALSE(LastRestore(std::nullopt, fresh, "t0").has_value());  // no load: no restore
+
+  TaskProgress p;
+  p.generation = 2;
+  p.restore_step = 40;
+  p.load.count = 1;
+  p.load.last_seconds = 0.125;
+  p.load.bytes_moved = 6150000;
+  p.load.bytes_needed = 6150000;
+  p.load.peak_rss_bytes = 210000000;
+  auto ref = LastRestore(std::nullopt, p, "t1");
+  ASSERT_TRUE(ref.has_value());
+  EXPECT_EQ(*ref, (api::RestoreRef{2, 40, "t1", 0.125, 6150000, 6150000, 210000000}));
+  // Read again after saves moved the checkpoint gauge on: the same restore.
+  p.restore_step = -1;
+  EXPECT_EQ(LastRestore(ref, p, "t2"), ref);
+  // A gang of another generation that did not load (no checkpoint left):
+  // the last restore stays what it was.
+  EXPECT_EQ(LastRestore(ref, fresh, "t3"), ref);
+  // The next gang's restore, first seen after its first save: no step.
+  TaskProgress later = p;
+  later.generation = 3;
+  later.load.peak_rss_bytes = 190000000;
+  auto next = LastRestore(ref, later, "t4");
+  EXPECT_EQ(*next, (api::RestoreRef{3, -1, "t4", 0.125, 6150000, 6150000, 190000000}));
 }
 
 TEST(ProgressBoardTest, SetReportsChangesOnly) {
@@ -177,6 +352,48 @@ TEST(ProgressScraperTest, ReadsRankZeroOfRunningGangsFromTheirMetricsEndpoint) {
   scraper.ScrapeOnce();
   EXPECT_EQ(woken.size(), 1u);
   EXPECT_EQ(board.ForJob("ns/sweep")["mlp-0"].step, 18);
+}
+
+// Rank 0's recorder, as the worker drives it: a resume, then saves one at a
+// time between scrapes. The board keeps the resume point and each save's time.
+TEST(ProgressScraperTest, KeepsTheRestoreAndEachSavesTimeAcrossScrapes) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  metrics::WorkerMetrics worker(*registry);
+  metrics::WorkerRecorder rank0(worker, "ns/sweep", "mlp-0", 0, /*task_level=*/true);
+  auto exposer = metrics::Exposer::Start("127.0.0.1:0", registry);
+  ASSERT_TRUE(exposer.ok()) << exposer.status();
+  using Op = metrics::WorkerRecorder::CheckpointOp;
+  rank0.RecordStateIo(Op::kLoad, 6150000, 6150000, 210000000);
+  rank0.RecordCheckpoint(Op::kLoad, 40, 0.125, 12300000);
+  rank0.RecordStart(40);
+
+  kube::Store store;
+  store.Replace(
+      {std::make_shared<const kube::Object>(GangPod("rank0", 0, "Running", (*exposer)->port()))});
+  ProgressBoard board;
+  ProgressScraper scraper(&store, &board, nullptr);
+  scraper.ScrapeOnce();
+  TaskProgress p = board.ForJob("ns/sweep")["mlp-0"];
+  EXPECT_EQ(p.restore_step, 40);
+  EXPECT_DOUBLE_EQ(p.load.last_seconds, 0.125);
+  EXPECT_EQ(p.load.bytes_moved, 6150000);
+  EXPECT_EQ(p.load.peak_rss_bytes, 210000000);
+  EXPECT_EQ(p.save.count, 0);
+
+  rank0.RecordStateIo(Op::kSave, 6100000, 6100000, 230000000);
+  rank0.RecordCheckpoint(Op::kSave, 50, 0.5, 12200000);
+  scraper.ScrapeOnce();
+  rank0.RecordStateIo(Op::kSave, 6100000, 6100000, 240000000);
+  rank0.RecordCheckpoint(Op::kSave, 60, 0.25, 12200000);
+  scraper.ScrapeOnce();
+  p = board.ForJob("ns/sweep")["mlp-0"];
+  EXPECT_EQ(p.checkpoint_step, 60);
+  EXPECT_EQ(p.restore_step, 40);  // kept from the first reading
+  EXPECT_EQ(p.save.count, 2);
+  EXPECT_DOUBLE_EQ(p.save.last_seconds, 0.25);
+  EXPECT_EQ(p.save.bytes_moved, 6100000);
+  EXPECT_EQ(p.save.peak_rss_bytes, 240000000);
+  EXPECT_DOUBLE_EQ(p.load.last_seconds, 0.125);
 }
 
 TEST(ProbeServerTest, HealthzAlwaysReadyzWhenReady) {

@@ -245,12 +245,19 @@ TEST_F(ReconcilerIntegrationTest, GangsRunOnPlannedNodesAndTheJobSucceeds) {
   auto events = client_->List(kube::Events(), kNamespace, {});
   ASSERT_TRUE(events.ok()) << events.status();
   int launches = 0;
+  std::vector<std::string> locations;
   for (const kube::Object& e : (*events)["items"]) {
-    if (e.value("reason", "") == "GangCreated" && e["regarding"].value("name", "") == "small") {
-      ++launches;
-    }
+    if (e["regarding"].value("name", "") != "small") continue;
+    if (e.value("reason", "") == "GangCreated") ++launches;
+    if (e.value("reason", "") == "CheckpointLocation") locations.push_back(e.value("note", ""));
   }
   EXPECT_EQ(launches, 3);
+  // The first launch said where the job's checkpoints live: a folder keyed by
+  // the uid the API server gave the job.
+  ASSERT_EQ(locations.size(), 1u);
+  const std::string uid = (*job_after)["metadata"].value("uid", "");
+  ASSERT_FALSE(uid.empty());
+  EXPECT_NE(locations[0].find("/small-" + uid + "/<task>"), std::string::npos) << locations[0];
 
   for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) i->Stop();
 }

@@ -10,6 +10,7 @@
 #include "operator/controller/names.h"
 #include "operator/controller/profile_pod.h"
 #include "operator/kube/api_error.h"
+#include "operator/kube/event_recorder.h"
 #include "tests/operator/controller/test_objects.h"
 
 namespace orrery::controller {
@@ -349,6 +350,17 @@ class FakeClient : public kube::Client {
     return out;
   }
 
+  // The Events recorded with `reason`, in the order of their names.
+  std::vector<kube::Object> Events(const std::string& reason) const {
+    std::vector<kube::Object> out;
+    for (const auto& [key, obj] : objects_) {
+      if (key.rfind(kube::Events().Name() + "/", 0) == 0 && obj.value("reason", "") == reason) {
+        out.push_back(obj);
+      }
+    }
+    return out;
+  }
+
   std::vector<std::string> created, deleted;
   std::vector<kube::Object> statuses;
 
@@ -520,6 +532,52 @@ TEST_F(ReconcileTest, AGangPendingPastTheTimeoutIsTornDownAndPlannedAgain) {
     relaunched = relaunched || p["metadata"]["annotations"][kGenerationAnnotation] == "1";
   }
   EXPECT_TRUE(relaunched);
+}
+
+// The job's first launch says where its checkpoints live and that the folder is
+// keyed by its uid; later passes, relaunches and a restarted operator do not
+// repeat it, and a job re-created under the same name says its own folder.
+TEST_F(ReconcileTest, TheFirstLaunchSaysWhereTheJobsCheckpointsLive) {
+  kube::EventRecorderOptions event_options;
+  event_options.reporting_instance = "reconciler-test";
+  kube::EventRecorder recorder(&client_, event_options, &clock_);
+  options_.events = &recorder;
+  reconciler_ = std::make_unique<Reconciler>(
+      &client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  ASSERT_GT(PodsCreated(), 0u);
+  std::vector<kube::Object> said = client_.Events("CheckpointLocation");
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_EQ(said[0].value("type", ""), "Normal");
+  EXPECT_EQ(said[0]["regarding"].value("uid", ""), loaded_.job.metadata.uid);
+  const std::string note = said[0].value("note", "");
+  EXPECT_EQ(note, CheckpointLocationNote(loaded_.job));
+  EXPECT_NE(note.find("/ckpt/sweep-" + loaded_.job.metadata.uid + "/<task>"), std::string::npos)
+      << note;
+  EXPECT_NE(note.find("starts fresh"), std::string::npos) << note;
+  EXPECT_NE(note.find("claim sweep-ckpt"), std::string::npos) << note;
+
+  SyncPods("Running");
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  Reconciler restarted(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  ASSERT_TRUE(restarted.Reconcile(key_).ok());
+  EXPECT_EQ(client_.Events("CheckpointLocation").size(), 1u);
+
+  // Deleted (its pods go with it) and created again under the same name.
+  for (const std::string& k : pods_.Keys()) pods_.Remove(k);
+  loaded_.job.metadata.uid = "0b9e7d2c-1111-4000-8000-000000000002";
+  PutJob();
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  said = client_.Events("CheckpointLocation");
+  ASSERT_EQ(said.size(), 2u);
+  bool new_folder = false;
+  for (const kube::Object& e : said) {
+    new_folder = new_folder || e.value("note", "")
+                                       .find(
+                                           "/ckpt/sweep-0b9e7d2c-1111-4000-8000-"
+                                           "000000000002/") != std::string::npos;
+  }
+  EXPECT_TRUE(new_folder);
 }
 
 TEST_F(ReconcileTest, MissingProfilesAreMeasuredByProfileGangsAndCached) {

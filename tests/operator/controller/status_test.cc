@@ -289,6 +289,67 @@ TEST_F(StatusTest, WorkerReportsOfTheCurrentGangBecomeProgress) {
   EXPECT_EQ(BuildJobStatus(in).tasks[0].steps_done, 30);
 }
 
+// A relaunched gang's rank 0 reports its restore and then its saves: the status
+// keeps the restore of that generation and the latest save's figures.
+TEST_F(StatusTest, TheGangsRestoreAndSavesReachTheStatus) {
+  auto g2 = Gang(0, 2, {"n1"});
+  auto obs = ObserveTasks({Bound(g2[0], "Running")});
+  const api::ExpandedTask& task = loaded_.tasks[0];
+  std::map<std::string, TaskProgress> reports;
+  TaskProgress p = *ParseWorkerMetrics(
+      "orrery_worker_step 40\n"
+      "orrery_worker_checkpoint_step 40\n"
+      "orrery_worker_checkpoint_duration_seconds_sum{op=\"load\"} 0.125\n"
+      "orrery_worker_checkpoint_duration_seconds_count{op=\"load\"} 1\n"
+      "orrery_worker_checkpoint_duration_seconds_count{op=\"save\"} 0\n"
+      "orrery_worker_checkpoint_rank_bytes{op=\"load\",kind=\"moved\",rank=\"0\"} 6150000\n"
+      "orrery_worker_checkpoint_rank_bytes{op=\"load\",kind=\"needed\",rank=\"0\"} 6150000\n"
+      "orrery_worker_checkpoint_peak_rss_bytes{op=\"load\",rank=\"0\"} 210000000\n");
+  p.generation = 2;
+  reports[LabelValue(task.name)] = p;
+  StatusInput in;
+  in.job = &loaded_.job;
+  in.tasks = &loaded_.tasks;
+  in.observed = &obs;
+  in.now = "2026-01-01T00:00:05Z";
+  in.progress = &reports;
+  api::ModelSelectionJobStatus s = BuildJobStatus(in);
+  ASSERT_TRUE(s.tasks[0].last_restore.has_value());
+  EXPECT_EQ(*s.tasks[0].last_restore,
+            (api::RestoreRef{2, 40, "2026-01-01T00:00:05Z", 0.125, 6150000, 6150000, 210000000}));
+  ASSERT_TRUE(s.tasks[0].last_checkpoint.has_value());
+  EXPECT_EQ(s.tasks[0].last_checkpoint->step, 40);          // the one it resumed from
+  EXPECT_EQ(s.tasks[0].last_checkpoint->bytes_written, 0);  // not this gang's save
+
+  // It saves at step 50: a new checkpoint with the save's figures; the restore stays.
+  loaded_.job.status = s;
+  in.now = "2026-01-01T00:00:10Z";
+  TaskProgress q = p;
+  q.checkpoint_step = 50;
+  q.restore_step = -1;
+  q.save.count = 1;
+  q.save.seconds_total = 0.5;
+  q.save.last_seconds = 0.5;
+  q.save.bytes_moved = 6100000;
+  q.save.bytes_needed = 6100000;
+  q.save.peak_rss_bytes = 230000000;
+  reports[LabelValue(task.name)] = q;
+  api::ModelSelectionJobStatus s2 = BuildJobStatus(in);
+  EXPECT_EQ(s2.tasks[0].last_restore, s.tasks[0].last_restore);
+  const api::CheckpointRef& saved = *s2.tasks[0].last_checkpoint;
+  EXPECT_EQ(saved.step, 50);
+  EXPECT_EQ(saved.time, "2026-01-01T00:00:10Z");
+  EXPECT_DOUBLE_EQ(saved.seconds, 0.5);
+  EXPECT_EQ(saved.bytes_written, 6100000);
+  EXPECT_EQ(saved.peak_rss_bytes, 230000000);
+
+  // Encoded for the API server: both objects, in the CRD's names.
+  Json o = StatusUpdateObject(loaded_.job, s2);
+  EXPECT_EQ(o["status"]["tasks"][0]["lastRestore"]["bytesRead"], 6150000);
+  EXPECT_EQ(o["status"]["tasks"][0]["lastRestore"]["step"], 40);
+  EXPECT_EQ(o["status"]["tasks"][0]["lastCheckpoint"]["bytesWritten"], 6100000);
+}
+
 TEST_F(StatusTest, StatusUpdateObjectCarriesTheResourceVersion) {
   loaded_.job.metadata.resource_version = "77";
   Json o = StatusUpdateObject(loaded_.job, JobStatus({}));

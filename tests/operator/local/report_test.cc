@@ -22,12 +22,18 @@ bool operator==(const ReportBar& a, const ReportBar& b) {
 bool operator==(const ReportLossPoint& a, const ReportLossPoint& b) {
   return a.step == b.step && a.loss == b.loss && a.time_s == b.time_s;
 }
+bool operator==(const ReportStateIo& a, const ReportStateIo& b) {
+  return a.op == b.op && a.time_s == b.time_s && a.step == b.step && a.reason == b.reason &&
+         a.from_layout == b.from_layout && a.layout == b.layout && a.bytes == b.bytes &&
+         a.bytes_needed == b.bytes_needed && a.seconds == b.seconds &&
+         a.peak_rss_bytes == b.peak_rss_bytes && a.ranks == b.ranks;
+}
 bool operator==(const ReportTask& a, const ReportTask& b) {
   return a.name == b.name && a.source == b.source && a.hyper == b.hyper && a.state == b.state &&
          a.template_name == b.template_name && a.gpus == b.gpus && a.batch_size == b.batch_size &&
          a.steps_done == b.steps_done && a.steps_total == b.steps_total &&
          a.final_loss == b.final_loss && a.samples_per_s == b.samples_per_s &&
-         a.restarts == b.restarts && a.losses == b.losses;
+         a.restarts == b.restarts && a.losses == b.losses && a.state_io == b.state_io;
 }
 bool operator==(const ReportProfile& a, const ReportProfile& b) {
   return a.signature == b.signature && a.tasks == b.tasks && a.template_name == b.template_name &&
@@ -69,6 +75,10 @@ RunReport FullReport() {
   a.samples_per_s = 1e-7;
   a.restarts = 3;
   a.losses = {{1, 2.5, 0.25}, {2, 1.0 / 3.0, 0.5}, {3, 1e300, 7}};
+  a.state_io = {{"save", 9.5, 50, "signal", "", "dp=4,tp=1,pp=1,fsdp=4", 12300000, 12300000, 0.125,
+                 5000000000LL, 4},
+                {"restore", 19.75, 50, "", "dp=4,tp=1,pp=1,fsdp=4", "dp=1,tp=2,pp=2", 12300000,
+                 12300000, 1.0 / 3.0, 210000000, 4}};
   ReportTask b;
   b.name = "lr-1e-3";
   b.source = "lr";
@@ -178,6 +188,25 @@ TEST(ReportJson, MalformedInputNamesTheField) {
             std::string::npos);
   EXPECT_NE(ErrorAfter([](nlohmann::json& j) { j["version"] = 2; }).find("version"),
             std::string::npos);
+  EXPECT_NE(ErrorAfter([](nlohmann::json& j) {
+              j["tasks"][0]["state_io"][1]["bytes"] = 1.5;
+            }).find("tasks[0].state_io[1].bytes: want an integer"),
+            std::string::npos);
+  EXPECT_NE(ErrorAfter([](nlohmann::json& j) {
+              j["tasks"][0]["state_io"][0].erase("op");
+            }).find("tasks[0].state_io[0].op: missing"),
+            std::string::npos);
+}
+
+// report.json of an Orrery from before the saves and restores were recorded
+// still resumes: a task without "state_io" has none.
+TEST(ReportJson, ReadsAReportWrittenBeforeStateIo) {
+  nlohmann::json j = nlohmann::json::parse(ReportJson(FullReport()));
+  for (auto& t : j["tasks"]) t.erase("state_io");
+  auto back = ReportFromJson(j.dump());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->tasks[0].state_io.empty());
+  EXPECT_EQ(back->tasks[0].losses.size(), 3u);
 }
 
 TEST(ReportJson, RejectsTextThatIsNotJson) {
@@ -212,6 +241,7 @@ TEST(ReportHtml, EscapesUserStrings) {
   r.events[0].text = evil;
   r.profiles[0].signature = evil;
   r.plans[0].trigger = evil;
+  r.tasks[0].state_io[1].from_layout = evil;
   const std::string html = ReportHtml(r);
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("alert('x')"), std::string::npos);
@@ -232,6 +262,55 @@ TEST(ReportHtml, DrawsOneRectPerBar) {
   EXPECT_NE(html.find("fill=\"" + TaskColour(0) + "\""), std::string::npos);
   EXPECT_NE(html.find("background:" + TaskColour(1)), std::string::npos);
   EXPECT_NE(html.find("polyline class=\"loss-curve\" data-task=\"lr-3e-4\""), std::string::npos);
+}
+
+TEST(ReportHtml, ListsEachTasksCheckpointsAndReshards) {
+  RunReport r = FullReport();
+  std::string html = ReportHtml(r);
+  EXPECT_EQ(Count(html, "<h2>Checkpoints and re-shards</h2>"), 1u);
+  // Only the task that saved or restored gets a table, under its colour.
+  EXPECT_EQ(Count(html, "<h3><span class=\"swatch\""), 1u);
+  EXPECT_NE(html.find("<h3><span class=\"swatch\" style=\"background:" + TaskColour(0) +
+                      "\"></span>lr-3e-4</h3>"),
+            std::string::npos);
+  // The save: written in its layout, bytes against the bytes needed, the
+  // largest rank's peak memory.
+  EXPECT_NE(html.find("<td>save (signal)</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find("wrote 12.3 MB</td><td class=\"num\">12.3 MB</td><td class=\"num\">100 %"),
+            std::string::npos);
+  EXPECT_NE(html.find("5.00 GB"), std::string::npos);
+  // The restore into another layout is a re-shard, from the old layout into the new.
+  EXPECT_NE(html.find("<td>re-shard</td>"), std::string::npos);
+  EXPECT_NE(html.find("<code>dp=4,tp=1,pp=1,fsdp=4</code> → <code>dp=1,tp=2,pp=2</code>"),
+            std::string::npos);
+  EXPECT_NE(html.find("read 12.3 MB"), std::string::npos);
+  EXPECT_NE(html.find("210 MB"), std::string::npos);
+
+  // A long run: every restore, the newest saves.
+  ReportTask& t = r.tasks[1];
+  for (int i = 1; i <= 25; ++i) {
+    t.state_io.push_back({"save", 1.0 * i, 10 * i, "periodic", "", "dp=1", 1000, 1000, 0.01, 0, 1});
+  }
+  t.state_io.push_back({"restore", 30, 250, "", "dp=1", "dp=1", 1000, 1000, 0.01, 0, 1});
+  html = ReportHtml(r);
+  EXPECT_NE(html.find("5 earlier of 25 saves not shown"), std::string::npos);
+  EXPECT_EQ(Count(html, "<td>save (periodic)</td>"), 20u);
+  EXPECT_EQ(Count(html, "<td>restore</td>"), 1u);  // the same layout: not a re-shard
+
+  EXPECT_NE(ReportHtml(RunReport{}).find("No checkpoint saved or restored yet."),
+            std::string::npos);
+}
+
+TEST(FormatBytes, ThreeSignificantDigitsInDecimalUnits) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(999), "999 B");
+  EXPECT_EQ(FormatBytes(1000), "1.00 kB");
+  EXPECT_EQ(FormatBytes(12345678), "12.3 MB");
+  EXPECT_EQ(FormatBytes(210000000), "210 MB");
+  EXPECT_EQ(FormatBytes(999600), "1.00 MB");
+  EXPECT_EQ(FormatBytes(1250000000), "1.25 GB");
+  EXPECT_EQ(FormatBytes(INT64_MAX), "9.22 EB");
+  EXPECT_EQ(FormatBytes(-1), "–");
 }
 
 TEST(ReportHtml, IsSelfContained) {
