@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "tests/worker/dist/run_ranks.h"
+#include "tests/worker/continuation/run_under.h"
 #include "worker/train/trainer.h"
 
 namespace orrery::train {
@@ -37,34 +37,10 @@ TaskConfig TinyGpt() {
 }
 
 // One layout: the template and the world size it runs with (1: no rendezvous).
-struct Layout {
-  std::string name;
-  int world = 1;
-  dist::Layout layout;  // hybrid only
-};
+using Layout = testing::RunLayout;
 
 // Runs `task` under `layout`; returns rank 0's result (all ranks must agree).
-StatusOr<TrainResult> RunUnder(const TaskConfig& task, const Layout& layout) {
-  TaskConfig t = task;
-  t.strategy.name = layout.name;
-  t.strategy.layout = layout.layout;
-  if (layout.world == 1) {
-    std::ostringstream sink;
-    return Train(t, nullptr, sink, nullptr);
-  }
-  std::vector<TrainResult> results(static_cast<size_t>(layout.world));
-  auto statuses =
-      testing_worker::RunRanks(layout.world, [&](int rank, dist::Rendezvous* rdv) -> Status {
-        std::ostringstream sink;
-        ORRERY_ASSIGN_OR_RETURN(results[static_cast<size_t>(rank)], Train(t, rdv, sink, nullptr));
-        return OkStatus();
-      });
-  for (const auto& s : statuses) ORRERY_RETURN_IF_ERROR(s);
-  for (const auto& r : results) {
-    if (r.losses != results[0].losses) return InternalError("ranks disagree on the losses");
-  }
-  return results[0];
-}
+using testing::RunUnder;
 
 struct Case {
   std::string label;

@@ -13,7 +13,7 @@
 
 #include <torch/torch.h>
 
-#include "tests/worker/dist/run_ranks.h"
+#include "tests/worker/continuation/run_under.h"
 #include "worker/checkpoint/reader.h"
 #include "worker/checkpoint/store.h"
 #include "worker/train/trainer.h"
@@ -43,44 +43,24 @@ TaskConfig TinyGpt() {
 
 struct Layout {
   std::string label;
-  std::string name;
-  int world = 1;
-  dist::Layout layout;  // hybrid only
+  testing::RunLayout run;
 };
 
 const std::vector<Layout>& Layouts() {
   static const auto* all = new std::vector<Layout>{
-      {"ddp4", "ddp", 4, {}},
-      {"fsdp4", "fsdp", 4, {}},
-      {"tp2pp2", "hybrid", 4, {1, 2, 2}},
-      {"dp2tp2", "hybrid", 4, {2, 2, 1}},
-      {"pp4", "pipeline", 4, {}},
-      {"spill1", "spill", 1, {}},
-      {"fsdp2", "fsdp", 2, {}},
+      {"ddp4", {"ddp", 4, {}}},
+      {"fsdp4", {"fsdp", 4, {}}},
+      {"tp2pp2", {"hybrid", 4, {1, 2, 2}}},
+      {"dp2tp2", {"hybrid", 4, {2, 2, 1}}},
+      {"pp4", {"pipeline", 4, {}}},
+      {"spill1", {"spill", 1, {}}},
+      {"fsdp2", {"fsdp", 2, {}}},
   };
   return *all;
 }
 
 StatusOr<TrainResult> RunUnder(const TaskConfig& task, const Layout& layout) {
-  TaskConfig t = task;
-  t.strategy.name = layout.name;
-  t.strategy.layout = layout.layout;
-  if (layout.world == 1) {
-    std::ostringstream sink;
-    return Train(t, nullptr, sink, nullptr);
-  }
-  std::vector<TrainResult> results(static_cast<size_t>(layout.world));
-  auto statuses =
-      testing_worker::RunRanks(layout.world, [&](int rank, dist::Rendezvous* rdv) -> Status {
-        std::ostringstream sink;
-        ORRERY_ASSIGN_OR_RETURN(results[static_cast<size_t>(rank)], Train(t, rdv, sink, nullptr));
-        return OkStatus();
-      });
-  for (const auto& s : statuses) ORRERY_RETURN_IF_ERROR(s);
-  for (const auto& r : results) {
-    if (r.losses != results[0].losses) return InternalError("ranks disagree on the losses");
-  }
-  return results[0];
+  return testing::RunUnder(task, layout.run);
 }
 
 // The uninterrupted one-process run, computed once.
@@ -131,7 +111,7 @@ TEST_P(LiveReshardTest, ResumesUnderTheOtherLayoutReadingExactlyItsBytes) {
     written += s.bytes;
   }
   EXPECT_EQ(written, state_bytes);
-  EXPECT_EQ(reader->metadata().files.size(), static_cast<size_t>(a.world));
+  EXPECT_EQ(reader->metadata().files.size(), static_cast<size_t>(a.run.world));
 
   TaskConfig second = TinyGpt();
   second.checkpoint_dir = dir.path();
@@ -141,7 +121,7 @@ TEST_P(LiveReshardTest, ResumesUnderTheOtherLayoutReadingExactlyItsBytes) {
 
   // The load: every rank read exactly the bytes it needed, and the ranks
   // together needed the state once per replica, never less than once.
-  ASSERT_EQ(rb->load.size(), static_cast<size_t>(b.world));
+  ASSERT_EQ(rb->load.size(), static_cast<size_t>(b.run.world));
   uint64_t needed = 0;
   for (size_t r = 0; r < rb->load.size(); ++r) {
     EXPECT_EQ(rb->load[r].bytes, rb->load[r].bytes_needed) << "rank " << r;
