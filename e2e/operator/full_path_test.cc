@@ -358,6 +358,8 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
   EXPECT_EQ((*restore)["bytes_read"], (*restore)["bytes_needed"]) << restore->dump();
   EXPECT_GT((*restore)["bytes_needed"].get<uint64_t>(), 0u);
   EXPECT_EQ((*restore)["ranks"].size(), 1u);
+  // Two ranks wrote it, one loaded it: a re-shard, and the line names both.
+  EXPECT_NE((*restore)["from_layout"], (*restore)["layout"]) << restore->dump();
   std::optional<Json> done = DoneEvent(resumed_log);
   ASSERT_TRUE(done.has_value()) << resumed_log;
   const double loss = (*done)["loss"].get<double>();

@@ -710,6 +710,8 @@ Json EncodeStatus(const ModelSelectionJobStatus& s) {
                  {"seconds", r.seconds},          {"bytesRead", r.bytes_read},
                  {"bytesNeeded", r.bytes_needed}, {"peakRssBytes", r.peak_rss_bytes}};
       if (r.step >= 0) rj["step"] = r.step;  // absent: no scrape caught it
+      if (!r.from_layout.empty()) rj["fromLayout"] = r.from_layout;
+      if (!r.layout.empty()) rj["layout"] = r.layout;
       tj["lastRestore"] = rj;
     }
     tj["restarts"] = t.restarts;
@@ -794,6 +796,8 @@ void DecodeStatus(const Json& json, const std::string& path, ModelSelectionJobSt
       c.Integer("bytesRead", &ref.bytes_read);
       c.Integer("bytesNeeded", &ref.bytes_needed);
       c.Integer("peakRssBytes", &ref.peak_rss_bytes);
+      c.String("fromLayout", &ref.from_layout);
+      c.String("layout", &ref.layout);
       t.last_restore = ref;
     }
     o.Integer("restarts", &t.restarts);

@@ -250,10 +250,11 @@ struct CheckpointRef {
   // Samples consumed at it, as the worker reported (exact across batch
   // changes); 0 when it did not report them.
   int64_t samples = 0;
-  // The save that wrote it, as the gang's rank 0 reported it (the operator
-  // scrapes rank 0 only): the whole save's seconds, and rank 0's bytes written,
-  // bytes of its own state needed and peak resident memory. 0: not reported
-  // (a checkpoint the gang resumed from, an older worker).
+  // The save that wrote it, as the gang's rank 0 reported it for the gang: the
+  // whole save's seconds, the bytes its ranks wrote and needed (summed over the
+  // ranks; rank 0's alone from a worker that exports no gang sums) and the
+  // largest rank's peak resident memory. 0: not reported (a checkpoint the gang
+  // resumed from, an older worker).
   double seconds = 0;
   int64_t bytes_written = 0;
   int64_t bytes_needed = 0;
@@ -267,12 +268,18 @@ struct RestoreRef {
   int generation = 0;  // the gang that restored (its task's restarts)
   int64_t step = -1;   // the checkpoint's step; -1 when no scrape caught it
   std::string time;    // RFC 3339, when the operator first saw it
-  // The whole load's seconds (0: not reported), and rank 0's bytes read, bytes
-  // of its own state needed and peak resident memory (0: not reported).
+  // The whole load's seconds (0: not reported), the bytes the gang's ranks read
+  // and needed (summed over the ranks) and the largest rank's peak resident
+  // memory (0: not reported).
   double seconds = 0;
   int64_t bytes_read = 0;
   int64_t bytes_needed = 0;
   int64_t peak_rss_bytes = 0;
+  // The layout that wrote the checkpoint and the one that loaded it, each as
+  // "<template> dp=..,tp=..,pp=..,fsdp=.."; they differ when the restore
+  // re-sharded. Empty: not reported.
+  std::string from_layout;
+  std::string layout;
   bool operator==(const RestoreRef&) const = default;
 };
 

@@ -59,9 +59,10 @@ std::optional<std::map<std::string, std::string>> Labels(const std::string& line
 }
 
 // The value of the first sample of `family` in a text exposition whose labels
-// include every pair of `want`, if any.
+// include every pair of `want`, if any; its labels into `found` when given.
 std::optional<double> Sample(const std::string& text, const std::string& family,
-                             const std::map<std::string, std::string>& want = {}) {
+                             const std::map<std::string, std::string>& want = {},
+                             std::map<std::string, std::string>* found = nullptr) {
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
@@ -79,6 +80,7 @@ std::optional<double> Sample(const std::string& text, const std::string& family,
         match = match && it != labels->end() && it->second == v;
       }
       if (!match) continue;
+      if (found != nullptr) *found = std::move(*labels);
     } else if (!want.empty()) {
       continue;
     }
@@ -104,13 +106,19 @@ StateIoProgress StateIo(const std::string& text, const char* op) {
   io.count = Int(Sample(text, duration + "_count", {{"op", op}}), 0);
   io.seconds_total = Sample(text, duration + "_sum", {{"op", op}}).value_or(0);
   if (io.count == 1) io.last_seconds = io.seconds_total;
-  // Rank 0's own series: the only rank this process serves.
-  io.bytes_moved =
-      Int(Sample(text, "orrery_worker_checkpoint_rank_bytes", {{"op", op}, {"kind", "moved"}}), -1);
-  io.bytes_needed = Int(
-      Sample(text, "orrery_worker_checkpoint_rank_bytes", {{"op", op}, {"kind", "needed"}}), -1);
-  io.peak_rss_bytes =
-      Int(Sample(text, "orrery_worker_checkpoint_peak_rss_bytes", {{"op", op}}), -1);
+  // The gang's sums, which rank 0 exports; else rank 0's own series (the only
+  // rank its process serves).
+  const std::string gang = "orrery_worker_checkpoint_gang_bytes";
+  const std::string rank = "orrery_worker_checkpoint_rank_bytes";
+  io.whole_gang = Sample(text, gang, {{"op", op}, {"kind", "moved"}}).has_value();
+  const std::string& bytes = io.whole_gang ? gang : rank;
+  io.bytes_moved = Int(Sample(text, bytes, {{"op", op}, {"kind", "moved"}}), -1);
+  io.bytes_needed = Int(Sample(text, bytes, {{"op", op}, {"kind", "needed"}}), -1);
+  io.peak_rss_bytes = Int(Sample(text,
+                                 io.whole_gang ? "orrery_worker_checkpoint_gang_peak_rss_bytes"
+                                               : "orrery_worker_checkpoint_peak_rss_bytes",
+                                 {{"op", op}}),
+                          -1);
   return io;
 }
 
@@ -132,6 +140,11 @@ std::optional<TaskProgress> ParseWorkerMetrics(const std::string& text) {
   }
   p.save = StateIo(text, "save");
   p.load = StateIo(text, "load");
+  std::map<std::string, std::string> restore;
+  if (Sample(text, "orrery_worker_restore_info", {}, &restore)) {
+    p.restore_from_layout = restore["from_layout"];
+    p.restore_layout = restore["layout"];
+  }
   // Until the gang's first save the checkpoint gauge is the one it loaded.
   if (p.load.count > 0 && p.save.count == 0) p.restore_step = p.checkpoint_step;
   return p;
@@ -191,6 +204,10 @@ std::optional<api::RestoreRef> LastRestore(const std::optional<api::RestoreRef>&
   if (p.load.bytes_moved >= 0) ref.bytes_read = p.load.bytes_moved;
   if (p.load.bytes_needed >= 0) ref.bytes_needed = p.load.bytes_needed;
   if (p.load.peak_rss_bytes >= 0) ref.peak_rss_bytes = p.load.peak_rss_bytes;
+  if (!p.restore_layout.empty()) {
+    ref.from_layout = p.restore_from_layout;
+    ref.layout = p.restore_layout;
+  }
   return ref;
 }
 

@@ -38,11 +38,14 @@ struct StateIoProgress {
   // growth across one more operation since the previous reading (CarryOver);
   // < 0 when unknown (several happened between two readings).
   double last_seconds = -1;
-  // Rank 0's part of the latest operation: bytes it wrote (save) or read (load),
-  // bytes its own state needed, its peak resident memory
-  // (orrery_worker_checkpoint_rank_bytes / _peak_rss_bytes). The operator scrapes
-  // rank 0 only, so these are rank 0's, not the gang's sums; -1 when not
+  // The gang's part of the latest operation: bytes its ranks wrote (save) or
+  // read (load) and the bytes of state they needed, summed over the ranks, and
+  // the largest rank's peak resident memory (rank 0 exports them for the gang:
+  // orrery_worker_checkpoint_gang_bytes / _gang_peak_rss_bytes). A worker that
+  // exports only its own rank's series (orrery_worker_checkpoint_rank_bytes /
+  // _peak_rss_bytes) gives rank 0's; whole_gang says which. -1 when not
   // exported (an older worker, or no such operation yet).
+  bool whole_gang = false;
   int64_t bytes_moved = -1;
   int64_t bytes_needed = -1;
   int64_t peak_rss_bytes = -1;
@@ -65,6 +68,10 @@ struct TaskProgress {
   // gang has loaded and not yet saved (a save moves that gauge on); -1 when it
   // did not resume or no reading caught it (CarryOver keeps it once seen).
   int64_t restore_step = -1;
+  // The layouts of the gang's resume (orrery_worker_restore_info): the one that
+  // wrote the checkpoint and its own; empty when it did not resume.
+  std::string restore_from_layout;
+  std::string restore_layout;
   bool operator==(const TaskProgress&) const = default;
 };
 
@@ -84,16 +91,16 @@ void CarryOver(const TaskProgress& previous, TaskProgress* next);
 // `last` with the samples filled in or corrected when only they differ (the
 // worker sets its step and samples gauges one after the other); else `last`.
 // When the gang has saved (p.save.count > 0) its latest save wrote that
-// checkpoint: the reference carries the save's seconds (when known) and rank
-// 0's bytes written, bytes needed and peak memory.
+// checkpoint: the reference carries the save's seconds (when known) and the
+// gang's bytes written, bytes needed and peak memory (StateIoProgress).
 std::optional<api::CheckpointRef> LastCheckpoint(const std::optional<api::CheckpointRef>& last,
                                                  const TaskProgress& p, const std::string& path,
                                                  const std::string& now);
 
 // The task status's lastRestore once `p` is read: when p's gang loaded a
 // checkpoint, a restore of generation p.generation (first seen at `now`) with
-// the step it resumed from, the load's seconds and rank 0's bytes read, bytes
-// needed and peak memory, each kept from `last` (the same generation) where p
+// the step it resumed from, the load's seconds and the gang's bytes read, bytes
+// needed and peak memory (StateIoProgress), each kept from `last` (the same generation) where p
 // no longer knows it; else `last`.
 std::optional<api::RestoreRef> LastRestore(const std::optional<api::RestoreRef>& last,
                                            const TaskProgress& p, const std::string& now);

@@ -136,6 +136,22 @@ const std::vector<MetricDef>& AllMetricDefs() {
        MetricKind::kGauge,
        "Peak resident memory of one rank's process during its last checkpoint save or load.",
        {"msj", "task", "rank", "op"}},
+      {"orrery_worker_checkpoint_gang_bytes",
+       MetricKind::kGauge,
+       "Bytes the whole gang wrote (save) or read (load) in its last checkpoint operation, "
+       "summed over its ranks (kind=moved), and the bytes of state its ranks needed "
+       "(kind=needed); exported by rank 0.",
+       {"msj", "task", "op", "kind"}},
+      {"orrery_worker_checkpoint_gang_peak_rss_bytes",
+       MetricKind::kGauge,
+       "The largest peak resident memory of any of the gang's ranks during its last "
+       "checkpoint save or load; exported by rank 0.",
+       {"msj", "task", "op"}},
+      {"orrery_worker_restore_info",
+       MetricKind::kGauge,
+       "1 for the task's latest resume: the layout that wrote the checkpoint (from_layout) and "
+       "the one that loaded it (layout); they differ when the resume re-sharded.",
+       {"msj", "task", "from_layout", "layout"}},
   };
   return *defs;
 }
@@ -197,7 +213,10 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r)
       checkpoint_bytes(MakeGauge(r, "orrery_worker_checkpoint_bytes")),
       checkpoint_step(MakeGauge(r, "orrery_worker_checkpoint_step")),
       checkpoint_rank_bytes(MakeGauge(r, "orrery_worker_checkpoint_rank_bytes")),
-      checkpoint_peak_rss(MakeGauge(r, "orrery_worker_checkpoint_peak_rss_bytes")) {}
+      checkpoint_peak_rss(MakeGauge(r, "orrery_worker_checkpoint_peak_rss_bytes")),
+      checkpoint_gang_bytes(MakeGauge(r, "orrery_worker_checkpoint_gang_bytes")),
+      checkpoint_gang_peak_rss(MakeGauge(r, "orrery_worker_checkpoint_gang_peak_rss_bytes")),
+      restore_info(MakeGauge(r, "orrery_worker_restore_info")) {}
 
 namespace {
 
@@ -238,6 +257,18 @@ WorkerRecorder::WorkerRecorder(WorkerMetrics& m, const std::string& msj, const s
   }
 }
 
+void WorkerRecorder::RecordRestoreLayouts(const std::string& from_layout,
+                                          const std::string& layout) {
+  if (!task_level_) return;
+  auto labels = task_labels_;
+  labels["from_layout"] = from_layout;
+  labels["layout"] = layout;
+  prometheus::Gauge* now = &metrics_.restore_info.Add(labels);
+  if (restore_info_ != nullptr && restore_info_ != now) metrics_.restore_info.Remove(restore_info_);
+  restore_info_ = now;
+  now->Set(1);
+}
+
 void WorkerRecorder::RecordStart(int64_t step) {
   if (task_level_) metrics_.step.Add(task_labels_).Set(static_cast<double>(step));
 }
@@ -264,15 +295,34 @@ void WorkerRecorder::RecordCheckpoint(CheckpointOp op, int64_t step, double seco
   metrics_.checkpoint_bytes.Add(task_labels_).Set(static_cast<double>(bytes));
 }
 
+namespace {
+
+// One save's or load's bytes (kind moved / needed) and peak memory under `labels`.
+void SetStateIo(prometheus::Family<prometheus::Gauge>& bytes_family,
+                prometheus::Family<prometheus::Gauge>& peak_family,
+                std::map<std::string, std::string> labels, WorkerRecorder::CheckpointOp op,
+                uint64_t bytes, uint64_t bytes_needed, uint64_t peak_rss_bytes) {
+  labels["op"] = op == WorkerRecorder::CheckpointOp::kSave ? "save" : "load";
+  peak_family.Add(labels).Set(static_cast<double>(peak_rss_bytes));
+  labels["kind"] = "moved";
+  bytes_family.Add(labels).Set(static_cast<double>(bytes));
+  labels["kind"] = "needed";
+  bytes_family.Add(labels).Set(static_cast<double>(bytes_needed));
+}
+
+}  // namespace
+
 void WorkerRecorder::RecordStateIo(CheckpointOp op, uint64_t bytes, uint64_t bytes_needed,
                                    uint64_t peak_rss_bytes) {
-  auto labels = rank_labels_;
-  labels["op"] = op == CheckpointOp::kSave ? "save" : "load";
-  metrics_.checkpoint_peak_rss.Add(labels).Set(static_cast<double>(peak_rss_bytes));
-  labels["kind"] = "moved";
-  metrics_.checkpoint_rank_bytes.Add(labels).Set(static_cast<double>(bytes));
-  labels["kind"] = "needed";
-  metrics_.checkpoint_rank_bytes.Add(labels).Set(static_cast<double>(bytes_needed));
+  SetStateIo(metrics_.checkpoint_rank_bytes, metrics_.checkpoint_peak_rss, rank_labels_, op, bytes,
+             bytes_needed, peak_rss_bytes);
+}
+
+void WorkerRecorder::RecordGangStateIo(CheckpointOp op, uint64_t bytes, uint64_t bytes_needed,
+                                       uint64_t max_peak_rss_bytes) {
+  if (!task_level_) return;
+  SetStateIo(metrics_.checkpoint_gang_bytes, metrics_.checkpoint_gang_peak_rss, task_labels_, op,
+             bytes, bytes_needed, max_peak_rss_bytes);
 }
 
 namespace {

@@ -75,16 +75,19 @@ struct OperatorMetrics {
 struct WorkerMetrics {
   explicit WorkerMetrics(prometheus::Registry& registry);
 
-  prometheus::Family<prometheus::Histogram>& step_seconds;        // {msj, task, rank}
-  prometheus::Family<prometheus::Gauge>& samples_per_second;      // {msj, task, rank}
-  prometheus::Family<prometheus::Counter>& samples;               // {msj, task, rank}
-  prometheus::Family<prometheus::Gauge>& loss;                    // {msj, task}
-  prometheus::Family<prometheus::Gauge>& step;                    // {msj, task}
-  prometheus::Family<prometheus::Histogram>& checkpoint_seconds;  // {msj, task, op} save|load
-  prometheus::Family<prometheus::Gauge>& checkpoint_bytes;        // {msj, task}
-  prometheus::Family<prometheus::Gauge>& checkpoint_step;         // {msj, task}
-  prometheus::Family<prometheus::Gauge>& checkpoint_rank_bytes;   // {msj, task, rank, op, kind}
-  prometheus::Family<prometheus::Gauge>& checkpoint_peak_rss;     // {msj, task, rank, op}
+  prometheus::Family<prometheus::Histogram>& step_seconds;          // {msj, task, rank}
+  prometheus::Family<prometheus::Gauge>& samples_per_second;        // {msj, task, rank}
+  prometheus::Family<prometheus::Counter>& samples;                 // {msj, task, rank}
+  prometheus::Family<prometheus::Gauge>& loss;                      // {msj, task}
+  prometheus::Family<prometheus::Gauge>& step;                      // {msj, task}
+  prometheus::Family<prometheus::Histogram>& checkpoint_seconds;    // {msj, task, op} save|load
+  prometheus::Family<prometheus::Gauge>& checkpoint_bytes;          // {msj, task}
+  prometheus::Family<prometheus::Gauge>& checkpoint_step;           // {msj, task}
+  prometheus::Family<prometheus::Gauge>& checkpoint_rank_bytes;     // {msj, task, rank, op, kind}
+  prometheus::Family<prometheus::Gauge>& checkpoint_peak_rss;       // {msj, task, rank, op}
+  prometheus::Family<prometheus::Gauge>& checkpoint_gang_bytes;     // {msj, task, op, kind}
+  prometheus::Family<prometheus::Gauge>& checkpoint_gang_peak_rss;  // {msj, task, op}
+  prometheus::Family<prometheus::Gauge>& restore_info;  // {msj, task, from_layout, layout}
 };
 
 // Histogram buckets: a step from 1 ms to about 2 min, a checkpoint from 10 ms to
@@ -119,6 +122,14 @@ class WorkerRecorder {
   // read, the bytes its own state needed, and its process's peak memory. Every rank.
   void RecordStateIo(CheckpointOp op, uint64_t bytes, uint64_t bytes_needed,
                      uint64_t peak_rss_bytes);
+  // The whole gang's part of the same save or load (task level only): bytes
+  // written or read and bytes needed summed over its ranks, and the largest
+  // rank's peak memory. One scrape of rank 0 then tells the gang's figures.
+  void RecordGangStateIo(CheckpointOp op, uint64_t bytes, uint64_t bytes_needed,
+                         uint64_t max_peak_rss_bytes);
+  // A resume: the layout that wrote the checkpoint and the one that loaded it
+  // (task level only; one series, replaced by a later resume's).
+  void RecordRestoreLayouts(const std::string& from_layout, const std::string& layout);
   // The step training starts from (0, or the step of the checkpoint it resumed).
   void RecordStart(int64_t step);
 
@@ -128,6 +139,7 @@ class WorkerRecorder {
   WorkerMetrics& metrics_;
   std::map<std::string, std::string> task_labels_;
   std::map<std::string, std::string> rank_labels_;
+  prometheus::Gauge* restore_info_ = nullptr;  // the series RecordRestoreLayouts set last
   bool task_level_;
   prometheus::Histogram& step_seconds_;
   prometheus::Counter& samples_;

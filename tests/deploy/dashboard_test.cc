@@ -61,6 +61,9 @@ void Record(metrics::OperatorMetrics& op, metrics::WorkerMetrics& worker, int ro
            prometheus::Histogram::BucketBoundaries{1, 10, 60})
       .Observe(3);
   worker.checkpoint_bytes.Add({{"msj", job}, {"task", "lr-3e-4"}}).Set(1 << 20);
+  metrics::WorkerRecorder rank0(worker, job, "lr-3e-4", 0, /*task_level=*/true);
+  rank0.RecordGangStateIo(metrics::WorkerRecorder::CheckpointOp::kSave, 4 << 20, 4 << 20,
+                          300 << 20);
 }
 
 TEST(DashboardTest, EveryQueryReturnsDataFromRealPrometheus) {

@@ -2,6 +2,7 @@
 // format and the checkpoint contract.
 #include "worker/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -220,6 +221,12 @@ class Run {
     return out;
   }
 
+  // A layout as the restore line and the status name it: the template and its
+  // degrees, e.g. "fsdp dp=4,tp=1,pp=1,fsdp=4".
+  static std::string LayoutName(const std::string& strategy, const checkpoint::Layout& layout) {
+    return strategy.empty() ? layout.ToString() : strategy + " " + layout.ToString();
+  }
+
   // Every rank: true where every rank's `ok` is true.
   StatusOr<bool> AllRanksOk(bool ok) {
     if (world_comm_ == nullptr) return ok;
@@ -254,6 +261,18 @@ class Run {
       out.push_back(s);
     }
     return out;
+  }
+
+  // The gang's sums of a save or load, for the operator's one scrape of rank 0.
+  void RecordGangStateIo(metrics::WorkerRecorder::CheckpointOp op,
+                         const std::vector<StateIoStats>& all) {
+    uint64_t bytes = 0, needed = 0, peak = 0;
+    for (const auto& s : all) {
+      bytes += s.bytes;
+      needed += s.bytes_needed;
+      peak = std::max(peak, s.peak_rss_bytes);
+    }
+    metrics_->RecordGangStateIo(op, bytes, needed, peak);
   }
 
   // The per-rank figures of a save or load, as the progress line carries them.
@@ -310,6 +329,7 @@ class Run {
     if (metrics_ != nullptr) {
       metrics_->RecordStateIo(metrics::WorkerRecorder::CheckpointOp::kSave, mine.bytes,
                               mine.bytes_needed, mine.peak_rss_bytes);
+      RecordGangStateIo(metrics::WorkerRecorder::CheckpointOp::kSave, all);
       if (metrics_->task_level()) {
         metrics_->RecordCheckpointSamples(batches_->cursor().Position());
         metrics_->RecordCheckpoint(metrics::WorkerRecorder::CheckpointOp::kSave, step_, seconds,
@@ -395,6 +415,7 @@ class Run {
     if (metrics_ != nullptr) {
       metrics_->RecordStateIo(metrics::WorkerRecorder::CheckpointOp::kLoad, mine.bytes,
                               mine.bytes_needed, mine.peak_rss_bytes);
+      RecordGangStateIo(metrics::WorkerRecorder::CheckpointOp::kLoad, all);
       if (metrics_->task_level()) {
         metrics_->RecordCheckpointSamples(meta.info.dataset.Position());
         metrics_->RecordCheckpoint(metrics::WorkerRecorder::CheckpointOp::kLoad, step_, Seconds(t0),
@@ -406,16 +427,18 @@ class Run {
       read += s.bytes;
       needed += s.bytes_needed;
     }
+    // Both sides named alike ("<template> dp=..,tp=..,pp=..,fsdp=.."), so equal
+    // names mean a plain resume and different ones a re-shard.
+    auto written_by = meta.info.extra.find("template");
+    const std::string from_layout =
+        LayoutName(written_by == meta.info.extra.end() ? "" : written_by->second, meta.info.layout);
+    const std::string to_layout = LayoutName(task_.strategy.name, CheckpointLayout());
+    if (metrics_ != nullptr) metrics_->RecordRestoreLayouts(from_layout, to_layout);
     // Announced after "start" (the first line says what the run is).
-    restore_event_ = Json{{"event", "restore"},
-                          {"step", step_},
-                          {"path", reader.dir()},
-                          {"from_layout", meta.info.layout.ToString()},
-                          {"layout", dist::LayoutToString(strategy_->Info().layout)},
-                          {"seconds", Seconds(t0)},
-                          {"bytes_read", read},
-                          {"bytes_needed", needed},
-                          {"ranks", RankStats(all)}};
+    restore_event_ =
+        Json{{"event", "restore"},         {"step", step_},          {"path", reader.dir()},
+             {"from_layout", from_layout}, {"layout", to_layout},    {"seconds", Seconds(t0)},
+             {"bytes_read", read},         {"bytes_needed", needed}, {"ranks", RankStats(all)}};
     return OkStatus();
   }
 

@@ -13,8 +13,9 @@
 //    "reason":"periodic"|"signal"|"final","seconds":0.02,"bytes":123456,
 //    "ranks":[{"bytes":..,"bytes_needed":..,"reads":0,"seconds":..,
 //              "peak_rss_bytes":..,"rss_before_bytes":..}, ...one per rank]}
-//   {"event":"restore","step":50,"path":"...","from_layout":"dp=4,tp=1,pp=1,fsdp=4",
-//    "layout":"dp=1,tp=2,pp=2","seconds":0.05,"bytes_read":..,"bytes_needed":..,
+//   {"event":"restore","step":50,"path":"...",
+//    "from_layout":"fsdp dp=4,tp=1,pp=1,fsdp=4","layout":"hybrid dp=1,tp=2,pp=2,fsdp=1",
+//    "seconds":0.05,"bytes_read":..,"bytes_needed":..,
 //    "ranks":[... as in "checkpoint", bytes = bytes read]}   (after "start", on a resume)
 //   {"event":"done","status":"completed"|"preempted"|"failed","step":100,
 //    "memory":[{"peak_rss_bytes":..,"rss_start_bytes":..}, ...one per rank],

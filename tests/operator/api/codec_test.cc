@@ -225,6 +225,8 @@ TEST(CodecTest, SaveAndRestoreFiguresRoundTripAndAreZeroWhenAbsent) {
   EXPECT_EQ(t["lastRestore"]["step"], 8);
   EXPECT_EQ(t["lastRestore"]["bytesRead"], 6150000);
   EXPECT_EQ(t["lastRestore"]["generation"], 1);
+  EXPECT_EQ(t["lastRestore"]["fromLayout"], "fsdp dp=4,tp=1,pp=1,fsdp=4");
+  EXPECT_EQ(t["lastRestore"]["layout"], "hybrid dp=1,tp=2,pp=2,fsdp=1");
   ModelSelectionJobStatus decoded;
   std::vector<FieldError> errors;
   DecodeStatus(json, "status", &decoded, &errors);

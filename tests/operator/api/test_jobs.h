@@ -102,7 +102,17 @@ inline ModelSelectionJob FullJob() {
   ts.last_checkpoint->bytes_written = 6100000;
   ts.last_checkpoint->bytes_needed = 6100000;
   ts.last_checkpoint->peak_rss_bytes = 230000000;
-  ts.last_restore = RestoreRef{1, 8, "2026-01-01T00:09:00Z", 0.125, 6150000, 6150000, 210000000};
+  RestoreRef restore;
+  restore.generation = 1;
+  restore.step = 8;
+  restore.time = "2026-01-01T00:09:00Z";
+  restore.seconds = 0.125;
+  restore.bytes_read = 6150000;
+  restore.bytes_needed = 6150000;
+  restore.peak_rss_bytes = 210000000;
+  restore.from_layout = "fsdp dp=4,tp=1,pp=1,fsdp=4";
+  restore.layout = "hybrid dp=1,tp=2,pp=2,fsdp=1";
+  ts.last_restore = restore;
   ts.restarts = 1;
   ts.message = "rescaled from 2 to 4 GPUs";
   st.tasks = {ts};

@@ -120,6 +120,28 @@ TEST(ParseWorkerMetricsTest, ReadsRankZerosSavesAndRestoreByOperation) {
   EXPECT_EQ(p->save, StateIoProgress{});
 }
 
+// A worker that exports the gang's sums (rank 0 for its four ranks): those are
+// what the status reports, not rank 0's own share.
+TEST(ParseWorkerMetricsTest, PrefersTheGangsSumsOverRankZerosOwn) {
+  std::string text = std::string(kStateIoText) +
+                     "orrery_worker_checkpoint_gang_bytes{kind=\"moved\",msj=\"ns/sweep\","
+                     "op=\"load\",task=\"mlp-0\"} 24600000\n"
+                     "orrery_worker_checkpoint_gang_bytes{kind=\"needed\",msj=\"ns/sweep\","
+                     "op=\"load\",task=\"mlp-0\"} 24600000\n"
+                     "orrery_worker_checkpoint_gang_peak_rss_bytes{msj=\"ns/sweep\",op=\"load\","
+                     "task=\"mlp-0\"} 250000000\n";
+  auto p = ParseWorkerMetrics(text);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_TRUE(p->load.whole_gang);
+  EXPECT_EQ(p->load.bytes_moved, 24600000);
+  EXPECT_EQ(p->load.bytes_needed, 24600000);
+  EXPECT_EQ(p->load.peak_rss_bytes, 250000000);
+  // No gang sums for the saves: rank 0's own, and said so.
+  EXPECT_FALSE(p->save.whole_gang);
+  EXPECT_EQ(p->save.bytes_moved, 6100000);
+  EXPECT_EQ(p->save.peak_rss_bytes, 230000000);
+}
+
 TEST(ParseWorkerMetricsTest, LabelValuesAreMatchedWholeAndUnescaped) {
   auto p = ParseWorkerMetrics(
       "orrery_worker_step{msj=\"a\\\"b\",task=\"t\"} 1\n"
@@ -252,7 +274,7 @@ TEST(LastRestoreTest, TheGangsLoadIsKeptPerGenerationAndFilledAsItIsSeen) {
   p.load.peak_rss_bytes = 210000000;
   auto ref = LastRestore(std::nullopt, p, "t1");
   ASSERT_TRUE(ref.has_value());
-  EXPECT_EQ(*ref, (api::RestoreRef{2, 40, "t1", 0.125, 6150000, 6150000, 210000000}));
+  EXPECT_EQ(*ref, (api::RestoreRef{2, 40, "t1", 0.125, 6150000, 6150000, 210000000, "", ""}));
   // Read again after saves moved the checkpoint gauge on: the same restore.
   p.restore_step = -1;
   EXPECT_EQ(LastRestore(ref, p, "t2"), ref);
@@ -264,7 +286,7 @@ TEST(LastRestoreTest, TheGangsLoadIsKeptPerGenerationAndFilledAsItIsSeen) {
   later.generation = 3;
   later.load.peak_rss_bytes = 190000000;
   auto next = LastRestore(ref, later, "t4");
-  EXPECT_EQ(*next, (api::RestoreRef{3, -1, "t4", 0.125, 6150000, 6150000, 190000000}));
+  EXPECT_EQ(*next, (api::RestoreRef{3, -1, "t4", 0.125, 6150000, 6150000, 190000000, "", ""}));
 }
 
 TEST(ProgressBoardTest, SetReportsChangesOnly) {
@@ -364,6 +386,7 @@ TEST(ProgressScraperTest, KeepsTheRestoreAndEachSavesTimeAcrossScrapes) {
   ASSERT_TRUE(exposer.ok()) << exposer.status();
   using Op = metrics::WorkerRecorder::CheckpointOp;
   rank0.RecordStateIo(Op::kLoad, 6150000, 6150000, 210000000);
+  rank0.RecordRestoreLayouts("fsdp dp=4,tp=1,pp=1,fsdp=4", "hybrid dp=1,tp=2,pp=2,fsdp=1");
   rank0.RecordCheckpoint(Op::kLoad, 40, 0.125, 12300000);
   rank0.RecordStart(40);
 
@@ -379,11 +402,29 @@ TEST(ProgressScraperTest, KeepsTheRestoreAndEachSavesTimeAcrossScrapes) {
   EXPECT_EQ(p.load.bytes_moved, 6150000);
   EXPECT_EQ(p.load.peak_rss_bytes, 210000000);
   EXPECT_EQ(p.save.count, 0);
+  EXPECT_EQ(p.restore_from_layout, "fsdp dp=4,tp=1,pp=1,fsdp=4");
+  EXPECT_EQ(p.restore_layout, "hybrid dp=1,tp=2,pp=2,fsdp=1");
+  auto restore = LastRestore(std::nullopt, p, "2026-01-01T00:00:00Z");
+  ASSERT_TRUE(restore.has_value());
+  EXPECT_EQ(restore->from_layout, "fsdp dp=4,tp=1,pp=1,fsdp=4");
+  EXPECT_EQ(restore->layout, "hybrid dp=1,tp=2,pp=2,fsdp=1");
+  // A later resume in the same process replaces the series: one restore_info.
+  rank0.RecordRestoreLayouts("hybrid dp=1,tp=2,pp=2,fsdp=1", "ddp dp=2,tp=1,pp=1,fsdp=1");
+  auto text = HttpGet("127.0.0.1", (*exposer)->port(), "/metrics", 2000);
+  ASSERT_TRUE(text.ok()) << text.status();
+  size_t series = 0;
+  for (size_t at = text->find("\norrery_worker_restore_info{"); at != std::string::npos;
+       at = text->find("\norrery_worker_restore_info{", at + 1)) {
+    ++series;
+  }
+  EXPECT_EQ(series, 1u) << *text;
+  EXPECT_EQ(ParseWorkerMetrics(*text)->restore_layout, "ddp dp=2,tp=1,pp=1,fsdp=1");
 
   rank0.RecordStateIo(Op::kSave, 6100000, 6100000, 230000000);
   rank0.RecordCheckpoint(Op::kSave, 50, 0.5, 12200000);
   scraper.ScrapeOnce();
   rank0.RecordStateIo(Op::kSave, 6100000, 6100000, 240000000);
+  rank0.RecordGangStateIo(Op::kSave, 12200000, 12200000, 260000000);  // two ranks
   rank0.RecordCheckpoint(Op::kSave, 60, 0.25, 12200000);
   scraper.ScrapeOnce();
   p = board.ForJob("ns/sweep")["mlp-0"];
@@ -391,9 +432,11 @@ TEST(ProgressScraperTest, KeepsTheRestoreAndEachSavesTimeAcrossScrapes) {
   EXPECT_EQ(p.restore_step, 40);  // kept from the first reading
   EXPECT_EQ(p.save.count, 2);
   EXPECT_DOUBLE_EQ(p.save.last_seconds, 0.25);
-  EXPECT_EQ(p.save.bytes_moved, 6100000);
-  EXPECT_EQ(p.save.peak_rss_bytes, 240000000);
+  EXPECT_TRUE(p.save.whole_gang);
+  EXPECT_EQ(p.save.bytes_moved, 12200000);
+  EXPECT_EQ(p.save.peak_rss_bytes, 260000000);
   EXPECT_DOUBLE_EQ(p.load.last_seconds, 0.125);
+  EXPECT_FALSE(p.load.whole_gang);  // that load recorded rank 0's figures only
 }
 
 TEST(ProbeServerTest, HealthzAlwaysReadyzWhenReady) {

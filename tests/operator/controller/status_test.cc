@@ -315,8 +315,8 @@ TEST_F(StatusTest, TheGangsRestoreAndSavesReachTheStatus) {
   in.progress = &reports;
   api::ModelSelectionJobStatus s = BuildJobStatus(in);
   ASSERT_TRUE(s.tasks[0].last_restore.has_value());
-  EXPECT_EQ(*s.tasks[0].last_restore,
-            (api::RestoreRef{2, 40, "2026-01-01T00:00:05Z", 0.125, 6150000, 6150000, 210000000}));
+  EXPECT_EQ(*s.tasks[0].last_restore, (api::RestoreRef{2, 40, "2026-01-01T00:00:05Z", 0.125,
+                                                       6150000, 6150000, 210000000, "", ""}));
   ASSERT_TRUE(s.tasks[0].last_checkpoint.has_value());
   EXPECT_EQ(s.tasks[0].last_checkpoint->step, 40);          // the one it resumed from
   EXPECT_EQ(s.tasks[0].last_checkpoint->bytes_written, 0);  // not this gang's save

@@ -27,7 +27,7 @@ TEST(MetricsTest, NamesFollowPrometheusConventions) {
     }
     for (const std::string& l : d.labels) EXPECT_TRUE(std::regex_match(l, label_re)) << d.name;
   }
-  EXPECT_EQ(names.size(), 31u);
+  EXPECT_EQ(names.size(), 34u);
 }
 
 TEST(MetricsTest, ExpositionCarriesTypeAndHelpFromTheTable) {

@@ -175,6 +175,23 @@ TEST(MetricsExportTest, ResumeSetsTheCheckpointStepAndRecordsTheLoad) {
             1);
   EXPECT_EQ(ValueOf(samples, "orrery_worker_checkpoint_bytes", kTask),
             static_cast<double>(DirBytes(first->checkpoint)));
+  // The gang's sums (one rank here: its own figures) next to the rank's.
+  ASSERT_EQ(second->load.size(), 1u);
+  const Labels load = With(kTask, "op", "load");
+  EXPECT_EQ(ValueOf(samples, "orrery_worker_checkpoint_gang_bytes", With(load, "kind", "moved")),
+            static_cast<double>(second->load[0].bytes));
+  EXPECT_EQ(ValueOf(samples, "orrery_worker_checkpoint_gang_bytes", With(load, "kind", "needed")),
+            static_cast<double>(second->load[0].bytes_needed));
+  EXPECT_EQ(ValueOf(samples, "orrery_worker_checkpoint_rank_bytes",
+                    With(With(load, "kind", "moved"), "rank", "0")),
+            static_cast<double>(second->load[0].bytes));
+  EXPECT_GT(second->load[0].bytes, 0u);
+  // Resumed in the layout that saved: the same name on both sides.
+  auto info = Select(samples, "orrery_worker_restore_info");
+  ASSERT_EQ(info.size(), 1u);
+  EXPECT_EQ(info[0].value, 1);
+  EXPECT_EQ(info[0].labels.at("from_layout"), t.strategy.name + " dp=1,tp=1,pp=1,fsdp=1");
+  EXPECT_EQ(info[0].labels.at("layout"), info[0].labels.at("from_layout"));
   EXPECT_EQ(ValueOf(samples, "orrery_worker_samples_total", With(kTask, "rank", "0")), 0);
   EXPECT_TRUE(Select(samples, "orrery_worker_loss").empty());  // no step ran here
 }
