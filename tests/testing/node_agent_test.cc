@@ -389,8 +389,11 @@ spec:
   std::string log = ReadFile(agent_->LogPath(ns_, rank0));
   EXPECT_NE(log.find("\"world_size\":2"), std::string::npos) << log;
   EXPECT_NE(log.find("\"event\":\"done\""), std::string::npos) << log;
-  // Both ranks met at rank 0's address and checkpointed into the claim.
-  std::string ckpt = agent_->PvcDir(ns_, "ckpt") + "/tiny/mlp";
+  // Both ranks met at rank 0's address and checkpointed into the claim, under
+  // the job's name and uid (controller::CheckpointDir).
+  std::string ckpt = agent_->PvcDir(ns_, "ckpt") + "/tiny-6f1d2c3a-0000-4000-8000-00000000a9e7/mlp";
+  EXPECT_EQ(controller::CheckpointDir(loaded->job, "mlp"),
+            "/ckpt/tiny-6f1d2c3a-0000-4000-8000-00000000a9e7/mlp");
   ASSERT_TRUE(fs::exists(ckpt)) << agent_->Describe();
   EXPECT_FALSE(fs::is_empty(ckpt));
 }
