@@ -22,19 +22,7 @@ constexpr int64_t kFirstSteps = 4;  // N: steps under layout A before the checkp
 constexpr int64_t kTotalSteps = 8;  // N + M
 constexpr double kRelTolerance = 1e-5;
 
-TaskConfig TinyGpt() {
-  TaskConfig t;
-  t.model.kind = "gpt";
-  t.model.gpt = {2, 32, 4, 16, 64};  // layers, hidden, heads, seq, vocab
-  t.optimizer.kind = "adamw";        // moments and step count carry the trajectory
-  t.optimizer.lr = 1e-2;
-  t.optimizer.weight_decay = 0.01;
-  t.global_batch = 8;
-  t.steps = kTotalSteps;
-  t.report_every = 100;
-  t.data.samples = 4096;
-  return t;
-}
+TaskConfig TinyGpt() { return testing::ContinuationGpt(kTotalSteps); }
 
 // One layout: the template and the world size it runs with (1: no rendezvous).
 using Layout = testing::RunLayout;

@@ -26,16 +26,7 @@ constexpr int64_t kTotalSteps = 6;
 constexpr double kRelTolerance = 1e-5;  // as continuation_test
 
 TaskConfig TinyGpt() {
-  TaskConfig t;
-  t.model.kind = "gpt";
-  t.model.gpt = {2, 32, 4, 16, 64};  // 4 layers: embedding, 2 blocks, head
-  t.optimizer.kind = "adamw";
-  t.optimizer.lr = 1e-2;
-  t.optimizer.weight_decay = 0.01;
-  t.global_batch = 8;
-  t.steps = kTotalSteps;
-  t.report_every = 100;
-  t.data.samples = 4096;
+  TaskConfig t = testing::ContinuationGpt(kTotalSteps);
   // Spill: a shard per layer (the largest layer holds ~50 KB of parameters).
   t.strategy.spill_budget_bytes = 200 << 10;
   return t;

@@ -12,6 +12,23 @@
 
 namespace orrery::train::testing {
 
+// The continuation tests' model: a GPT of 2 blocks (hidden 32, 4 heads, 16
+// tokens, vocabulary 64) under AdamW, whose moments and step count carry the
+// trajectory across a resume; `steps` steps of 8 samples.
+inline TaskConfig ContinuationGpt(int64_t steps) {
+  TaskConfig t;
+  t.model.kind = "gpt";
+  t.model.gpt = {2, 32, 4, 16, 64};  // layers, hidden, heads, seq, vocab
+  t.optimizer.kind = "adamw";
+  t.optimizer.lr = 1e-2;
+  t.optimizer.weight_decay = 0.01;
+  t.global_batch = 8;
+  t.steps = steps;
+  t.report_every = 100;
+  t.data.samples = 4096;
+  return t;
+}
+
 struct RunLayout {
   std::string name;     // the template
   int world = 1;        // 1: no rendezvous
