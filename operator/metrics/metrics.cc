@@ -263,6 +263,7 @@ void WorkerRecorder::RecordRestoreLayouts(const std::string& from_layout,
   auto labels = task_labels_;
   labels["from_layout"] = from_layout;
   labels["layout"] = layout;
+  std::lock_guard<std::mutex> lock(restore_mu_);
   prometheus::Gauge* now = &metrics_.restore_info.Add(labels);
   if (restore_info_ != nullptr && restore_info_ != now) metrics_.restore_info.Remove(restore_info_);
   restore_info_ = now;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -139,6 +140,7 @@ class WorkerRecorder {
   WorkerMetrics& metrics_;
   std::map<std::string, std::string> task_labels_;
   std::map<std::string, std::string> rank_labels_;
+  std::mutex restore_mu_;                      // guards restore_info_
   prometheus::Gauge* restore_info_ = nullptr;  // the series RecordRestoreLayouts set last
   bool task_level_;
   prometheus::Histogram& step_seconds_;

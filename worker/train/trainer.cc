@@ -31,6 +31,24 @@ double Seconds(Clock::time_point since) {
 
 Json NullOr(const std::string& s) { return s.empty() ? Json(nullptr) : Json(s); }
 
+// A save's or load's figures for the whole gang: bytes moved and needed summed
+// over the ranks, and the largest rank's peak memory.
+struct GangTotals {
+  uint64_t bytes = 0;
+  uint64_t bytes_needed = 0;
+  uint64_t max_peak_rss_bytes = 0;
+};
+
+GangTotals Totals(const std::vector<StateIoStats>& all) {
+  GangTotals t;
+  for (const auto& s : all) {
+    t.bytes += s.bytes;
+    t.bytes_needed += s.bytes_needed;
+    t.max_peak_rss_bytes = std::max(t.max_peak_rss_bytes, s.peak_rss_bytes);
+  }
+  return t;
+}
+
 // Bytes of the files under a checkpoint directory (0 if it cannot be read: the
 // figure is for metrics only).
 uint64_t DirBytes(const std::string& dir) {
@@ -263,18 +281,6 @@ class Run {
     return out;
   }
 
-  // The gang's sums of a save or load, for the operator's one scrape of rank 0.
-  void RecordGangStateIo(metrics::WorkerRecorder::CheckpointOp op,
-                         const std::vector<StateIoStats>& all) {
-    uint64_t bytes = 0, needed = 0, peak = 0;
-    for (const auto& s : all) {
-      bytes += s.bytes;
-      needed += s.bytes_needed;
-      peak = std::max(peak, s.peak_rss_bytes);
-    }
-    metrics_->RecordGangStateIo(op, bytes, needed, peak);
-  }
-
   // The per-rank figures of a save or load, as the progress line carries them.
   static Json RankStats(const std::vector<StateIoStats>& all) {
     Json ranks = Json::array();
@@ -323,27 +329,27 @@ class Run {
     ORRERY_RETURN_IF_ERROR(committed.WithContext("checkpoint at step " + std::to_string(step_)));
     mine.seconds = Seconds(t0);
     ORRERY_ASSIGN_OR_RETURN(std::vector<StateIoStats> all, GatherStats(mine));
+    const GangTotals gang = Totals(all);
     result_.checkpoint = dir;
     result_.saves.push_back(all);
     const double seconds = Seconds(t0);
     if (metrics_ != nullptr) {
       metrics_->RecordStateIo(metrics::WorkerRecorder::CheckpointOp::kSave, mine.bytes,
                               mine.bytes_needed, mine.peak_rss_bytes);
-      RecordGangStateIo(metrics::WorkerRecorder::CheckpointOp::kSave, all);
+      metrics_->RecordGangStateIo(metrics::WorkerRecorder::CheckpointOp::kSave, gang.bytes,
+                                  gang.bytes_needed, gang.max_peak_rss_bytes);
       if (metrics_->task_level()) {
         metrics_->RecordCheckpointSamples(batches_->cursor().Position());
         metrics_->RecordCheckpoint(metrics::WorkerRecorder::CheckpointOp::kSave, step_, seconds,
                                    DirBytes(dir));
       }
     }
-    uint64_t total = 0;
-    for (const auto& s : all) total += s.bytes;
     Emit({{"event", "checkpoint"},
           {"step", step_},
           {"path", dir},
           {"reason", reason},
           {"seconds", seconds},
-          {"bytes", total},
+          {"bytes", gang.bytes},
           {"ranks", RankStats(all)}});
     return dir;
   }
@@ -411,21 +417,18 @@ class Run {
     result_.resumed_from_step = step_;
     result_.checkpoint = reader.dir();
     ORRERY_ASSIGN_OR_RETURN(std::vector<StateIoStats> all, GatherStats(mine));
+    const GangTotals gang = Totals(all);
     result_.load = all;
     if (metrics_ != nullptr) {
       metrics_->RecordStateIo(metrics::WorkerRecorder::CheckpointOp::kLoad, mine.bytes,
                               mine.bytes_needed, mine.peak_rss_bytes);
-      RecordGangStateIo(metrics::WorkerRecorder::CheckpointOp::kLoad, all);
+      metrics_->RecordGangStateIo(metrics::WorkerRecorder::CheckpointOp::kLoad, gang.bytes,
+                                  gang.bytes_needed, gang.max_peak_rss_bytes);
       if (metrics_->task_level()) {
         metrics_->RecordCheckpointSamples(meta.info.dataset.Position());
         metrics_->RecordCheckpoint(metrics::WorkerRecorder::CheckpointOp::kLoad, step_, Seconds(t0),
                                    DirBytes(reader.dir()));
       }
-    }
-    uint64_t read = 0, needed = 0;
-    for (const auto& s : all) {
-      read += s.bytes;
-      needed += s.bytes_needed;
     }
     // Both sides named alike ("<template> dp=..,tp=..,pp=..,fsdp=.."), so equal
     // names mean a plain resume and different ones a re-shard.
@@ -435,10 +438,11 @@ class Run {
     const std::string to_layout = LayoutName(task_.strategy.name, CheckpointLayout());
     if (metrics_ != nullptr) metrics_->RecordRestoreLayouts(from_layout, to_layout);
     // Announced after "start" (the first line says what the run is).
-    restore_event_ =
-        Json{{"event", "restore"},         {"step", step_},          {"path", reader.dir()},
-             {"from_layout", from_layout}, {"layout", to_layout},    {"seconds", Seconds(t0)},
-             {"bytes_read", read},         {"bytes_needed", needed}, {"ranks", RankStats(all)}};
+    restore_event_ = Json{{"event", "restore"},       {"step", step_},
+                          {"path", reader.dir()},     {"from_layout", from_layout},
+                          {"layout", to_layout},      {"seconds", Seconds(t0)},
+                          {"bytes_read", gang.bytes}, {"bytes_needed", gang.bytes_needed},
+                          {"ranks", RankStats(all)}};
     return OkStatus();
   }
 
