@@ -1,12 +1,15 @@
 # Finds Orrery's third-party libraries (all from Debian) and wraps the ones without
 # CMake packages in imported targets, so library folders name them uniformly:
 #   orrery::cbc  orrery::cpprest  yaml-cpp  nlohmann_json::nlohmann_json
-#   prometheus-cpp::pull  orrery::torch (worker only)  GTest::gtest
+#   prometheus-cpp::pull  ICU::uc  orrery::torch (worker only)  GTest::gtest
 
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(yaml-cpp REQUIRED)
+# ICU's character properties and NFC for the model tokenizer (worker/data/bpe.cc);
+# 60 is the first with UTF-8 normalization.
+find_package(ICU 60 REQUIRED COMPONENTS uc)
 
 pkg_check_modules(CBC REQUIRED IMPORTED_TARGET cbc)
 add_library(orrery::cbc ALIAS PkgConfig::CBC)
