@@ -2,6 +2,10 @@
 //
 //   orrery-worker train   [task flags]   train, checkpoint, resume (worker/train/trainer.h)
 //   orrery-worker profile [task flags]   time one configuration (worker/profile/profiler.h)
+//   orrery-worker export  [task flags] --checkpoint-dir DIR --export-dir OUT
+//                         the newest checkpoint in DIR (saved in any layout) as a
+//                         Hugging Face model directory (a LoRA run: its PEFT adapter),
+//                         in one process; the task flags describe the model as in training
 //   orrery-worker checkpoint inspect|reshard ...   (worker/checkpoint/cli.h)
 //
 // Task flags are listed in worker/train/task.h; --device cpu|cuda, when given,
@@ -36,7 +40,7 @@ std::atomic<bool> g_stop{false};
 extern "C" void OnTerminate(int) { g_stop.store(true); }
 
 void Usage(std::ostream& os) {
-  os << "usage: orrery-worker train|profile [--flag=value ...]\n"
+  os << "usage: orrery-worker train|profile|export [--flag=value ...]\n"
         "       orrery-worker checkpoint inspect|reshard ...\n"
         "see worker/train/task.h for the flags\n";
 }
@@ -57,6 +61,16 @@ int RunTask(const std::string& mode, std::vector<std::string> args) {
     }
   }
   auto task = orrery::train::ParseTaskFlags(args);
+  if (task.ok() && mode == "export") {
+    if (task->checkpoint_dir.empty() || task->export_dir.empty()) {
+      task = orrery::InvalidArgumentError("export needs --checkpoint-dir and --export-dir");
+    } else {
+      // One process loads the checkpoint whatever layout saved it (live re-sharding).
+      task->export_only = true;
+      task->resume = true;
+      task->strategy.name = "single";
+    }
+  }
   if (!task.ok()) {
     std::cerr << "orrery-worker " << mode << ": " << task.status() << "\n";
     Usage(std::cerr);
@@ -128,7 +142,7 @@ int main(int argc, char** argv) {
     Usage(std::cout);
     return 0;
   }
-  if (mode != "train" && mode != "profile") {
+  if (mode != "train" && mode != "profile" && mode != "export") {
     std::cerr << "orrery-worker: unknown command '" << mode << "'\n";
     Usage(std::cerr);
     return 2;

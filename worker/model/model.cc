@@ -2,6 +2,7 @@
 // the loss, and synthetic batches. See model.h.
 #include "worker/model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -12,52 +13,11 @@
 #include <torch/torch.h>
 
 #include "worker/dist/communicator.h"
+#include "worker/model/pretrained.h"
+#include "worker/model/transformer.h"
 
 namespace orrery::model {
 namespace {
-
-// Megatron's two conjugate operators (Shoeybi et al. 2019, "Megatron-LM", §3):
-// f is the identity forward and an all-reduce of the gradient backward, placed
-// before a column-parallel projection; g is an all-reduce forward and the
-// identity backward, placed after a row-parallel one.
-void AllReduceOrThrow(dist::Communicator* comm, at::Tensor& t) {
-  Status s = comm->AllReduce(t, dist::ReduceOp::kSum);
-  if (!s.ok()) throw std::runtime_error("tensor-parallel all-reduce: " + s.ToString());
-}
-
-dist::Communicator* CommFrom(torch::autograd::AutogradContext* ctx) {
-  return reinterpret_cast<dist::Communicator*>(ctx->saved_data["comm"].toInt());  // NOLINT
-}
-
-struct CopyToTensorRegion : public torch::autograd::Function<CopyToTensorRegion> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            int64_t comm) {
-    ctx->saved_data["comm"] = comm;
-    return x.view_as(x);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    at::Tensor g = grads[0].contiguous().clone();
-    AllReduceOrThrow(CommFrom(ctx), g);
-    return {g, at::Tensor()};
-  }
-};
-
-struct ReduceFromTensorRegion : public torch::autograd::Function<ReduceFromTensorRegion> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            int64_t comm) {
-    ctx->saved_data["comm"] = comm;
-    at::Tensor y = x.contiguous().clone();
-    AllReduceOrThrow(reinterpret_cast<dist::Communicator*>(comm), y);  // NOLINT
-    return y;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
-                                                 torch::autograd::variable_list grads) {
-    return {grads[0], at::Tensor()};
-  }
-};
-
-int64_t CommHandle(dist::Communicator* comm) { return reinterpret_cast<int64_t>(comm); }  // NOLINT
 
 // Parameters of one layer, in registration order.
 class ParamLayer : public Layer {
@@ -74,119 +34,6 @@ class ParamLayer : public Layer {
   }
   std::string name_;
   NamedTensors params_;
-};
-
-at::Tensor Normal(at::Generator& gen, std::vector<int64_t> shape, double stddev) {
-  return at::empty(shape, at::kFloat).normal_(0.0, stddev, gen);
-}
-
-class GptEmbedding final : public ParamLayer {
- public:
-  GptEmbedding(const GptConfig& c, at::Generator& gen) : ParamLayer("embed") {
-    tokens_ = Add("tokens", Normal(gen, {c.vocab, c.hidden}, 0.02));
-    positions_ = Add("positions", Normal(gen, {c.seq, c.hidden}, 0.02));
-  }
-  at::Tensor Forward(const at::Tensor& x) override {
-    int64_t s = x.size(1);
-    return at::embedding(tokens_, x) + positions_.narrow(0, 0, s).unsqueeze(0);
-  }
-
- private:
-  at::Tensor tokens_, positions_;
-};
-
-// A pre-norm transformer block. With tp_size > 1 it holds this rank's slice of
-// the heads and MLP units; the row-parallel biases are replicated and added
-// after the reduction, so the names and math equal the unsliced block.
-class GptBlock final : public ParamLayer {
- public:
-  struct Weights {
-    std::map<std::string, at::Tensor> by_name;  // local names -> tensors
-  };
-
-  GptBlock(int index, const GptConfig& c, int tp_size, dist::Communicator* tp,
-           const std::map<std::string, at::Tensor>& w)
-      : ParamLayer("blocks." + std::to_string(index)), c_(c), tp_size_(tp_size), tp_(tp) {
-    for (const char* n :
-         {"ln1.weight", "ln1.bias", "attn.q.weight", "attn.q.bias", "attn.k.weight", "attn.k.bias",
-          "attn.v.weight", "attn.v.bias", "attn.proj.weight", "attn.proj.bias", "ln2.weight",
-          "ln2.bias", "mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"}) {
-      p_[n] = Add(n, w.at(n));
-    }
-  }
-
-  static std::map<std::string, at::Tensor> Init(const GptConfig& c, at::Generator& gen) {
-    int64_t h = c.hidden;
-    std::map<std::string, at::Tensor> w;
-    w["ln1.weight"] = at::ones({h});
-    w["ln1.bias"] = at::zeros({h});
-    for (const char* n : {"attn.q", "attn.k", "attn.v"}) {
-      w[std::string(n) + ".weight"] = Normal(gen, {h, h}, 0.02);
-      w[std::string(n) + ".bias"] = at::zeros({h});
-    }
-    // GPT-2 scales residual projections by 1/sqrt(2L) (Radford et al. 2019, §2.3).
-    double resid = 0.02 / std::sqrt(2.0 * c.layers);
-    w["attn.proj.weight"] = Normal(gen, {h, h}, resid);
-    w["attn.proj.bias"] = at::zeros({h});
-    w["ln2.weight"] = at::ones({h});
-    w["ln2.bias"] = at::zeros({h});
-    w["mlp.fc1.weight"] = Normal(gen, {4 * h, h}, 0.02);
-    w["mlp.fc1.bias"] = at::zeros({4 * h});
-    w["mlp.fc2.weight"] = Normal(gen, {h, 4 * h}, resid);
-    w["mlp.fc2.bias"] = at::zeros({h});
-    return w;
-  }
-
-  at::Tensor Forward(const at::Tensor& x) override {
-    int64_t b = x.size(0), s = x.size(1), h = c_.hidden;
-    int64_t local_heads = c_.heads / tp_size_, hd = h / c_.heads;
-    at::Tensor a = at::layer_norm(x, {h}, p_["ln1.weight"], p_["ln1.bias"], 1e-5);
-    if (tp_size_ > 1) a = CopyToTensorRegion::apply(a, CommHandle(tp_));
-    auto heads = [&](const at::Tensor& t) {
-      return t.view({b, s, local_heads, hd}).transpose(1, 2);
-    };
-    at::Tensor q = heads(at::linear(a, p_["attn.q.weight"], p_["attn.q.bias"]));
-    at::Tensor k = heads(at::linear(a, p_["attn.k.weight"], p_["attn.k.bias"]));
-    at::Tensor v = heads(at::linear(a, p_["attn.v.weight"], p_["attn.v.bias"]));
-    at::Tensor scores =
-        at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-    at::Tensor mask = at::ones({s, s}, x.options().dtype(at::kBool)).triu(1);
-    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-    at::Tensor ctx =
-        at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({b, s, local_heads * hd});
-    at::Tensor o = at::linear(ctx, p_["attn.proj.weight"]);
-    if (tp_size_ > 1) o = ReduceFromTensorRegion::apply(o, CommHandle(tp_));
-    at::Tensor y = x + o + p_["attn.proj.bias"];
-    at::Tensor m = at::layer_norm(y, {h}, p_["ln2.weight"], p_["ln2.bias"], 1e-5);
-    if (tp_size_ > 1) m = CopyToTensorRegion::apply(m, CommHandle(tp_));
-    m = at::gelu(at::linear(m, p_["mlp.fc1.weight"], p_["mlp.fc1.bias"]));
-    m = at::linear(m, p_["mlp.fc2.weight"]);
-    if (tp_size_ > 1) m = ReduceFromTensorRegion::apply(m, CommHandle(tp_));
-    return y + m + p_["mlp.fc2.bias"];
-  }
-
- private:
-  GptConfig c_;
-  int tp_size_;
-  dist::Communicator* tp_;
-  std::map<std::string, at::Tensor> p_;
-};
-
-class GptHead final : public ParamLayer {
- public:
-  GptHead(const GptConfig& c, at::Generator& gen) : ParamLayer("head") {
-    norm_w_ = Add("ln.weight", at::ones({c.hidden}));
-    norm_b_ = Add("ln.bias", at::zeros({c.hidden}));
-    proj_ = Add("proj.weight", Normal(gen, {c.vocab, c.hidden}, 0.02));
-    hidden_ = c.hidden;
-  }
-  at::Tensor Forward(const at::Tensor& x) override {
-    return at::linear(at::layer_norm(x, {hidden_}, norm_w_, norm_b_, 1e-5), proj_);
-  }
-
- private:
-  at::Tensor norm_w_, norm_b_, proj_;
-  int64_t hidden_;
 };
 
 class MlpLinear final : public ParamLayer {
@@ -228,15 +75,6 @@ class ScriptLayer final : public Layer {
  private:
   torch::jit::Module module_;
 };
-
-Status ValidateGpt(const GptConfig& c) {
-  if (c.layers < 1 || c.hidden < 1 || c.heads < 1 || c.seq < 1 || c.vocab < 2) {
-    return InvalidArgumentError("gpt: layers, hidden, heads, seq must be >= 1 and vocab >= 2");
-  }
-  if (c.hidden % c.heads != 0)
-    return InvalidArgumentError("gpt: hidden must be a multiple of heads");
-  return OkStatus();
-}
 
 }  // namespace
 
@@ -285,18 +123,45 @@ at::Tensor Model::Forward(const at::Tensor& inputs) const {
 }
 
 Status ForEachLayer(const ModelConfig& config,
-                    const std::function<Status(std::shared_ptr<Layer>)>& take) {
+                    const std::function<Status(std::shared_ptr<Layer>)>& take,
+                    const TensorParallelSlice& tp, const std::function<bool(size_t)>& wanted) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(config.seed);
+  size_t built = 0;
+  auto take_wanted = [&](std::shared_ptr<Layer> layer) -> Status {
+    const size_t index = built++;
+    if (wanted != nullptr && !wanted(index)) return OkStatus();
+    return take(std::move(layer));
+  };
   try {
     if (config.kind == "gpt") {
-      ORRERY_RETURN_IF_ERROR(ValidateGpt(config.gpt));
       const GptConfig& c = config.gpt;
-      ORRERY_RETURN_IF_ERROR(take(std::make_shared<GptEmbedding>(c, gen)));
-      for (int i = 0; i < c.layers; ++i) {
-        ORRERY_RETURN_IF_ERROR(
-            take(std::make_shared<GptBlock>(i, c, 1, nullptr, GptBlock::Init(c, gen))));
+      ORRERY_RETURN_IF_ERROR(internal::ValidateGpt(c));
+      if (tp.size > 1) ORRERY_RETURN_IF_ERROR(CheckTensorParallelDegree(c, tp.size));
+      ORRERY_RETURN_IF_ERROR(CheckFineTune(config));
+      std::unique_ptr<PretrainedWeights> pretrained;
+      if (!config.pretrained.empty()) {
+        ORRERY_ASSIGN_OR_RETURN(pretrained, PretrainedWeights::Open(config.pretrained, c));
       }
-      return take(std::make_shared<GptHead>(c, gen));
+      for (size_t index = 0; index < static_cast<size_t>(c.layers) + 2; ++index) {
+        const bool keep = wanted == nullptr || wanted(index);
+        internal::LayerWeights w;
+        if (!keep) {
+          // The seeded stream still advances past the layer, so the layers a
+          // caller keeps are the same whichever it skips.
+          if (pretrained == nullptr) (void)internal::InitLayer(c, index, gen, config.seed);
+          continue;
+        }
+        if (pretrained != nullptr) {
+          ORRERY_ASSIGN_OR_RETURN(w, pretrained->ReadLayer(index, tp));
+        } else {
+          w = internal::SliceWeights(c, index, internal::InitLayer(c, index, gen, config.seed), tp);
+        }
+        for (auto& [local, value] :
+             internal::SliceWeights(c, index, internal::InitLora(config, index), tp))
+          w[local] = value;
+        ORRERY_RETURN_IF_ERROR(take(internal::MakeLayer(config, index, w, tp)));
+      }
+      return OkStatus();
     }
     if (config.kind == "mlp") {
       const MlpConfig& c = config.mlp;
@@ -305,17 +170,18 @@ Status ForEachLayer(const ModelConfig& config,
       }
       int64_t in = c.input;
       for (int i = 0; i < c.layers; ++i) {
-        ORRERY_RETURN_IF_ERROR(take(std::make_shared<MlpLinear>(i, in, c.hidden, true, gen)));
+        ORRERY_RETURN_IF_ERROR(
+            take_wanted(std::make_shared<MlpLinear>(i, in, c.hidden, true, gen)));
         in = c.hidden;
       }
-      return take(std::make_shared<MlpLinear>(c.layers, in, c.classes, false, gen));
+      return take_wanted(std::make_shared<MlpLinear>(c.layers, in, c.classes, false, gen));
     }
     if (config.kind == "torchscript") {
       if (config.torchscript_path.empty())
         return InvalidArgumentError("torchscript: no module path");
       torch::jit::Module module = torch::jit::load(config.torchscript_path);
       module.train();
-      return take(std::make_shared<ScriptLayer>(std::move(module)));
+      return take_wanted(std::make_shared<ScriptLayer>(std::move(module)));
     }
     return InvalidArgumentError("unknown model kind '" + config.kind + "' (gpt, mlp, torchscript)");
   } catch (const std::exception& e) {
@@ -342,13 +208,164 @@ int NumLayers(const ModelConfig& config) {
   return 1;
 }
 
-StatusOr<int64_t> CountParameters(const ModelConfig& config) {
-  int64_t n = 0;
+StatusOr<std::vector<std::pair<std::string, std::vector<int64_t>>>> ParameterShapes(
+    const ModelConfig& config) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  if (config.kind == "gpt") {
+    ORRERY_RETURN_IF_ERROR(internal::ValidateGpt(config.gpt));
+    ORRERY_RETURN_IF_ERROR(CheckFineTune(config));
+    for (size_t index = 0; index < static_cast<size_t>(config.gpt.layers) + 2; ++index) {
+      const std::string layer = internal::LayerName(config.gpt, index);
+      for (auto& spec : internal::LayerSpecs(config.gpt, index))
+        out.emplace_back(layer + "." + spec.local, spec.shape);
+      for (auto& spec : internal::LoraSpecs(config, index))
+        out.emplace_back(layer + "." + spec.local, spec.shape);
+    }
+    return out;
+  }
   ORRERY_RETURN_IF_ERROR(ForEachLayer(config, [&](std::shared_ptr<Layer> layer) {
-    for (const auto& [name, p] : layer->NamedParameters()) n += p.numel();
+    for (const auto& [name, p] : layer->NamedParameters()) out.emplace_back(name, p.sizes().vec());
     return OkStatus();
   }));
+  return out;
+}
+
+StatusOr<std::vector<size_t>> ParameterLayers(const ModelConfig& config) {
+  std::vector<size_t> out;
+  if (config.kind == "gpt") {
+    ORRERY_RETURN_IF_ERROR(internal::ValidateGpt(config.gpt));
+    ORRERY_RETURN_IF_ERROR(CheckFineTune(config));
+    for (size_t index = 0; index < static_cast<size_t>(config.gpt.layers) + 2; ++index) {
+      out.insert(out.end(),
+                 internal::LayerSpecs(config.gpt, index).size() +
+                     internal::LoraSpecs(config, index).size(),
+                 index);
+    }
+    return out;
+  }
+  size_t index = 0;
+  ORRERY_RETURN_IF_ERROR(ForEachLayer(config, [&](std::shared_ptr<Layer> layer) {
+    out.insert(out.end(), layer->NamedParameters().size(), index++);
+    return OkStatus();
+  }));
+  return out;
+}
+
+StatusOr<int64_t> CountParameters(const ModelConfig& config) {
+  ORRERY_ASSIGN_OR_RETURN(auto shapes, ParameterShapes(config));
+  int64_t n = 0;
+  for (const auto& [name, shape] : shapes) {
+    int64_t k = 1;
+    for (int64_t d : shape) k *= d;
+    n += k;
+  }
   return n;
+}
+
+Status ApplyFamilyDefaults(GptConfig& c) {
+  if (c.family == "gpt") return OkStatus();
+  if (c.family == "gpt2") {
+    c.tie_embeddings = true;
+    c.activation = "gelu_tanh";
+    if (c.hf_model_type.empty()) c.hf_model_type = "gpt2";
+    return OkStatus();
+  }
+  if (c.family == "llama") {
+    c.qkv_bias = c.out_bias = c.mlp_bias = false;
+    c.norm_eps = 1e-6;
+    c.activation = "silu";
+    if (c.intermediate == 0) {
+      // Llama's SwiGLU width: 2/3 of 4 × hidden, rounded up to a multiple of 8
+      // (Touvron et al. 2023 keep the MLP's parameter count of the 4× GELU one).
+      c.intermediate = (8 * c.hidden / 3 + 7) / 8 * 8;
+    }
+    if (c.hf_model_type.empty()) c.hf_model_type = "llama";
+    return OkStatus();
+  }
+  return InvalidArgumentError("unknown model family '" + c.family + "' (gpt, gpt2, llama)");
+}
+
+std::vector<std::pair<std::string, std::string>> TiedParameters(const ModelConfig& config) {
+  // A frozen tie (LoRA, frozen embeddings) has no gradients to sum.
+  const bool frozen = config.finetune.Lora() || config.finetune.freeze_embeddings;
+  if (config.kind == "gpt" && config.gpt.tie_embeddings && !frozen)
+    return {{"embed.tokens", "head.proj.weight"}};
+  return {};
+}
+
+bool IsTransformer(const ModelConfig& config) { return config.kind == "gpt"; }
+
+Status CheckTensorParallelDegree(const GptConfig& c, int tp_size) {
+  auto divides = [&](int n, const char* what) -> Status {
+    if (tp_size >= 1 && n % tp_size == 0) return OkStatus();
+    return InvalidArgumentError("tensor parallel degree " + std::to_string(tp_size) +
+                                " must divide " + what + " " + std::to_string(n) +
+                                "; choose tp among its divisors");
+  };
+  ORRERY_RETURN_IF_ERROR(divides(c.heads, "heads"));
+  ORRERY_RETURN_IF_ERROR(divides(c.KvHeads(), "kv_heads"));
+  return divides(c.Intermediate(), "the MLP width (intermediate)");
+}
+
+StatusOr<std::vector<std::string>> LoraProjections(const GptConfig& c, const FineTuneConfig& ft) {
+  std::vector<std::string> targets = ft.lora_targets;
+  if (targets.empty()) {
+    // PEFT's defaults for these architectures.
+    targets = c.Llama() ? std::vector<std::string>{"q_proj", "v_proj"}
+                        : std::vector<std::string>{"c_attn"};
+  }
+  const std::map<std::string, std::vector<std::string>> by_name =
+      c.Llama()
+          ? std::map<std::string, std::vector<std::string>>{{"q_proj", {"attn.q"}},
+                                                            {"k_proj", {"attn.k"}},
+                                                            {"v_proj", {"attn.v"}},
+                                                            {"o_proj", {"attn.proj"}},
+                                                            {"gate_proj", {"mlp.gate"}},
+                                                            {"up_proj", {"mlp.up"}},
+                                                            {"down_proj", {"mlp.down"}}}
+          : std::map<std::string, std::vector<std::string>>{{"c_attn", {"attn.qkv"}},
+                                                            {"c_proj", {"attn.proj", "mlp.fc2"}},
+                                                            {"c_fc", {"mlp.fc1"}}};
+  std::vector<std::string> out;
+  for (std::string t : targets) {
+    // PEFT matches a module by its name's last component(s): "attn.c_proj" too.
+    const std::string full = t;
+    if (auto dot = t.rfind('.'); dot != std::string::npos) t = t.substr(dot + 1);
+    auto it = by_name.find(t);
+    if (it == by_name.end()) {
+      std::string known;
+      for (const auto& [k, v] : by_name) known += (known.empty() ? "" : ", ") + k;
+      return InvalidArgumentError("lora target '" + full + "' is not a projection of the " +
+                                  c.family + " family (" + known + ")");
+    }
+    std::vector<std::string> projections = it->second;
+    // "attn.c_proj" / "mlp.c_proj" pick one of GPT-2's two c_proj.
+    if (full.find("attn.") != std::string::npos) {
+      std::erase_if(projections, [](const std::string& p) { return p.rfind("attn.", 0) != 0; });
+    } else if (full.find("mlp.") != std::string::npos) {
+      std::erase_if(projections, [](const std::string& p) { return p.rfind("mlp.", 0) != 0; });
+    }
+    for (const auto& p : projections) {
+      if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+    }
+  }
+  return out;
+}
+
+Status CheckFineTune(const ModelConfig& config) {
+  const FineTuneConfig& ft = config.finetune;
+  if (ft.lora_rank < 0) return InvalidArgumentError("lora rank must not be negative");
+  if (ft.freeze_blocks < 0 || ft.freeze_blocks > config.gpt.layers) {
+    return InvalidArgumentError("freeze_blocks " + std::to_string(ft.freeze_blocks) +
+                                " must be between 0 and the model's " +
+                                std::to_string(config.gpt.layers) + " blocks");
+  }
+  if (ft.Lora()) {
+    if (ft.lora_alpha <= 0) return InvalidArgumentError("lora alpha must be > 0");
+    ORRERY_RETURN_IF_ERROR(LoraProjections(config.gpt, ft).status());
+  }
+  // Freezing everything still leaves the head's norm to train.
+  return OkStatus();
 }
 
 int GptTensorParallelDim(const std::string& name) {
@@ -357,11 +374,20 @@ int GptTensorParallelDim(const std::string& name) {
            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   if (name.rfind("blocks.", 0) != 0) return -1;
+  // LoRA: B of a column-parallel projection splits its rows like the weight;
+  // A of a row-parallel one its columns; the other factor is replicated.
+  for (const char* n : {".attn.q.lora_b", ".attn.k.lora_b", ".attn.v.lora_b", ".mlp.fc1.lora_b",
+                        ".mlp.gate.lora_b", ".mlp.up.lora_b"}) {
+    if (ends(n)) return 0;
+  }
+  if (ends(".attn.proj.lora_a") || ends(".mlp.fc2.lora_a") || ends(".mlp.down.lora_a")) return 1;
+  if (name.find(".lora_") != std::string::npos) return -1;
   for (const char* n : {".attn.q.weight", ".attn.q.bias", ".attn.k.weight", ".attn.k.bias",
-                        ".attn.v.weight", ".attn.v.bias", ".mlp.fc1.weight", ".mlp.fc1.bias"}) {
+                        ".attn.v.weight", ".attn.v.bias", ".mlp.fc1.weight", ".mlp.fc1.bias",
+                        ".mlp.gate.weight", ".mlp.gate.bias", ".mlp.up.weight", ".mlp.up.bias"}) {
     if (ends(n)) return 0;  // column-parallel: output rows split
   }
-  if (ends(".attn.proj.weight") || ends(".mlp.fc2.weight"))
+  if (ends(".attn.proj.weight") || ends(".mlp.fc2.weight") || ends(".mlp.down.weight"))
     return 1;  // row-parallel: input columns split
   return -1;
 }
@@ -369,11 +395,8 @@ int GptTensorParallelDim(const std::string& name) {
 namespace {
 
 Status CheckTensorParallel(const GptConfig& c, int tp_size, dist::Communicator* tp) {
-  ORRERY_RETURN_IF_ERROR(ValidateGpt(c));
-  if (tp_size < 1 || c.heads % tp_size != 0) {
-    return InvalidArgumentError("tensor parallel degree " + std::to_string(tp_size) +
-                                " must divide heads " + std::to_string(c.heads));
-  }
+  ORRERY_RETURN_IF_ERROR(internal::ValidateGpt(c));
+  ORRERY_RETURN_IF_ERROR(CheckTensorParallelDegree(c, tp_size));
   if (tp_size > 1 && (tp == nullptr || tp->size() != tp_size)) {
     return InvalidArgumentError("tensor parallel communicator missing or of the wrong size");
   }
@@ -384,16 +407,14 @@ std::shared_ptr<Layer> SliceLayer(const GptConfig& c, size_t index,
                                   const std::shared_ptr<Layer>& layer, int tp_rank, int tp_size,
                                   dist::Communicator* tp) {
   if (index == 0 || index > static_cast<size_t>(c.layers)) return layer;  // embedding, head
-  const int block = static_cast<int>(index) - 1;
-  std::map<std::string, at::Tensor> w;
-  const std::string prefix = "blocks." + std::to_string(block) + ".";
-  for (const auto& [name, value] : layer->NamedParameters()) {
-    int dim = GptTensorParallelDim(name);
-    at::Tensor v = value.detach();
-    if (dim >= 0) v = v.chunk(tp_size, dim)[static_cast<size_t>(tp_rank)];
-    w[name.substr(prefix.size())] = v;
-  }
-  return std::make_shared<GptBlock>(block, c, tp_size, tp, w);
+  internal::LayerWeights full;
+  const std::string prefix = internal::LayerName(c, index) + ".";
+  for (const auto& [name, value] : layer->NamedParameters())
+    full[name.substr(prefix.size())] = value.detach();
+  TensorParallelSlice slice{tp_rank, tp_size, tp};
+  ModelConfig mc;  // no fine-tuning adapters: this slices a plain GPT layer
+  mc.gpt = c;
+  return internal::MakeLayer(mc, index, internal::SliceWeights(c, index, full, slice), slice);
 }
 
 }  // namespace
@@ -423,7 +444,8 @@ StatusOr<Model> SliceGptForTensorParallel(const GptConfig& c, const Model& full,
 }
 
 at::Tensor Loss(const at::Tensor& logits, const at::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+  // In float32 whatever the logits' type (bf16 autocast), as transformers does.
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(at::kFloat),
                                               targets.reshape({-1}));
 }
 

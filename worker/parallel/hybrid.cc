@@ -101,6 +101,7 @@ class DdpBuckets {
     for (auto& b : buckets_) {
       for (size_t j = 0; j < b.members.size(); ++j) {
         at::Tensor& p = params_[b.members[j]];
+        if (!p.requires_grad()) continue;  // frozen: the optimizer must not see a gradient
         at::Tensor g = Slice(b, j).view(p.sizes()).clone();
         p.mutable_grad() = g;
       }
@@ -299,6 +300,7 @@ class HybridStrategy final : public Strategy {
     info_.name = config.name;
     info_.layout = layout_;
     device_ = config.device;
+    precision_ = config.precision;
     // Built on the host a layer at a time, keeping only this rank's stage (and
     // its tensor slice), which then moves to the device: no rank ever holds the
     // whole model.
@@ -307,9 +309,12 @@ class HybridStrategy final : public Strategy {
           "a TorchScript model cannot be split by the tensor or pipeline template; use ddp or "
           "fsdp");
     }
-    if (layout_.tp > 1 && mc.kind != "gpt") {
-      return FailedPreconditionError("the tensor template needs the GPT model, not " + mc.kind);
+    if (layout_.tp > 1 && !model::IsTransformer(mc)) {
+      return FailedPreconditionError("the tensor template needs a transformer (gpt), not " +
+                                     mc.kind);
     }
+    if (layout_.tp > 1)
+      ORRERY_RETURN_IF_ERROR(model::CheckTensorParallelDegree(mc.gpt, layout_.tp));
     const int n_layers = model::NumLayers(mc);
     if (layout_.pp > n_layers) {
       return InvalidArgumentError(std::to_string(layout_.pp) + " pipeline stages for a model of " +
@@ -351,23 +356,27 @@ class HybridStrategy final : public Strategy {
     info_.stage_starts = starts;
     stage_.kind = mc.kind;
     stage_.supports_surgery = mc.kind != "torchscript";
-    int layer_index = 0, stage = 0;
-    ORRERY_RETURN_IF_ERROR(
-        model::ForEachLayer(mc, [&](std::shared_ptr<model::Layer> layer) -> Status {
-          while (layer_index >= bounds[static_cast<size_t>(stage) + 1]) ++stage;
-          for (auto& [name, p] : layer->NamedParameters())
-            full_params_.push_back({name, p.sizes().vec(), stage});
-          if (stage == coords_.pp) {
-            if (layout_.tp > 1) {
-              ORRERY_ASSIGN_OR_RETURN(layer, model::SliceGptLayerForTensorParallel(
-                                                 mc.gpt, static_cast<size_t>(layer_index), layer,
-                                                 coords_.tp, layout_.tp, tp_.get()));
-            }
-            stage_.layers.push_back(std::move(layer));
-          }
-          ++layer_index;
+    auto stage_of = [&](size_t layer_index) {
+      int stage = 0;
+      while (static_cast<int>(layer_index) >= bounds[static_cast<size_t>(stage) + 1]) ++stage;
+      return stage;
+    };
+    ORRERY_ASSIGN_OR_RETURN(auto shapes, model::ParameterShapes(mc));
+    ORRERY_ASSIGN_OR_RETURN(auto layers_of, model::ParameterLayers(mc));
+    for (size_t i = 0; i < shapes.size(); ++i)
+      full_params_.push_back({shapes[i].first, shapes[i].second, stage_of(layers_of[i])});
+    tied_ = model::TiedParameters(mc);
+    for (const auto& [name, shape] : shapes) tied_shapes_[name] = shape;
+    // Only this stage's layers are built (a pre-trained model's others are not
+    // even read), each block already sliced for this tensor-parallel rank.
+    model::TensorParallelSlice slice{coords_.tp, layout_.tp, tp_.get()};
+    ORRERY_RETURN_IF_ERROR(model::ForEachLayer(
+        mc,
+        [&](std::shared_ptr<model::Layer> layer) -> Status {
+          stage_.layers.push_back(std::move(layer));
           return OkStatus();
-        }));
+        },
+        slice, [&](size_t index) { return stage_of(index) == coords_.pp; }));
     ORRERY_RETURN_IF_ERROR(model::MoveToDevice(stage_, device_));
     first_stage_ = coords_.pp == 0;
     last_stage_ = coords_.pp == layout_.pp - 1;
@@ -408,10 +417,13 @@ class HybridStrategy final : public Strategy {
       // Measured where the stages will run (kernels are asynchronous on CUDA:
       // each layer's time ends when the device is done).
       model::Batch probe = model::BatchOn(model::SyntheticBatch(mc, 2, 0), device_);
+      // Timing needs shapes, not values: a pre-trained model is not read for it.
+      model::ModelConfig seeded = mc;
+      seeded.pretrained.clear();
       at::Tensor x = probe.inputs;
       size_t l = 0;
       ORRERY_RETURN_IF_ERROR(
-          model::ForEachLayer(mc, [&](std::shared_ptr<model::Layer> layer) -> Status {
+          model::ForEachLayer(seeded, [&](std::shared_ptr<model::Layer> layer) -> Status {
             if (l >= n) return InternalError("the model has more layers than it says");
             layer->To(device_);
             at::Tensor y;
@@ -447,13 +459,19 @@ class HybridStrategy final : public Strategy {
     double local_loss = 0.0;
     if (layout_.pp == 1) {
       if (ddp_) ddp_->Arm(true);
-      at::Tensor loss = model::Loss(stage_.Forward(local.inputs), local.targets);
+      at::Tensor loss;
+      {
+        AutocastGuard autocast(precision_, device_);
+        loss = model::Loss(stage_.Forward(local.inputs), local.targets);
+      }
       loss.backward();
       local_loss = loss.item<double>();
     } else {
       ORRERY_ASSIGN_OR_RETURN(local_loss, PipelineStep(local));
     }
     if (ddp_) ORRERY_RETURN_IF_ERROR(ddp_->Finish());
+    ORRERY_RETURN_IF_ERROR(
+        SumTiedGradients(tied_, stage_.NamedParameters(), tied_shapes_, pp_.get(), device_));
     std::vector<at::Tensor> grads;
     for (auto& p : params_) grads.push_back(p.grad());
     optimizer_->Step(grads);
@@ -505,9 +523,13 @@ class HybridStrategy final : public Strategy {
           ORRERY_RETURN_IF_ERROR(pp_->Recv(x, prev, 4 * m + 1));
           x.requires_grad_(true);
         }
-        at::Tensor y = stage_.Forward(x);
+        at::Tensor y;
+        {
+          AutocastGuard autocast(precision_, device_);
+          y = stage_.Forward(x);
+          if (last_stage_) y = model::Loss(y, mb.targets) / static_cast<double>(m_count);
+        }
         if (last_stage_) {
-          y = model::Loss(y, mb.targets) / static_cast<double>(m_count);
           loss_sum += y.item<double>();
         } else {
           at::Tensor header = at::zeros({8}, at::kLong);
@@ -533,7 +555,8 @@ class HybridStrategy final : public Strategy {
       } else {
         at::Tensor g = at::empty(y.sizes(), y.options().requires_grad(false));
         ORRERY_RETURN_IF_ERROR(pp_->Recv(g, next, 4 * m + 2));
-        y.backward(g);
+        // A first stage that is all frozen (layer-wise fine-tuning) has nothing to compute.
+        if (y.requires_grad()) y.backward(g);
       }
       if (!first_stage_)
         gradient_sends.push_back(pp_->SendAsync(inputs[mi].grad(), prev, 4 * m + 2));
@@ -552,6 +575,9 @@ class HybridStrategy final : public Strategy {
   std::unique_ptr<dist::Communicator> world_, tp_, dp_, pp_;
   model::Model stage_;
   std::vector<FullParam> full_params_;
+  std::vector<std::pair<std::string, std::string>> tied_;
+  std::map<std::string, std::vector<int64_t>> tied_shapes_;
+  std::string precision_ = "fp32";
   std::vector<at::Tensor> params_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<DdpBuckets> ddp_;

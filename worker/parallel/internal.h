@@ -3,6 +3,7 @@
 // template living in one translation unit.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,7 +19,12 @@ namespace orrery::parallel::internal {
 // so sharding the state changes nothing but where it lives.
 class Optimizer {
  public:
-  Optimizer(OptimizerConfig config, std::vector<at::Tensor> params);
+  // masks[i], when given and defined, is a bool tensor shaped like params[i]
+  // whose false elements are frozen: the step leaves them (and their state)
+  // as they are. For flat shards mixing frozen and trained parameters (fsdp,
+  // spill); whole frozen tensors simply get no gradient.
+  Optimizer(OptimizerConfig config, std::vector<at::Tensor> params,
+            std::vector<at::Tensor> masks = {});
   void SetLearningRate(double lr) { config_.lr = lr; }
   // grads[i] belongs to params[i]; an undefined gradient skips that parameter.
   void Step(const std::vector<at::Tensor>& grads);
@@ -47,9 +53,16 @@ class Optimizer {
  private:
   OptimizerConfig config_;
   std::vector<at::Tensor> params_;
+  std::vector<at::Tensor> masks_;
+  std::vector<bool> any_trained_;  // per param: some element of its mask is true
   std::vector<at::Tensor> m_, v_;
   int64_t steps_ = 0;
 };
+
+// The trainable elements of a flat buffer of `params` (requires_grad per
+// parameter), cut to [begin, begin + length): undefined when all train.
+at::Tensor TrainableMask(const model::NamedTensors& params, int64_t begin, int64_t length,
+                         c10::Device device);
 
 // Segments for tensors each held whole by this rank, `names[i]` being
 // optimizer tensor i (or a stretch of a flat buffer: `offsets[i]` in tensor
@@ -63,6 +76,22 @@ struct WholeTensor {
 };
 std::vector<StateSegment> WholeSegments(const std::vector<WholeTensor>& tensors, int replicas,
                                         int replica);
+
+// bfloat16 autocast for one forward on `device` when precision is "bf16"
+// (a no-op for "fp32"); restores the previous state when it goes.
+class AutocastGuard {
+ public:
+  AutocastGuard(const std::string& precision, c10::Device device);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  bool on_ = false;
+  c10::DeviceType type_ = c10::kCPU;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
+};
 
 // Turns any exception from a step into a status (torch ops, collectives inside
 // autograd functions).
@@ -88,6 +117,18 @@ Status CopyNamed(const model::NamedTensors& full, const model::NamedTensors& par
                  int tp_size);
 
 int64_t Bytes(const at::Tensor& t);
+
+// Makes each tied pair's gradients (model::TiedParameters) their sum, for
+// templates that hold parameters whole: `params` are this rank's. Without a
+// group both members must be here; with one (the pipeline group, whose first
+// and last stages hold the two), every member of the group calls it and the
+// sum is all-reduced, ranks holding neither contributing zeros. `shapes` gives
+// the tied tensors' shapes. Call after the data-parallel reduction and before
+// the optimizer step.
+Status SumTiedGradients(const std::vector<std::pair<std::string, std::string>>& tied,
+                        const model::NamedTensors& params,
+                        const std::map<std::string, std::vector<int64_t>>& shapes,
+                        dist::Communicator* group, c10::Device device);
 
 // Placement entries: "param/<name>" and, where defined, "grad/<name>"; and
 // "batch/inputs", "batch/targets" (nothing before the first step).

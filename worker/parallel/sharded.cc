@@ -9,8 +9,10 @@
 // describe, and the computed losses and gradients equal the plain loop's.
 // Models are built on the host; fsdp's shards, gathers and gradient buffers live
 // on the configured device, spill's masters on the host (see below).
+#include <functional>
 #include <map>
 
+#include "worker/model/pretrained.h"
 #include "worker/parallel/internal.h"
 #include "worker/parallel/memory_accountant.h"
 #include "worker/parallel/shard_copier.h"
@@ -87,8 +89,8 @@ at::Tensor RunUnit(Unit& u, at::Tensor x) {
 }
 
 // Forward without autograd keeping unit inputs, then recomputing backward.
-StatusOr<double> RunRecomputed(std::vector<Unit>& units, const model::Batch& batch,
-                               Residency& res) {
+StatusOr<double> RunRecomputed(std::vector<Unit>& units, const model::Batch& batch, Residency& res,
+                               const std::string& precision, c10::Device device) {
   size_t n = units.size();
   std::vector<at::Tensor> boundary(n);
   boundary[0] = batch.inputs;
@@ -97,6 +99,7 @@ StatusOr<double> RunRecomputed(std::vector<Unit>& units, const model::Batch& bat
     ORRERY_RETURN_IF_ERROR(res.Acquire(visit++, u, false));
     {
       torch::NoGradGuard no_grad;
+      AutocastGuard autocast(precision, device);
       boundary[u + 1] = RunUnit(units[u], boundary[u]);
     }
     ORRERY_RETURN_IF_ERROR(res.Release(u, false));
@@ -106,12 +109,17 @@ StatusOr<double> RunRecomputed(std::vector<Unit>& units, const model::Batch& bat
   for (size_t u = n; u-- > 0;) {
     ORRERY_RETURN_IF_ERROR(res.Acquire(visit++, u, true));
     at::Tensor x = Checkpointed(boundary[u]);
-    at::Tensor y = RunUnit(units[u], x);
+    at::Tensor y;
+    {
+      AutocastGuard autocast(precision, device);
+      y = RunUnit(units[u], x);
+      if (u + 1 == n) y = model::Loss(y, batch.targets);
+    }
     if (u + 1 == n) {
-      at::Tensor loss = model::Loss(y, batch.targets);
+      at::Tensor loss = y;
       loss_value = loss.item<double>();
       loss.backward();
-    } else {
+    } else if (y.requires_grad()) {  // the embedding, when it is frozen, needs none
       y.backward(grad);
     }
     grad = x.requires_grad() ? x.grad() : at::Tensor();
@@ -119,6 +127,53 @@ StatusOr<double> RunRecomputed(std::vector<Unit>& units, const model::Batch& bat
     ORRERY_RETURN_IF_ERROR(res.Release(u, true));
   }
   return loss_value;
+}
+
+// Makes each tied pair's gradients their sum where units hold gradients flat:
+// grads[u] is this rank's range [begin(u), begin(u) + grads[u].numel()) of
+// unit u's flat gradient (fsdp: its shard; spill: the whole unit). The pair's
+// elements may lie on different ranks (fsdp), so the sum is gathered into one
+// buffer all-reduced over `group` (each element has exactly one owner), or
+// summed locally without a group.
+Status SumTiedFlat(const std::vector<std::pair<std::string, std::string>>& tied,
+                   const std::vector<Unit>& units, const Shapes& shapes,
+                   std::vector<at::Tensor>& grads, const std::function<int64_t(size_t)>& begin,
+                   dist::Communicator* group) {
+  struct Piece {
+    size_t unit;
+    int64_t lo, hi;  // within the parameter
+    int64_t at;      // within grads[unit]
+  };
+  torch::NoGradGuard no_grad;
+  for (const auto& [a, b] : tied) {
+    std::vector<Piece> pieces;
+    int64_t numel = -1;
+    for (size_t u = 0; u < units.size(); ++u) {
+      int64_t off = 0;
+      for (size_t i = 0; i < units[u].params.size(); ++i) {
+        const int64_t n = checkpoint::Numel(shapes.by_unit[u][i]);
+        const std::string& name = units[u].params[i].first;
+        if (name == a || name == b) {
+          numel = n;
+          const int64_t first = begin(u), last = first + grads[u].numel();
+          const int64_t lo = std::max(first, off), hi = std::min(last, off + n);
+          if (lo < hi) pieces.push_back({u, lo - off, hi - off, lo - first});
+        }
+        off += n;
+      }
+    }
+    if (numel < 0) return InternalError("tied parameter " + a + " is not in the model");
+    at::Tensor sum = at::zeros({numel}, grads.front().options());
+    for (const Piece& p : pieces)
+      sum.narrow(0, p.lo, p.hi - p.lo).add_(grads[p.unit].narrow(0, p.at, p.hi - p.lo));
+    if (group != nullptr) {
+      ORRERY_RETURN_IF_ERROR(group->AllReduce(sum, dist::ReduceOp::kSum)
+                                 .WithContext("summing the gradients of " + a + " and " + b));
+    }
+    for (const Piece& p : pieces)
+      grads[p.unit].narrow(0, p.at, p.hi - p.lo).copy_(sum.narrow(0, p.lo, p.hi - p.lo));
+  }
+  return OkStatus();
 }
 
 std::vector<int> AllRanks(int n) {
@@ -148,7 +203,11 @@ class FsdpStrategy final : public Strategy, private Residency {
                               model::SliceBatch(global_batch, dp_rank_, dp_size_));
       model::Batch local = model::BatchOn(rows, device_);
       last_batch_ = local;
-      ORRERY_ASSIGN_OR_RETURN(double loss, RunRecomputed(units_, local, *this));
+      ORRERY_ASSIGN_OR_RETURN(double loss,
+                              RunRecomputed(units_, local, *this, precision_, device_));
+      ORRERY_RETURN_IF_ERROR(SumTiedFlat(
+          tied_, units_, shapes_, shard_grads_,
+          [&](size_t u) { return dp_rank_ * (padded_[u] / dp_size_); }, dp_.get()));
       optimizer_->Step(shard_grads_);
       at::Tensor l = at::full({1}, loss, Options().dtype(at::kDouble));
       if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(l, dist::ReduceOp::kAvg));
@@ -273,47 +332,74 @@ class FsdpStrategy final : public Strategy, private Residency {
     device_ = config.device;
     dp_size_ = config.layout.dp;
     dp_rank_ = rdv == nullptr ? 0 : rdv->config().rank;
+    tied_ = model::TiedParameters(mc);
+    precision_ = config.precision;
     info_.name = "fsdp";
     info_.layout = config.layout;
     if (dp_size_ > 1) {
       ORRERY_ASSIGN_OR_RETURN(dp_, rdv->NewGroup("fsdp", AllRanks(dp_size_)));
     }
     int64_t largest = 0, shard_bytes = 0;
+    std::vector<at::Tensor> masks;  // per unit shard: which elements train
+    // A pre-trained model's layers are built from the seed for their shapes;
+    // each rank then reads only its shard's elements from the files.
+    std::unique_ptr<model::PretrainedWeights> pretrained;
+    model::ModelConfig built = mc;
+    if (!mc.pretrained.empty()) {
+      ORRERY_ASSIGN_OR_RETURN(pretrained, model::PretrainedWeights::Open(mc.pretrained, mc.gpt));
+      built.pretrained.clear();
+    }
     // A layer at a time: each is flattened, this rank keeps its shard, and the
     // layer's full parameters are freed before the next is built.
     model_.kind = mc.kind;
     model_.supports_surgery = mc.kind != "torchscript";
-    ORRERY_RETURN_IF_ERROR(model::ForEachLayer(mc, [&](std::shared_ptr<model::Layer> layer) {
-      model_.layers.push_back(layer);
-      Unit u;
-      u.layers = {layer};
-      u.params = layer->NamedParameters();
-      std::vector<std::vector<int64_t>> shapes;
-      std::vector<at::Tensor> pieces;
-      for (auto& [name, p] : u.params) {
-        shapes.push_back(p.sizes().vec());
-        pieces.push_back(p.detach().reshape({-1}));
-        u.numel += p.numel();
-      }
-      int64_t padded = (u.numel + dp_size_ - 1) / dp_size_ * dp_size_;
-      at::Tensor flat = at::zeros({padded});
-      if (u.numel > 0) flat.narrow(0, 0, u.numel).copy_(at::cat(pieces));
-      int64_t each = padded / dp_size_;
-      shards_.push_back(flat.narrow(0, dp_rank_ * each, each)
-                            .to(device_, at::kFloat, false,
-                                /*copy=*/true));
-      shard_grads_.push_back(at::zeros({each}, Options()));
-      padded_.push_back(padded);
-      largest = std::max(largest, padded * 4);
-      shard_bytes += each * 4 * 2;
-      Unbind(u, device_);
-      shapes_.by_unit.push_back(std::move(shapes));
-      units_.push_back(std::move(u));
-      return OkStatus();
-    }));
+    ORRERY_RETURN_IF_ERROR(
+        model::ForEachLayer(built, [&](std::shared_ptr<model::Layer> layer) -> Status {
+          model_.layers.push_back(layer);
+          Unit u;
+          u.layers = {layer};
+          u.params = layer->NamedParameters();
+          std::vector<std::vector<int64_t>> shapes;
+          std::vector<at::Tensor> pieces;
+          for (auto& [name, p] : u.params) {
+            shapes.push_back(p.sizes().vec());
+            pieces.push_back(p.detach().reshape({-1}));
+            u.numel += p.numel();
+          }
+          int64_t padded = (u.numel + dp_size_ - 1) / dp_size_ * dp_size_;
+          at::Tensor flat = at::zeros({padded});
+          if (u.numel > 0) flat.narrow(0, 0, u.numel).copy_(at::cat(pieces));
+          int64_t each = padded / dp_size_;
+          if (pretrained != nullptr) {
+            const int64_t begin = dp_rank_ * each, end = begin + each;
+            int64_t off = 0;
+            for (const auto& [name, p] : u.params) {
+              const int64_t n = p.numel(), lo = std::max(begin, off), hi = std::min(end, off + n);
+              // LoRA adapters are not in the files: they keep their seeded values.
+              if (lo < hi && name.find(".lora_") == std::string::npos) {
+                ORRERY_ASSIGN_OR_RETURN(at::Tensor part,
+                                        pretrained->ReadFlat(name, lo - off, hi - off));
+                flat.narrow(0, lo, hi - lo).copy_(part);
+              }
+              off += n;
+            }
+          }
+          shards_.push_back(flat.narrow(0, dp_rank_ * each, each)
+                                .to(device_, at::kFloat, false,
+                                    /*copy=*/true));
+          shard_grads_.push_back(at::zeros({each}, Options()));
+          masks.push_back(TrainableMask(u.params, dp_rank_ * each, each, device_));
+          padded_.push_back(padded);
+          largest = std::max(largest, padded * 4);
+          shard_bytes += each * 4 * 2;
+          Unbind(u, device_);
+          shapes_.by_unit.push_back(std::move(shapes));
+          units_.push_back(std::move(u));
+          return OkStatus();
+        }));
     // One gathered unit, its gradients and the gradient buffer, plus the shards.
     info_.peak_device_parameter_bytes = 3 * largest + shard_bytes;
-    optimizer_ = std::make_unique<Optimizer>(opt, shards_);
+    optimizer_ = std::make_unique<Optimizer>(opt, shards_, masks);
     return OkStatus();
   }
 
@@ -356,6 +442,8 @@ class FsdpStrategy final : public Strategy, private Residency {
   Shapes shapes_;
   std::vector<int64_t> padded_;
   std::vector<at::Tensor> shards_, shard_grads_;
+  std::vector<std::pair<std::string, std::string>> tied_;
+  std::string precision_ = "fp32";
   std::unique_ptr<Optimizer> optimizer_;
   StrategyInfo info_;
 };
@@ -393,13 +481,15 @@ class SpillStrategy final : public Strategy, private Residency {
       model::Batch local = model::BatchOn(rows, device_);
       last_batch_ = local;
       shard_devices_.clear();
-      StatusOr<double> loss = RunRecomputed(units_, local, *this);
+      StatusOr<double> loss = RunRecomputed(units_, local, *this, precision_, device_);
       if (copier_->pending()) {
         // Only after an error: a successful step's last visit prefetches nothing.
         (void)copier_->Finish();
         accountant_.Release(Bytes(host_[prefetched_]));
       }
       if (!loss.ok()) return loss.status();
+      ORRERY_RETURN_IF_ERROR(SumTiedFlat(
+          tied_, units_, shapes_, host_grad_views_, [](size_t) { return int64_t{0}; }, nullptr));
       optimizer_->Step(host_grad_views_);
       at::Tensor l = at::full({1}, *loss, at::TensorOptions().dtype(at::kDouble).device(device_));
       if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(l, dist::ReduceOp::kAvg));
@@ -499,6 +589,8 @@ class SpillStrategy final : public Strategy, private Residency {
     device_ = config.device;
     dp_size_ = config.layout.dp;
     dp_rank_ = rdv == nullptr ? 0 : rdv->config().rank;
+    tied_ = model::TiedParameters(mc);
+    precision_ = config.precision;
     double_buffer_ = config.spill_double_buffer;
     info_.name = "spill";
     info_.layout = config.layout;
@@ -536,6 +628,7 @@ class SpillStrategy final : public Strategy, private Residency {
     }
     flush();
     std::vector<at::Tensor> host_views;
+    std::vector<at::Tensor> masks;  // per unit: which elements train
     for (auto& u : units_) {
       std::vector<std::vector<int64_t>> shapes;
       std::vector<at::Tensor> pieces;
@@ -551,6 +644,7 @@ class SpillStrategy final : public Strategy, private Residency {
       host_grad_.push_back(grad);
       host_grad_views_.push_back(grad);
       host_views.push_back(host);
+      masks.push_back(TrainableMask(u.params, 0, u.numel, host.device()));
       Unbind(u, device_);
       shapes_.by_unit.push_back(std::move(shapes));
     }
@@ -559,7 +653,7 @@ class SpillStrategy final : public Strategy, private Residency {
     for (size_t u = 0; u < n; ++u) visits_.push_back(u);
     for (size_t u = n - 1; u-- > 0;) visits_.push_back(u);
     info_.spill_shards = static_cast<int>(n);
-    optimizer_ = std::make_unique<Optimizer>(opt, host_views);
+    optimizer_ = std::make_unique<Optimizer>(opt, host_views, masks);
     return OkStatus();
   }
 
@@ -618,6 +712,8 @@ class SpillStrategy final : public Strategy, private Residency {
   std::vector<Unit> units_;
   Shapes shapes_;
   std::vector<at::Tensor> host_, host_grad_, host_grad_views_, resident_;
+  std::vector<std::pair<std::string, std::string>> tied_;
+  std::string precision_ = "fp32";
   std::vector<size_t> visits_;
   std::unique_ptr<ShardCopier> copier_;
   size_t prefetched_ = 0;

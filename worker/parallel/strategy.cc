@@ -7,14 +7,35 @@
 #include <limits>
 #include <map>
 
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
 #include "worker/parallel/internal.h"
 
 namespace orrery::parallel {
 namespace internal {
 
-Optimizer::Optimizer(OptimizerConfig config, std::vector<at::Tensor> params)
-    : config_(std::move(config)), params_(std::move(params)) {
+Optimizer::Optimizer(OptimizerConfig config, std::vector<at::Tensor> params,
+                     std::vector<at::Tensor> masks)
+    : config_(std::move(config)), params_(std::move(params)), masks_(std::move(masks)) {
+  masks_.resize(params_.size());
+  for (const auto& m : masks_) any_trained_.push_back(!m.defined() || m.any().item<bool>());
   Reset();
+}
+
+at::Tensor TrainableMask(const model::NamedTensors& params, int64_t begin, int64_t length,
+                         c10::Device device) {
+  bool all = true;
+  for (const auto& [name, p] : params) all = all && p.requires_grad();
+  if (all) return at::Tensor();
+  std::vector<at::Tensor> pieces;
+  for (const auto& [name, p] : params)
+    pieces.push_back(at::full({p.numel()}, p.requires_grad(), at::kBool));
+  at::Tensor flat = pieces.empty() ? at::zeros({0}, at::kBool) : at::cat(pieces);
+  at::Tensor out = at::zeros({length}, at::kBool);  // padding trains nothing
+  const int64_t n = std::max<int64_t>(0, std::min(length, flat.numel() - begin));
+  if (n > 0) out.narrow(0, 0, n).copy_(flat.narrow(0, begin, n));
+  return out.to(device);
 }
 
 void Optimizer::Reset() {
@@ -31,8 +52,11 @@ void Optimizer::Step(const std::vector<at::Tensor>& grads) {
   torch::NoGradGuard no_grad;
   ++steps_;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (!grads[i].defined()) continue;
+    if (!grads[i].defined() || !any_trained_[i]) continue;
     at::Tensor p = params_[i];
+    // Frozen elements of a mixed flat shard: stepped, then put back (their
+    // gradient is zero, so their slots stay zero; weight decay must not touch them).
+    at::Tensor before = masks_[i].defined() ? p.detach().clone() : at::Tensor();
     const at::Tensor& g = grads[i];
     if (config_.kind == "adamw") {
       // Loshchilov & Hutter 2019: decoupled weight decay, then Adam's update.
@@ -48,6 +72,11 @@ void Optimizer::Step(const std::vector<at::Tensor>& grads) {
       if (config_.weight_decay != 0.0) d = d + p * config_.weight_decay;
       m_[i].mul_(config_.momentum).add_(d);
       p.add_(m_[i], -config_.lr);
+    }
+    if (before.defined()) {
+      p.copy_(at::where(masks_[i], p, before));
+      m_[i].masked_fill_(masks_[i].logical_not(), 0.0);
+      if (v_[i].defined()) v_[i].masked_fill_(masks_[i].logical_not(), 0.0);
     }
   }
 }
@@ -217,16 +246,95 @@ Status CopyNamed(const model::NamedTensors& full, const model::NamedTensors& par
   return OkStatus();
 }
 
+// torch 2.4 replaced the per-device autocast functions with ones taking the
+// device type; the worker builds against 1.13 (Debian) and the CUDA wheels.
+AutocastGuard::AutocastGuard(const std::string& precision, c10::Device device)
+    : on_(precision == "bf16"), type_(device.type()) {
+  if (!on_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  was_enabled_ = at::autocast::is_autocast_enabled(type_);
+  was_dtype_ = at::autocast::get_autocast_dtype(type_);
+  at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+  at::autocast::set_autocast_enabled(type_, true);
+#else
+  if (type_ == c10::kCUDA) {
+    was_enabled_ = at::autocast::is_enabled();
+    was_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_enabled(true);
+  } else {
+    was_enabled_ = at::autocast::is_cpu_enabled();
+    was_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(true);
+  }
+#endif
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!on_) return;
+  // The casts of the parameters made in this forward are not kept past it.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  at::autocast::set_autocast_enabled(type_, was_enabled_);
+  at::autocast::set_autocast_dtype(type_, was_dtype_);
+#else
+  if (type_ == c10::kCUDA) {
+    at::autocast::set_enabled(was_enabled_);
+    at::autocast::set_autocast_gpu_dtype(was_dtype_);
+  } else {
+    at::autocast::set_cpu_enabled(was_enabled_);
+    at::autocast::set_autocast_cpu_dtype(was_dtype_);
+  }
+#endif
+}
+
+Status SumTiedGradients(const std::vector<std::pair<std::string, std::string>>& tied,
+                        const model::NamedTensors& params,
+                        const std::map<std::string, std::vector<int64_t>>& shapes,
+                        dist::Communicator* group, c10::Device device) {
+  if (tied.empty()) return OkStatus();
+  std::map<std::string, at::Tensor> local(params.begin(), params.end());
+  torch::NoGradGuard no_grad;
+  for (const auto& [a, b] : tied) {
+    auto shape = shapes.find(a);
+    if (shape == shapes.end()) return InternalError("tied parameter " + a + " has no shape");
+    at::Tensor sum = at::zeros(shape->second, at::TensorOptions().device(device));
+    std::vector<at::Tensor> here;
+    for (const std::string& name : {a, b}) {
+      auto it = local.find(name);
+      if (it == local.end()) continue;
+      here.push_back(it->second);
+      if (it->second.grad().defined()) sum.add_(it->second.grad());
+    }
+    if (group != nullptr) {
+      ORRERY_RETURN_IF_ERROR(group->AllReduce(sum, dist::ReduceOp::kSum)
+                                 .WithContext("summing the gradients of " + a + " and " + b));
+    } else if (here.size() != 2) {
+      return InternalError("tied parameters " + a + " and " + b +
+                           " are not both on this rank, or one of them alone is frozen");
+    }
+    for (at::Tensor& p : here) p.mutable_grad() = sum.clone();
+  }
+  return OkStatus();
+}
+
 namespace {
 
 // The plain loop: forward, loss, backward, step. Every template must equal it.
 class SingleStrategy final : public Strategy {
  public:
-  SingleStrategy(model::Model m, const OptimizerConfig& opt, c10::Device device)
-      : model_(std::move(m)), device_(device) {
+  SingleStrategy(model::Model m, const OptimizerConfig& opt, c10::Device device,
+                 std::vector<std::pair<std::string, std::string>> tied, std::string precision)
+      : model_(std::move(m)),
+        device_(device),
+        tied_(std::move(tied)),
+        precision_(std::move(precision)) {
     for (auto& [name, p] : model_.NamedParameters()) {
       params_.push_back(p);
       names_.push_back(name);
+      shapes_[name] = p.sizes().vec();
     }
     optimizer_ = std::make_unique<Optimizer>(opt, params_);
   }
@@ -236,8 +344,14 @@ class SingleStrategy final : public Strategy {
       model::Batch batch = model::BatchOn(global_batch, device_);
       last_batch_ = batch;
       for (auto& p : params_) p.mutable_grad().reset();
-      at::Tensor loss = model::Loss(model_.Forward(batch.inputs), batch.targets);
+      at::Tensor loss;
+      {
+        AutocastGuard autocast(precision_, device_);
+        loss = model::Loss(model_.Forward(batch.inputs), batch.targets);
+      }
       loss.backward();
+      ORRERY_RETURN_IF_ERROR(
+          SumTiedGradients(tied_, model_.NamedParameters(), shapes_, nullptr, device_));
       std::vector<at::Tensor> grads;
       for (auto& p : params_) grads.push_back(p.grad());
       optimizer_->Step(grads);
@@ -292,6 +406,9 @@ class SingleStrategy final : public Strategy {
  private:
   model::Model model_;
   c10::Device device_;
+  std::vector<std::pair<std::string, std::string>> tied_;
+  std::string precision_;
+  std::map<std::string, std::vector<int64_t>> shapes_;
   std::vector<std::string> names_;
   model::Batch last_batch_;
   std::vector<at::Tensor> params_;
@@ -373,6 +490,9 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model
   if (optimizer.kind != "sgd" && optimizer.kind != "adamw") {
     return InvalidArgumentError("unknown optimizer '" + optimizer.kind + "' (sgd, adamw)");
   }
+  if (config.precision != "fp32" && config.precision != "bf16") {
+    return InvalidArgumentError("unknown precision '" + config.precision + "' (fp32, bf16)");
+  }
   if (config.pipeline_schedule != "gpipe" && config.pipeline_schedule != "1f1b") {
     return InvalidArgumentError("unknown pipeline schedule '" + config.pipeline_schedule +
                                 "' (gpipe, 1f1b)");
@@ -383,8 +503,9 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model
     if (world != 1)
       return InvalidArgumentError("template single runs on one rank, not " + std::to_string(world));
     ORRERY_ASSIGN_OR_RETURN(model::Model m, internal::BuildOn(model_config, config.device));
-    return std::unique_ptr<Strategy>(
-        std::make_unique<internal::SingleStrategy>(std::move(m), optimizer, config.device));
+    return std::unique_ptr<Strategy>(std::make_unique<internal::SingleStrategy>(
+        std::move(m), optimizer, config.device, model::TiedParameters(model_config),
+        config.precision));
   }
   if (n == "ddp" || n == "fsdp" || n == "spill") {
     c.layout = {world, 1, 1};

@@ -78,6 +78,10 @@ struct StrategyConfig {
   // spill: device-memory budget for resident parameters and their gradients.
   int64_t spill_budget_bytes = 64 << 20;
   bool spill_double_buffer = true;
+  // "fp32", or "bf16": the forward runs under bfloat16 autocast (matmuls in
+  // bf16; parameters, gradients and optimizer state stay float32, the master
+  // copy; norms, softmax and the loss in float32), as torch.autocast does.
+  std::string precision = "fp32";
   // Where this rank computes: CPU, or its GPU (dist::RankDevice). With NCCL the
   // rank's CUDA device must also be current (dist::UseDevice) before groups are
   // made.

@@ -80,7 +80,8 @@ class Profiler {
     mean /= static_cast<double>(std::max<size_t>(1, m.step_times.size()));
     summary.samples_per_s =
         summary.median_s > 0 ? static_cast<double>(task_.global_batch) / summary.median_s : 0.0;
-    ORRERY_ASSIGN_OR_RETURN(auto built, model::BuildModel(task_.model));
+    // Counted from the architecture: nothing is built (or read) again for it.
+    ORRERY_ASSIGN_OR_RETURN(const int64_t parameters, model::CountParameters(task_.model));
     // Peak memory: the largest over ranks (the planner sizes GPUs by the worst).
     at::Tensor peaks = at::tensor(
         {static_cast<double>(m.info.peak_device_parameter_bytes),
@@ -93,7 +94,7 @@ class Profiler {
         {"layout", dist::LayoutToString(m.info.layout)},
         {"world_size", world_},
         {"model", task_.model.kind},
-        {"parameters", built.NumParameters()},
+        {"parameters", parameters},
         {"global_batch", task_.global_batch},
         {"device", device.is_cuda() ? "cuda" : "cpu"},
         {"device_name", device.str()},

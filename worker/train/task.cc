@@ -9,11 +9,15 @@
 #include <filesystem>
 #include <functional>
 #include <numbers>
+#include <set>
+#include <sstream>
 
 #include <torch/torch.h>
 
+#include "worker/data/bpe.h"
 #include "worker/data/source.h"
 #include "worker/data/tokenizer.h"
+#include "worker/model/pretrained.h"
 
 namespace orrery::train {
 namespace {
@@ -36,6 +40,53 @@ StatusOr<double> ToDouble(const std::string& flag, const std::string& v) {
 
 }  // namespace
 
+namespace {
+
+// The transformer's shape: a pre-trained model's config.json, or the family's
+// presets (model.h ApplyFamilyDefaults) under the flags. A flag that disagrees
+// with config.json is an error rather than silently ignored.
+Status ResolveArchitecture(TaskConfig& t, const std::set<std::string>& given) {
+  model::GptConfig& g = t.model.gpt;
+  if (t.model.pretrained.empty()) {
+    if (t.model.kind != "gpt") return OkStatus();
+    model::GptConfig flags = g;
+    ORRERY_RETURN_IF_ERROR(model::ApplyFamilyDefaults(g).WithContext("--family"));
+    // Flags the user gave win over the family's presets.
+    if (given.count("intermediate")) g.intermediate = flags.intermediate;
+    if (given.count("tie-embeddings")) g.tie_embeddings = true;
+    return OkStatus();
+  }
+  if (t.model.kind != "gpt") {
+    return InvalidArgumentError("--pretrained needs --model gpt (a transformer), not --model " +
+                                t.model.kind);
+  }
+  ORRERY_ASSIGN_OR_RETURN(model::GptConfig from,
+                          model::ConfigFromPretrained(t.model.pretrained, g.seq));
+  const std::vector<std::pair<const char*, std::pair<int, int>>> checks = {
+      {"layers", {g.layers, from.layers}},
+      {"hidden", {g.hidden, from.hidden}},
+      {"heads", {g.heads, from.heads}},
+      {"vocab", {g.vocab, from.vocab}},
+      {"kv-heads", {g.kv_heads, from.KvHeads()}},
+      {"intermediate", {g.intermediate, from.Intermediate()}},
+      {"head-dim", {g.head_dim, from.HeadDim()}}};
+  for (const auto& [flag, values] : checks) {
+    if (given.count(flag) && values.first != values.second) {
+      return InvalidArgumentError("--" + std::string(flag) + "=" + std::to_string(values.first) +
+                                  " disagrees with " + t.model.pretrained + "/config.json (" +
+                                  std::to_string(values.second) + "); drop the flag");
+    }
+  }
+  if (given.count("family") && g.family != from.family) {
+    return InvalidArgumentError("--family=" + g.family + " disagrees with " + t.model.pretrained +
+                                "/config.json (" + from.family + "); drop the flag");
+  }
+  g = from;
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
   TaskConfig t;
   // Boolean flags take no value.
@@ -43,6 +94,9 @@ StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
       {"no-double-buffer", [&] { t.strategy.spill_double_buffer = false; }},
       {"no-resume", [&] { t.resume = false; }},
       {"tune", [&] { t.tune = true; }},
+      {"tie-embeddings", [&] { t.model.gpt.tie_embeddings = true; }},
+      {"freeze-embeddings", [&] { t.model.finetune.freeze_embeddings = true; }},
+      {"export-merged", [&] { t.export_merged = true; }},
   };
   using Setter = std::function<Status(const std::string&, const std::string&)>;
   auto int_into = [](auto* field) -> Setter {
@@ -79,6 +133,26 @@ StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
       {"torchscript", string_into(&t.model.torchscript_path)},
       {"torchscript-like", string_into(&t.model.torchscript_like)},
       {"seed", int_into(&t.model.seed)},
+      {"family", string_into(&t.model.gpt.family)},
+      {"kv-heads", int_into(&t.model.gpt.kv_heads)},
+      {"head-dim", int_into(&t.model.gpt.head_dim)},
+      {"intermediate", int_into(&t.model.gpt.intermediate)},
+      {"pretrained", string_into(&t.model.pretrained)},
+      {"tokenizer", string_into(&t.data.tokenizer)},
+      {"export-dir", string_into(&t.export_dir)},
+      {"export-dtype", string_into(&t.export_dtype)},
+      {"freeze-blocks", int_into(&t.model.finetune.freeze_blocks)},
+      {"lora-rank", int_into(&t.model.finetune.lora_rank)},
+      {"lora-alpha", double_into(&t.model.finetune.lora_alpha)},
+      {"lora-targets",
+       [&](const std::string&, const std::string& v) -> Status {
+         t.model.finetune.lora_targets.clear();
+         std::stringstream in(v);
+         for (std::string item; std::getline(in, item, ',');) {
+           if (!item.empty()) t.model.finetune.lora_targets.push_back(item);
+         }
+         return OkStatus();
+       }},
       {"template", string_into(&t.strategy.name)},
       {"layout",
        [&](const std::string& f, const std::string& v) -> Status {
@@ -111,6 +185,13 @@ StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
          return OkStatus();
        }},
       {"bucket-bytes", int_into(&t.strategy.bucket_bytes)},
+      {"precision",
+       [&](const std::string& f, const std::string& v) -> Status {
+         if (v != "fp32" && v != "bf16")
+           return InvalidArgumentError("--" + f + " must be fp32 or bf16, not '" + v + "'");
+         t.strategy.precision = v;
+         return OkStatus();
+       }},
       {"spill-budget-bytes", int_into(&t.strategy.spill_budget_bytes)},
       {"optimizer", string_into(&t.optimizer.kind)},
       {"lr", double_into(&t.optimizer.lr)},
@@ -140,6 +221,7 @@ StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
       {"msj", string_into(&t.metrics.msj)},
       {"task", string_into(&t.metrics.task)},
   };
+  std::set<std::string> given;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) return InvalidArgumentError("unexpected argument '" + a + "'");
@@ -162,7 +244,18 @@ StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
       value = args[++i];
     }
     ORRERY_RETURN_IF_ERROR(it->second(name, value));
+    given.insert(name);
   }
+  ORRERY_RETURN_IF_ERROR(ResolveArchitecture(t, given));
+  const model::FineTuneConfig& ft = t.model.finetune;
+  if ((ft.Lora() || ft.freeze_blocks > 0 || ft.freeze_embeddings) && !model::IsTransformer(t.model))
+    return InvalidArgumentError("--lora-rank and --freeze-* need a transformer (--model gpt)");
+  if (model::IsTransformer(t.model)) {
+    Status s = model::CheckFineTune(t.model);
+    if (!s.ok()) return s.WithContext("--lora-* / --freeze-blocks");
+  }
+  if (t.export_dtype != "float32" && t.export_dtype != "bfloat16" && t.export_dtype != "float16")
+    return InvalidArgumentError("--export-dtype must be float32, bfloat16 or float16");
   if (t.global_batch < 1) return InvalidArgumentError("--batch must be at least 1");
   if (t.threads < 1) return InvalidArgumentError("--threads must be at least 1");
   if (t.keep < 1) return InvalidArgumentError("--keep must be at least 1");
@@ -379,7 +472,29 @@ StatusOr<std::unique_ptr<BatchSource>> MakeBatchSource(TaskConfig& task) {
       return InvalidArgumentError("--data " + task.data.kind + " needs --data-path");
     std::string token_path = task.data.path;
     int token_bytes = task.data.token_bytes;
-    if (task.data.kind == "text") {
+    const std::string tokenizer_path =
+        task.data.tokenizer.empty() ? task.model.pretrained : task.data.tokenizer;
+    const bool bpe = task.data.kind == "text" && !tokenizer_path.empty();
+    if (bpe) {
+      // The model's own tokenizer, once per text and tokenizer: the token file
+      // is cached beside the checkpoints (or in the temp folder) and reused.
+      auto tokenizer = data::BpeTokenizer::Load(tokenizer_path);
+      if (!tokenizer.ok()) return tokenizer.status().WithContext("--tokenizer " + tokenizer_path);
+      token_bytes = tokenizer->VocabSize() <= 65536 ? 2 : 4;
+      const std::string cache =
+          task.checkpoint_dir.empty()
+              ? (std::filesystem::temp_directory_path() / "orrery-tokens").string()
+              : (std::filesystem::path(task.checkpoint_dir) / "tokens").string();
+      std::error_code ec;
+      std::filesystem::create_directories(cache, ec);
+      if (ec) return InternalError("cannot create the token cache " + cache + ": " + ec.message());
+      token_path = data::CachedTokenPath(cache, task.data.path, tokenizer_path, token_bytes);
+      if (!std::filesystem::exists(token_path)) {
+        auto n =
+            data::EncodeTextFileWithTokenizer(task.data.path, *tokenizer, token_path, token_bytes);
+        if (!n.ok()) return n.status().WithContext("tokenizing " + task.data.path);
+      }
+    } else if (task.data.kind == "text") {
       // Byte-level tokens: vocabulary 256 whatever the flags said.
       task.model.gpt.vocab = static_cast<int>(data::kByteVocabSize);
       token_path = (std::filesystem::temp_directory_path() /
@@ -390,10 +505,10 @@ StatusOr<std::unique_ptr<BatchSource>> MakeBatchSource(TaskConfig& task) {
       if (!n.ok()) return n.status().WithContext("tokenizing " + task.data.path);
       token_bytes = 2;
     }
-    auto file = data::TokenFile::Open(token_path, token_bytes, g.seq,
-                                      task.data.kind == "text" ? data::kByteVocabSize : 0);
-    if (task.data.kind == "text")
-      std::filesystem::remove(token_path);  // the mapping keeps the bytes alive
+    const bool bytes = task.data.kind == "text" && !bpe;
+    auto file =
+        data::TokenFile::Open(token_path, token_bytes, g.seq, bytes ? data::kByteVocabSize : 0);
+    if (bytes) std::filesystem::remove(token_path);  // the mapping keeps the bytes alive
     if (!file.ok()) return file.status().WithContext("opening " + token_path);
     if ((*file)->VocabSize() > g.vocab) {
       return InvalidArgumentError("the token file needs vocabulary " +

@@ -4,22 +4,33 @@
 // `orrery-worker` with these flags (every flag is --name=value or --name value):
 //
 //   model      --model gpt|mlp|torchscript  --layers --hidden --heads --seq --vocab
+//              --family gpt|gpt2|llama --kv-heads --head-dim --intermediate --tie-embeddings
+//              --pretrained DIR (a Hugging Face model directory: its config.json sets
+//              the architecture, its safetensors the starting weights)
+//   fine-tune  --freeze-embeddings --freeze-blocks K (the first K blocks)
+//              --lora-rank R --lora-alpha A --lora-targets q_proj,v_proj|c_attn,...
+//              (model.h FineTuneConfig)
 //              --mlp-input --mlp-hidden --mlp-layers --classes
 //              --torchscript PATH --torchscript-like gpt|mlp  --seed
 //   template   --template single|ddp|fsdp|tensor|pipeline|hybrid|spill
 //              --layout dp=2,tp=2,pp=1  --micro-batches N  --stage-starts 2,4
 //              --pipeline-schedule gpipe|1f1b
 //              --bucket-bytes N  --spill-budget-bytes N  --no-double-buffer
+//              --precision fp32|bf16 (bf16: autocast forward, float32 master weights)
 //   optimizer  --optimizer sgd|adamw  --lr  --momentum  --weight-decay
 //   schedule   --warmup-steps N  --decay constant|cosine|linear  --min-lr-ratio R
 //              --lr-scaling none|linear|sqrt (on a resume whose --batch differs from
 //              the checkpoint's, the checkpoint's base rate times (new/old)^1 or ^0.5)
 //   data       --data synthetic|tokens|text  --data-path PATH  --token-bytes 2|4
+//              --tokenizer PATH (text: a tokenizer.json; default the pretrained model's)
 //              --data-samples N (synthetic)  --batch N (global batch)
 //   budget     --steps N | --epochs N | --samples N   --report-every N
 //              (--samples: train until N samples in all, counted across resumes at
 //              any batch, from the checkpoint's own exact count)
 //   checkpoint --checkpoint-dir DIR  --checkpoint-every N  --keep K  --no-resume
+//   export     --export-dir DIR  --export-dtype float32|bfloat16|float16 (the trained
+//              transformer as a Hugging Face model directory when the task ends; a
+//              LoRA run's PEFT adapter) --export-merged (LoRA: also DIR/merged)
 //   profile    --profile-warmup N  --profile-steps N  --tune  --termination-message-path P
 //   process    --threads N (intra-op threads; default 1 per rank)
 //   metrics    --metrics-address HOST:PORT|:PORT  --msj NAMESPACE/NAME  --task NAME
@@ -58,6 +69,9 @@ struct DataConfig {
   std::string path;
   int token_bytes = 2;
   int64_t samples = 1 << 16;  // synthetic dataset size
+  // text: a Hugging Face tokenizer.json (or a directory with one) to tokenize
+  // with; empty: the pre-trained model's own, else byte-level tokens.
+  std::string tokenizer;
 };
 
 // Where a rank serves /metrics and the labels of its series (see
@@ -91,6 +105,15 @@ struct TaskConfig {
   bool tune = false;
   std::string termination_message_path;
   MetricsConfig metrics;
+  // Where the trained transformer is written as a Hugging Face model directory
+  // when the task ends (empty: not exported).
+  std::string export_dir;
+  std::string export_dtype = "float32";  // float32 | bfloat16 | float16
+  // LoRA runs export the PEFT adapter into export_dir; with this, also the base
+  // model with the adapters merged, into export_dir/merged.
+  bool export_merged = false;
+  // `orrery-worker export`: load the newest checkpoint, export it, train nothing.
+  bool export_only = false;
 };
 
 // Parses flags (argv without the program and subcommand). Unknown flags and bad

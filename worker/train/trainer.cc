@@ -16,6 +16,7 @@
 #include "worker/checkpoint/store.h"
 #include "worker/checkpoint/torch_adapter.h"
 #include "worker/checkpoint/writer.h"
+#include "worker/model/pretrained.h"
 #include "worker/train/live_state.h"
 #include "worker/train/metrics_export.h"
 
@@ -92,6 +93,7 @@ class Run {
     ORRERY_ASSIGN_OR_RETURN(const int64_t parameters, model::CountParameters(task_.model));
     // After every model build: a resume restores the RNG state last.
     if (store_ && task_.resume) ORRERY_RETURN_IF_ERROR(Resume());
+    if (task_.export_only) return ExportCheckpoint();
     const int64_t total = TotalSteps();
     clock_ = resumed_ ? ScheduleClock::Resume(task_.schedule, task_.global_batch, total, step_,
                                               batches_->cursor().Position(), resumed_schedule_)
@@ -165,6 +167,7 @@ class Run {
       ORRERY_ASSIGN_OR_RETURN(std::string saved, Save(status == "preempted" ? "signal" : "final"));
       (void)saved;
     }
+    if (status == "completed" && !task_.export_dir.empty()) ORRERY_RETURN_IF_ERROR(Export());
     double wall = Seconds(run_start);
     result_.status = status;
     result_.step = step_;
@@ -190,8 +193,73 @@ class Run {
            wall > 0 ? static_cast<double>(run_steps * task_.global_batch) / wall : 0.0},
           {"wall_s", wall},
           {"checkpoint", NullOr(result_.checkpoint)},
+          {"export", NullOr(result_.exported)},
           {"error", nullptr}});
     return result_;
+  }
+
+  // `orrery-worker export`: the checkpoint Resume loaded, as a Hugging Face
+  // directory, without training.
+  StatusOr<TrainResult> ExportCheckpoint() {
+    if (!resumed_) {
+      return NotFoundError("no usable checkpoint in " + task_.checkpoint_dir +
+                           " to export; check --checkpoint-dir");
+    }
+    if (!restore_event_.is_null()) Emit(restore_event_);
+    ORRERY_RETURN_IF_ERROR(Export());
+    result_.status = "completed";
+    result_.step = step_;
+    Emit({{"event", "done"},
+          {"status", "completed"},
+          {"step", step_},
+          {"checkpoint", NullOr(result_.checkpoint)},
+          {"export", NullOr(result_.exported)},
+          {"error", nullptr}});
+    return result_;
+  }
+
+  // The trained model as a Hugging Face directory: gathered (collective), then
+  // written by rank 0; every rank learns whether it worked.
+  Status Export() {
+    if (!model::IsTransformer(task_.model)) {
+      return FailedPreconditionError(
+          "--export-dir: only transformer (gpt) models export to the "
+          "Hugging Face layout, not " +
+          task_.model.kind);
+    }
+    auto t0 = Clock::now();
+    ORRERY_ASSIGN_OR_RETURN(model::NamedTensors params, strategy_->GatherFullParameters());
+    Status written;
+    if (rank_ == 0) {
+      model::ExportOptions options;
+      options.dtype = task_.export_dtype;
+      options.source_dir = task_.model.pretrained;
+      if (task_.model.finetune.Lora()) {
+        written = model::ExportLoraAdapter(task_.model, params, task_.export_dir, options);
+        if (written.ok() && task_.export_merged) {
+          auto merged = model::MergeLora(task_.model, params);
+          written = merged.ok() ? model::ExportPretrained(task_.model.gpt, *merged,
+                                                          task_.export_dir + "/merged", options)
+                                : merged.status();
+        }
+      } else {
+        written = model::ExportPretrained(task_.model.gpt, params, task_.export_dir, options);
+      }
+    }
+    params.clear();
+    if (world_comm_ != nullptr) {
+      at::Tensor ok = at::full({1}, written.ok() ? 1.0 : 0.0, at::kDouble);
+      ORRERY_RETURN_IF_ERROR(world_comm_->Broadcast(ok, 0));
+      if (rank_ != 0 && ok.item<double>() < 0.5)
+        return InternalError("rank 0 could not export the model to " + task_.export_dir);
+    }
+    ORRERY_RETURN_IF_ERROR(written.WithContext("exporting to " + task_.export_dir));
+    result_.exported = task_.export_dir;
+    Emit({{"event", "export"},
+          {"path", task_.export_dir},
+          {"dtype", task_.export_dtype},
+          {"seconds", Seconds(t0)}});
+    return OkStatus();
   }
 
  private:
@@ -410,7 +478,8 @@ class Run {
     if (rng != meta.blobs.end())
       ORRERY_RETURN_IF_ERROR(checkpoint::RestoreCpuRngState(rng->second));
     ResumeLearningRate(meta.info.lr_schedule);
-    ORRERY_RETURN_IF_ERROR(batches_->Seek(meta.info.dataset));
+    // An export reads no data: whatever --data says need not be the run's.
+    if (!task_.export_only) ORRERY_RETURN_IF_ERROR(batches_->Seek(meta.info.dataset));
     step_ = meta.info.step;
     resumed_ = true;
     resumed_schedule_ = meta.info.lr_schedule;

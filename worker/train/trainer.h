@@ -20,7 +20,9 @@
 //   {"event":"done","status":"completed"|"preempted"|"failed","step":100,
 //    "memory":[{"peak_rss_bytes":..,"rss_start_bytes":..}, ...one per rank],
 //    "loss":1.05,"samples_per_s":655.1,"wall_s":1.6,"checkpoint":"/ckpt/..."|null,
-//    "error":null|"UNAVAILABLE: ..."}
+//    "export":"/out/model"|null,"error":null|"UNAVAILABLE: ..."}
+//   {"event":"export","path":"/out/model","dtype":"bfloat16","seconds":1.2}
+//     (before "done", when --export-dir is set and the task completed)
 // `orrery-worker train` prints {"event":"metrics","address":"127.0.0.1:41234"}
 // before "start" when it serves /metrics (metrics_export.h).
 // "step" counts completed optimizer steps; "samples" the samples consumed in
@@ -67,6 +69,7 @@ struct TrainResult {
   double loss = 0.0;
   std::vector<double> losses;  // every step this process ran
   std::string checkpoint;      // last checkpoint written or loaded, "" if none
+  std::string exported;        // the Hugging Face directory written (--export-dir), or
   int64_t resumed_from_step = -1;
   double base_lr = 0.0;            // after any --lr-scaling on resume
   std::vector<double> lrs;         // the rate of every step this process ran
