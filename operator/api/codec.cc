@@ -283,6 +283,19 @@ void DecodeModel(const Json& j, const std::string& path, ModelSpec* m,
         ObjectReader o(v, p, e);
         o.String("path", &t->path, true);
       });
+  Optional(r, "pretrained", &m->pretrained,
+           [](const Json& v, const std::string& p, PretrainedModel* t, std::vector<FieldError>* e) {
+             ObjectReader o(v, p, e);
+             o.String("path", &t->path, true);
+             o.Integer("seqLen", &t->seq_len, true);
+             Optional(o, "volume", &t->volume,
+                      [](const Json& vv, const std::string& vp, ModelVolume* vol,
+                         std::vector<FieldError>* ve) {
+                        ObjectReader vo(vv, vp, ve);
+                        vo.String("claimName", &vol->claim_name, true);
+                        vo.String("mountPath", &vol->mount_path);
+                      });
+           });
 }
 
 void DecodeData(const Json& j, const std::string& path, DataSpec* d,
@@ -298,6 +311,7 @@ void DecodeData(const Json& j, const std::string& path, DataSpec* d,
            [](const Json& v, const std::string& p, TextData* t, std::vector<FieldError>* e) {
              ObjectReader o(v, p, e);
              o.String("path", &t->path, true);
+             o.String("tokenizer", &t->tokenizer);
            });
   Optional(r, "synthetic", &d->synthetic,
            [](const Json& v, const std::string& p, SyntheticData* s, std::vector<FieldError>* e) {
@@ -319,6 +333,7 @@ void DecodeTraining(const Json& j, const std::string& path, TrainingSpec* t,
   r.Number("weightDecay", &t->weight_decay);
   r.Number("momentum", &t->momentum);
   r.Enum("schedule", &t->schedule);
+  r.Enum("precision", &t->precision);
   r.Integer("warmupSteps", &t->warmup_steps);
 }
 
@@ -328,6 +343,37 @@ void ReadList(ObjectReader& r, const std::string& key, std::vector<T>* out, Read
     T value{};
     if (read(item, item_path, &value)) out->push_back(value);
   });
+}
+
+void DecodeFineTuning(const Json& j, const std::string& path, FineTuningSpec* f,
+                      std::vector<FieldError>* errors) {
+  ObjectReader r(j, path, errors);
+  r.Bool("freezeEmbeddings", &f->freeze_embeddings);
+  r.Integer("freezeBlocks", &f->freeze_blocks);
+  Optional(r, "lora", &f->lora,
+           [](const Json& v, const std::string& p, LoraSpec* l, std::vector<FieldError>* e) {
+             ObjectReader o(v, p, e);
+             o.Integer("rank", &l->rank);
+             o.Number("alpha", &l->alpha);
+             ReadList(o, "targets", &l->targets,
+                      [&o](const Json& x, const std::string& xp, std::string* out) {
+                        return o.ReadString(x, xp, out);
+                      });
+           });
+}
+
+void DecodeOutput(const Json& j, const std::string& path, OutputSpec* out,
+                  std::vector<FieldError>* errors) {
+  ObjectReader r(j, path, errors);
+  r.String("path", &out->path, true);
+  r.Enum("dtype", &out->dtype);
+  r.Bool("mergeLora", &out->merge_lora);
+  Optional(r, "volume", &out->volume,
+           [](const Json& v, const std::string& p, OutputVolume* vol, std::vector<FieldError>* e) {
+             ObjectReader o(v, p, e);
+             o.String("claimName", &vol->claim_name, true);
+             o.String("mountPath", &vol->mount_path);
+           });
 }
 
 void DecodeGrid(const Json& j, const std::string& path, GridSpace* g,
@@ -345,6 +391,8 @@ void DecodeGrid(const Json& j, const std::string& path, GridSpace* g,
   ReadList(r, "warmupSteps", &g->warmup_steps, integer);
   ReadList(r, "optimizer", &g->optimizer,
            [&r](const Json& v, const std::string& p, Optimizer* o) { return r.ReadEnum(v, p, o); });
+  ReadList(r, "loraRank", &g->lora_rank, integer);
+  ReadList(r, "freezeBlocks", &g->freeze_blocks, integer);
 }
 
 void DecodeDistribution(const Json& j, const std::string& path, Distribution* d,
@@ -366,6 +414,8 @@ void DecodeRandom(const Json& j, const std::string& path, RandomSpace* s,
   Optional(r, "batchSize", &s->batch_size, DecodeDistribution);
   Optional(r, "weightDecay", &s->weight_decay, DecodeDistribution);
   Optional(r, "warmupSteps", &s->warmup_steps, DecodeDistribution);
+  Optional(r, "loraRank", &s->lora_rank, DecodeDistribution);
+  Optional(r, "freezeBlocks", &s->freeze_blocks, DecodeDistribution);
 }
 
 void DecodeSearchSpace(const Json& j, const std::string& path, SearchSpace* s,
@@ -384,6 +434,8 @@ void DecodeTask(const Json& j, const std::string& path, TaskSpec* t,
   if (const Json* v = r.Get("data", true)) DecodeData(*v, r.Path("data"), &t->data, errors);
   if (const Json* v = r.Get("training", true))
     DecodeTraining(*v, r.Path("training"), &t->training, errors);
+  Optional(r, "fineTuning", &t->fine_tuning, DecodeFineTuning);
+  Optional(r, "output", &t->output, DecodeOutput);
   Optional(r, "searchSpace", &t->search_space, DecodeSearchSpace);
 }
 
@@ -522,13 +574,24 @@ Json EncodeModel(const ModelSpec& m) {
                 {"outputs", m.mlp->outputs}};
   }
   if (m.torchscript) j["torchscript"] = {{"path", m.torchscript->path}};
+  if (m.pretrained) {
+    Json p = {{"path", m.pretrained->path}, {"seqLen", m.pretrained->seq_len}};
+    if (m.pretrained->volume) {
+      p["volume"] = {{"claimName", m.pretrained->volume->claim_name},
+                     {"mountPath", m.pretrained->volume->mount_path}};
+    }
+    j["pretrained"] = p;
+  }
   return j;
 }
 
 Json EncodeData(const DataSpec& d) {
   Json j = Json::object();
   if (d.tokens) j["tokens"] = {{"path", d.tokens->path}, {"dtype", EnumJson(d.tokens->dtype)}};
-  if (d.text) j["text"] = {{"path", d.text->path}};
+  if (d.text) {
+    j["text"] = {{"path", d.text->path}};
+    if (!d.text->tokenizer.empty()) j["text"]["tokenizer"] = d.text->tokenizer;
+  }
   if (d.synthetic) {
     j["synthetic"] = {{"seed", d.synthetic->seed},
                       {"vocabSize", d.synthetic->vocab_size},
@@ -547,7 +610,28 @@ Json EncodeTraining(const TrainingSpec& t) {
   j["weightDecay"] = t.weight_decay;
   j["momentum"] = t.momentum;
   j["schedule"] = EnumJson(t.schedule);
+  j["precision"] = EnumJson(t.precision);
   j["warmupSteps"] = t.warmup_steps;
+  return j;
+}
+
+Json EncodeFineTuning(const FineTuningSpec& f) {
+  Json j = {{"freezeEmbeddings", f.freeze_embeddings}, {"freezeBlocks", f.freeze_blocks}};
+  if (f.lora) {
+    Json l = Json::object();
+    if (f.lora->rank) l["rank"] = *f.lora->rank;
+    l["alpha"] = f.lora->alpha;
+    if (!f.lora->targets.empty()) l["targets"] = f.lora->targets;
+    j["lora"] = l;
+  }
+  return j;
+}
+
+Json EncodeOutput(const OutputSpec& o) {
+  Json j = {{"path", o.path}, {"dtype", EnumJson(o.dtype)}, {"mergeLora", o.merge_lora}};
+  if (o.volume) {
+    j["volume"] = {{"claimName", o.volume->claim_name}, {"mountPath", o.volume->mount_path}};
+  }
   return j;
 }
 
@@ -573,6 +657,8 @@ Json EncodeSearchSpace(const SearchSpace& s) {
       for (Optimizer o : s.grid->optimizer) list.push_back(EnumJson(o));
       g["optimizer"] = list;
     }
+    if (!s.grid->lora_rank.empty()) g["loraRank"] = s.grid->lora_rank;
+    if (!s.grid->freeze_blocks.empty()) g["freezeBlocks"] = s.grid->freeze_blocks;
     j["grid"] = g;
   }
   if (s.random) {
@@ -583,6 +669,8 @@ Json EncodeSearchSpace(const SearchSpace& s) {
     if (s.random->batch_size) r["batchSize"] = EncodeDistribution(*s.random->batch_size);
     if (s.random->weight_decay) r["weightDecay"] = EncodeDistribution(*s.random->weight_decay);
     if (s.random->warmup_steps) r["warmupSteps"] = EncodeDistribution(*s.random->warmup_steps);
+    if (s.random->lora_rank) r["loraRank"] = EncodeDistribution(*s.random->lora_rank);
+    if (s.random->freeze_blocks) r["freezeBlocks"] = EncodeDistribution(*s.random->freeze_blocks);
     j["random"] = r;
   }
   return j;
@@ -597,6 +685,8 @@ Json EncodeTask(const TaskSpec& t) {
   j["model"] = EncodeModel(t.model);
   j["data"] = EncodeData(t.data);
   j["training"] = EncodeTraining(t.training);
+  if (t.fine_tuning) j["fineTuning"] = EncodeFineTuning(*t.fine_tuning);
+  if (t.output) j["output"] = EncodeOutput(*t.output);
   if (t.search_space) j["searchSpace"] = EncodeSearchSpace(*t.search_space);
   return j;
 }
@@ -714,6 +804,7 @@ Json EncodeStatus(const ModelSelectionJobStatus& s) {
       if (!r.layout.empty()) rj["layout"] = r.layout;
       tj["lastRestore"] = rj;
     }
+    if (!t.export_path.empty()) tj["exportPath"] = t.export_path;
     tj["restarts"] = t.restarts;
     if (!t.message.empty()) tj["message"] = t.message;
     tasks.push_back(tj);
@@ -800,6 +891,7 @@ void DecodeStatus(const Json& json, const std::string& path, ModelSelectionJobSt
       c.String("layout", &ref.layout);
       t.last_restore = ref;
     }
+    o.String("exportPath", &t.export_path);
     o.Integer("restarts", &t.restarts);
     o.String("message", &t.message);
     s->tasks.push_back(std::move(t));

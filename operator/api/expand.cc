@@ -8,6 +8,8 @@
 #include <limits>
 #include <map>
 
+#include "operator/api/paths.h"
+
 namespace orrery::api {
 
 uint64_t SplitMix64::Next() {
@@ -63,12 +65,34 @@ constexpr Param kLearningRate{"learningRate", "lr", false};
 constexpr Param kBatchSize{"batchSize", "bs", true};
 constexpr Param kWeightDecay{"weightDecay", "wd", false};
 constexpr Param kWarmupSteps{"warmupSteps", "wu", true};
+constexpr Param kLoraRank{"loraRank", "lora", true};
+constexpr Param kFreezeBlocks{"freezeBlocks", "fb", true};
 
-void Assign(const Param& p, double value, TrainingSpec* t) {
+void Assign(const Param& p, double value, TaskSpec* task) {
+  TrainingSpec* t = &task->training;
   if (&p == &kLearningRate) t->learning_rate = value;
   if (&p == &kBatchSize) t->batch_size = static_cast<int64_t>(value);
   if (&p == &kWeightDecay) t->weight_decay = value;
   if (&p == &kWarmupSteps) t->warmup_steps = static_cast<int64_t>(value);
+  // The fine-tuning dimensions make the task a LoRA or a layer-wise fine-tune
+  // when its spec has no such block yet (alpha and targets at their defaults).
+  if (&p == &kLoraRank) {
+    if (!task->fine_tuning) task->fine_tuning.emplace();
+    if (!task->fine_tuning->lora) task->fine_tuning->lora.emplace();
+    task->fine_tuning->lora->rank = static_cast<int>(value);
+  }
+  if (&p == &kFreezeBlocks) {
+    if (!task->fine_tuning) task->fine_tuning.emplace();
+    task->fine_tuning->freeze_blocks = static_cast<int>(value);
+  }
+}
+
+// The task as expansion hands it on: named, without its search space, its
+// output folder's {task} replaced by the name.
+void Finish(const std::string& name, TaskSpec* task) {
+  task->name = name;
+  task->search_space.reset();
+  if (task->output) task->output->path = SubstituteTask(task->output->path, name);
 }
 
 double Sample(const Distribution& d, bool integer, SplitMix64* rng) {
@@ -125,8 +149,9 @@ size_t CountVariants(const TaskSpec& task) {
   if (!task.search_space->grid) return 1;
   const GridSpace& g = *task.search_space->grid;
   size_t n = 1;
-  for (size_t len : {g.learning_rate.size(), g.batch_size.size(), g.weight_decay.size(),
-                     g.warmup_steps.size(), g.optimizer.size()}) {
+  for (size_t len :
+       {g.learning_rate.size(), g.batch_size.size(), g.weight_decay.size(), g.warmup_steps.size(),
+        g.optimizer.size(), g.lora_rank.size(), g.freeze_blocks.size()}) {
     if (len > 0) n = SaturatingMul(n, len);
   }
   return n;
@@ -151,6 +176,10 @@ void ExpandGrid(const TaskSpec& task, size_t index, std::vector<ExpandedTask>* o
   if (!g.warmup_steps.empty())
     axes.push_back({&kWarmupSteps, {g.warmup_steps.begin(), g.warmup_steps.end()}, {}});
   if (!g.optimizer.empty()) axes.push_back({nullptr, {}, g.optimizer});
+  if (!g.lora_rank.empty())
+    axes.push_back({&kLoraRank, {g.lora_rank.begin(), g.lora_rank.end()}, {}});
+  if (!g.freeze_blocks.empty())
+    axes.push_back({&kFreezeBlocks, {g.freeze_blocks.begin(), g.freeze_blocks.end()}, {}});
 
   size_t total = CountVariants(task);
   std::vector<size_t> digit(axes.size(), 0);
@@ -166,7 +195,7 @@ void ExpandGrid(const TaskSpec& task, size_t index, std::vector<ExpandedTask>* o
       const Axis& axis = axes[a];
       if (axis.param) {
         double value = axis.values[digit[a]];
-        Assign(*axis.param, value, &e.task.training);
+        Assign(*axis.param, value, &e.task);
         e.assignments.emplace_back(axis.param->field, FormatValue(value));
         name += std::string("-") + axis.param->short_name + "-" + NumberForName(value);
       } else {
@@ -179,7 +208,7 @@ void ExpandGrid(const TaskSpec& task, size_t index, std::vector<ExpandedTask>* o
     if (name.size() > static_cast<size_t>(kMaxExpandedNameLength))
       name = task.name + "-g" + std::to_string(v);
     e.name = name;
-    e.task.name = name;
+    Finish(name, &e.task);
     out->push_back(std::move(e));
     for (size_t a = axes.size(); a-- > 0;) {
       if (++digit[a] < axes[a].size()) break;
@@ -196,6 +225,8 @@ void ExpandRandom(const TaskSpec& task, size_t index, std::vector<ExpandedTask>*
   if (r.batch_size) params.emplace_back(&kBatchSize, &*r.batch_size);
   if (r.weight_decay) params.emplace_back(&kWeightDecay, &*r.weight_decay);
   if (r.warmup_steps) params.emplace_back(&kWarmupSteps, &*r.warmup_steps);
+  if (r.lora_rank) params.emplace_back(&kLoraRank, &*r.lora_rank);
+  if (r.freeze_blocks) params.emplace_back(&kFreezeBlocks, &*r.freeze_blocks);
   for (int v = 0; v < r.count; ++v) {
     ExpandedTask e;
     e.source = task.name;
@@ -205,11 +236,11 @@ void ExpandRandom(const TaskSpec& task, size_t index, std::vector<ExpandedTask>*
     e.task.search_space.reset();
     for (const auto& [param, dist] : params) {
       double value = Sample(*dist, param->integer, &rng);
-      Assign(*param, value, &e.task.training);
+      Assign(*param, value, &e.task);
       e.assignments.emplace_back(param->field, FormatValue(value));
     }
     e.name = task.name + "-r" + std::to_string(v);
-    e.task.name = e.name;
+    Finish(e.name, &e.task);
     out->push_back(std::move(e));
   }
 }
@@ -255,7 +286,7 @@ std::vector<FieldError> ExpandTasks(const ModelSelectionJobSpec& spec,
       e.source = t.name;
       e.source_index = i;
       e.task = t;
-      e.task.search_space.reset();
+      Finish(t.name, &e.task);
       out->push_back(std::move(e));
     }
   }
@@ -269,6 +300,19 @@ std::vector<FieldError> ExpandTasks(const ModelSelectionJobSpec& spec,
                             "\" clashes with a task expanded from spec.tasks[" +
                             std::to_string(it->second->source_index) + "]",
                         "rename one of the two tasks"});
+    }
+  }
+  // Two tasks exporting into one folder would overwrite each other's model.
+  std::map<std::string, const ExpandedTask*> exports;
+  for (const ExpandedTask& e : *out) {
+    if (!e.task.output) continue;
+    auto [it, inserted] = exports.emplace(OutputDirectory(*e.task.output), &e);
+    if (!inserted && it->second->source_index != e.source_index) {
+      errors.push_back({IndexPath("spec.tasks", e.source_index) + ".output.path",
+                        "task \"" + e.name + "\" would write its model to \"" + it->first +
+                            "\", as task \"" + it->second->name + "\" (spec.tasks[" +
+                            std::to_string(it->second->source_index) + "]) does",
+                        "put {task} in the path, or give each task its own folder"});
     }
   }
   if (!errors.empty()) out->clear();

@@ -24,7 +24,9 @@ struct ExpandedTask {
   std::string source;       // the spec task it came from
   size_t source_index = 0;  // index in spec.tasks
   size_t variant = 0;       // index among that task's variants
-  TaskSpec task;            // name = `name`, hyper-parameters substituted, no search space
+  // name = `name`, hyper-parameters (and fine-tuning choices) substituted, no
+  // search space, {task} in output.path replaced by `name`.
+  TaskSpec task;
   // The hyper-parameters the search space chose, in order: {"learningRate", "0.0003"}.
   std::vector<std::pair<std::string, std::string>> assignments;
   bool operator==(const ExpandedTask&) const = default;

@@ -17,11 +17,13 @@ namespace orrery::api {
 enum class Template { kDdp, kFsdp, kPipeline, kTensor, kSpill };
 enum class Optimizer { kSgd, kAdam, kAdamW };
 enum class LrSchedule { kConstant, kCosine, kLinear };
+enum class Precision { kFp32, kBf16 };
 enum class TokenDtype { kUint16, kUint32 };
 enum class Objective { kMakespan, kWeightedCompletionTime };
 enum class LrScaling { kNone, kLinear, kSqrt };
 enum class Phase { kPending, kProfiling, kPlanning, kRunning, kSuspended, kSucceeded, kFailed };
 enum class TaskState { kPending, kProfiling, kQueued, kRunning, kRescaling, kSucceeded, kFailed };
+enum class ExportDtype { kFloat32, kBfloat16, kFloat16 };
 
 // EnumNames<E>::kNames[i] is the wire name of the enumerator with value i.
 template <typename E>
@@ -38,6 +40,10 @@ struct EnumNames<Optimizer> {
 template <>
 struct EnumNames<LrSchedule> {
   static constexpr std::array<std::string_view, 3> kNames = {"constant", "cosine", "linear"};
+};
+template <>
+struct EnumNames<Precision> {
+  static constexpr std::array<std::string_view, 2> kNames = {"fp32", "bf16"};
 };
 template <>
 struct EnumNames<TokenDtype> {
@@ -60,6 +66,11 @@ template <>
 struct EnumNames<TaskState> {
   static constexpr std::array<std::string_view, 7> kNames = {
       "Pending", "Profiling", "Queued", "Running", "Rescaling", "Succeeded", "Failed"};
+};
+
+template <>
+struct EnumNames<ExportDtype> {
+  static constexpr std::array<std::string_view, 3> kNames = {"float32", "bfloat16", "float16"};
 };
 
 template <typename E>
@@ -99,6 +110,7 @@ inline constexpr Optimizer kDefaultOptimizer = Optimizer::kAdamW;
 inline constexpr double kDefaultWeightDecay = 0.0;
 inline constexpr double kDefaultMomentum = 0.9;
 inline constexpr LrSchedule kDefaultLrSchedule = LrSchedule::kConstant;
+inline constexpr Precision kDefaultPrecision = Precision::kFp32;
 inline constexpr int64_t kDefaultWarmupSteps = 0;
 inline constexpr double kDefaultTaskWeight = 1.0;
 inline constexpr int kDefaultGpusPerTaskMin = 1;
@@ -114,6 +126,14 @@ inline constexpr LrScaling kDefaultLrScaling = LrScaling::kLinear;
 inline constexpr const char* kDefaultCheckpointPath = "/checkpoints";
 inline constexpr int64_t kDefaultCheckpointIntervalSteps = 500;
 inline constexpr int kDefaultCheckpointKeep = 3;
+// Where a task's volumes are mounted when the spec names no mountPath.
+inline constexpr const char* kDefaultModelMountPath = "/models";
+inline constexpr const char* kDefaultOutputMountPath = "/outputs";
+inline constexpr ExportDtype kDefaultExportDtype = ExportDtype::kFloat32;
+inline constexpr bool kDefaultMergeLora = false;
+inline constexpr double kDefaultLoraAlpha = 16;  // the worker's default (model.h FineTuneConfig)
+inline constexpr int kDefaultFreezeBlocks = 0;
+inline constexpr bool kDefaultFreezeEmbeddings = false;
 
 inline std::vector<Template> DefaultTemplates() {
   return {Template::kDdp, Template::kFsdp, Template::kPipeline, Template::kTensor,
@@ -156,8 +176,13 @@ inline constexpr Limit kLimits[] = {
     {"spec.tasks[].model.mlp.inputs", LimitKind::kValue, 1, 1048576},
     {"spec.tasks[].model.mlp.outputs", LimitKind::kValue, 1, 1048576},
     {"spec.tasks[].model.torchscript.path", LimitKind::kLength, 1, 1024},
+    {"spec.tasks[].model.pretrained.path", LimitKind::kLength, 1, 1024},
+    {"spec.tasks[].model.pretrained.seqLen", LimitKind::kValue, 1, 1048576},
+    {"spec.tasks[].model.pretrained.volume.claimName", LimitKind::kLength, 1, 253},
+    {"spec.tasks[].model.pretrained.volume.mountPath", LimitKind::kLength, 1, 1024},
     {"spec.tasks[].data.tokens.path", LimitKind::kLength, 1, 1024},
     {"spec.tasks[].data.text.path", LimitKind::kLength, 1, 1024},
+    {"spec.tasks[].data.text.tokenizer", LimitKind::kLength, std::nullopt, 1024},
     {"spec.tasks[].data.synthetic.seed", LimitKind::kValue, 0, std::nullopt},
     {"spec.tasks[].data.synthetic.vocabSize", LimitKind::kValue, 2, 1048576},
     {"spec.tasks[].data.synthetic.samples", LimitKind::kValue, 1, 1e12},
@@ -168,17 +193,29 @@ inline constexpr Limit kLimits[] = {
     {"spec.tasks[].training.weightDecay", LimitKind::kValue, 0, 10},
     {"spec.tasks[].training.momentum", LimitKind::kValue, 0, 1},
     {"spec.tasks[].training.warmupSteps", LimitKind::kValue, 0, 1e12},
+    {"spec.tasks[].fineTuning.freezeBlocks", LimitKind::kValue, 0, 1024},
+    {"spec.tasks[].fineTuning.lora.rank", LimitKind::kValue, 1, 4096},
+    {"spec.tasks[].fineTuning.lora.alpha", LimitKind::kValue, 0, 1e6, true},
+    {"spec.tasks[].fineTuning.lora.targets", LimitKind::kItems, std::nullopt, 16},
+    {"spec.tasks[].fineTuning.lora.targets[]", LimitKind::kLength, 1, 128},
+    {"spec.tasks[].output.path", LimitKind::kLength, 1, 1024},
+    {"spec.tasks[].output.volume.claimName", LimitKind::kLength, 1, 253},
+    {"spec.tasks[].output.volume.mountPath", LimitKind::kLength, 1, 1024},
     {"spec.tasks[].searchSpace.grid.learningRate", LimitKind::kItems, 1, 64},
     {"spec.tasks[].searchSpace.grid.batchSize", LimitKind::kItems, 1, 64},
     {"spec.tasks[].searchSpace.grid.weightDecay", LimitKind::kItems, 1, 64},
     {"spec.tasks[].searchSpace.grid.warmupSteps", LimitKind::kItems, 1, 64},
     {"spec.tasks[].searchSpace.grid.optimizer", LimitKind::kItems, 1, 3},
+    {"spec.tasks[].searchSpace.grid.loraRank", LimitKind::kItems, 1, 64},
+    {"spec.tasks[].searchSpace.grid.freezeBlocks", LimitKind::kItems, 1, 64},
     {"spec.tasks[].searchSpace.random.seed", LimitKind::kValue, 0, std::nullopt},
     {"spec.tasks[].searchSpace.random.count", LimitKind::kValue, 1, kMaxExpandedTasks},
     {"spec.tasks[].searchSpace.random.learningRate.values", LimitKind::kItems, 1, 64},
     {"spec.tasks[].searchSpace.random.batchSize.values", LimitKind::kItems, 1, 64},
     {"spec.tasks[].searchSpace.random.weightDecay.values", LimitKind::kItems, 1, 64},
     {"spec.tasks[].searchSpace.random.warmupSteps.values", LimitKind::kItems, 1, 64},
+    {"spec.tasks[].searchSpace.random.loraRank.values", LimitKind::kItems, 1, 64},
+    {"spec.tasks[].searchSpace.random.freezeBlocks.values", LimitKind::kItems, 1, 64},
     {"spec.resources.templates", LimitKind::kItems, 1, 5},
     {"spec.resources.gpusPerTask.min", LimitKind::kValue, 1, 1024},
     {"spec.resources.gpusPerTask.max", LimitKind::kValue, 1, 1024},

@@ -6,7 +6,7 @@
 // Scalars with a fixed default carry it as their initialiser; the same values are
 // written in crds/ and a test keeps the two equal (schema.h holds the constants).
 // std::optional marks what is genuinely optional or one-of (a model is gpt OR
-// mlp OR torchscript), so "absent" stays distinguishable from zero.
+// mlp OR torchscript OR pretrained), so "absent" stays distinguishable from zero.
 #pragma once
 
 #include <cstdint>
@@ -49,11 +49,38 @@ struct TorchScriptModel {
   bool operator==(const TorchScriptModel&) const = default;
 };
 
+// A PersistentVolumeClaim in the job's namespace that holds pre-trained models,
+// mounted read-only at mount_path in every worker pod of the task (training and
+// profiling): the workers only read the model.
+struct ModelVolume {
+  std::string claim_name;  // required
+  std::string mount_path = kDefaultModelMountPath;
+  bool operator==(const ModelVolume&) const = default;
+};
+
+// A Hugging Face model directory (config.json and model.safetensors, or a
+// sharded model.safetensors.index.json, as save_pretrained writes them) of a
+// GPT-2, Llama, Qwen2 or Mistral model, fine-tuned from its weights. config.json
+// sets the architecture; seq_len is the training window. With a volume, a
+// relative path is inside the volume (mount_path/path) and an absolute one must
+// lie under mount_path; without one, the path is on the node or in the image
+// (ModelDirectory in paths.h).
+struct PretrainedModel {
+  std::string path = {};
+  int seq_len = 0;  // required
+  std::optional<ModelVolume> volume = std::nullopt;
+  bool operator==(const PretrainedModel&) const = default;
+};
+
 // Exactly one member is set in a valid spec.
 struct ModelSpec {
   std::optional<GptModel> gpt;
   std::optional<MlpModel> mlp;
   std::optional<TorchScriptModel> torchscript;
+  // Members added after others carry an initialiser, so aggregate
+  // initialisations written before them stay free of missing-initialiser
+  // warnings.
+  std::optional<PretrainedModel> pretrained = std::nullopt;
   bool operator==(const ModelSpec&) const = default;
 };
 
@@ -66,6 +93,10 @@ struct TokenData {
 
 struct TextData {
   std::string path;
+  // A Hugging Face tokenizer.json, or a directory holding one, to tokenise the
+  // text with; "" = the pre-trained model's own tokenizer (byte-level tokens
+  // for other models).
+  std::string tokenizer = {};
   bool operator==(const TextData&) const = default;
 };
 
@@ -94,8 +125,55 @@ struct TrainingSpec {
   double weight_decay = kDefaultWeightDecay;
   double momentum = kDefaultMomentum;  // sgd only
   LrSchedule schedule = kDefaultLrSchedule;
+  // bf16: bfloat16 autocast of the forward with float32 master weights.
+  Precision precision = kDefaultPrecision;
   int64_t warmup_steps = kDefaultWarmupSteps;
   bool operator==(const TrainingSpec&) const = default;
+};
+
+// ---- fine-tuning ----------------------------------------------------------
+// Low-rank adapters (Hu et al. 2021, "LoRA"): every base parameter is frozen and
+// each targeted projection W gains B A with W x + (alpha / rank) B A x.
+struct LoraSpec {
+  // Required unless the task's search space lists loraRank (which sets it).
+  std::optional<int> rank = std::nullopt;
+  double alpha = kDefaultLoraAlpha;
+  // Hugging Face module names, matched as PEFT matches them: llama (and qwen2,
+  // mistral) q_proj k_proj v_proj o_proj gate_proj up_proj down_proj; gpt2
+  // c_attn c_proj c_fc. Empty: PEFT's defaults (q_proj, v_proj; c_attn).
+  std::vector<std::string> targets = {};
+  bool operator==(const LoraSpec&) const = default;
+};
+
+// What a transformer's training leaves frozen: the embeddings, the first
+// freeze_blocks blocks, or, with lora, every base parameter.
+struct FineTuningSpec {
+  bool freeze_embeddings = kDefaultFreezeEmbeddings;
+  int freeze_blocks = kDefaultFreezeBlocks;
+  std::optional<LoraSpec> lora = std::nullopt;
+  bool operator==(const FineTuningSpec&) const = default;
+};
+
+// ---- output ---------------------------------------------------------------
+// A PersistentVolumeClaim the trained models are written to, mounted read-write
+// at mount_path in the task's training pods.
+struct OutputVolume {
+  std::string claim_name;  // required
+  std::string mount_path = kDefaultOutputMountPath;
+  bool operator==(const OutputVolume&) const = default;
+};
+
+// Where a finished task writes its trained model as a Hugging Face directory
+// (a LoRA run: the PEFT adapter, and with merge_lora the merged model in
+// <path>/merged). "{task}" in path stands for the expanded task's name, so a
+// sweep's tasks write apart; expansion substitutes it (expand.h). Paths follow
+// PretrainedModel's rules (OutputDirectory in paths.h).
+struct OutputSpec {
+  std::string path;
+  ExportDtype dtype = kDefaultExportDtype;
+  bool merge_lora = kDefaultMergeLora;
+  std::optional<OutputVolume> volume = std::nullopt;
+  bool operator==(const OutputSpec&) const = default;
 };
 
 // ---- search space ---------------------------------------------------------
@@ -106,6 +184,10 @@ struct GridSpace {
   std::vector<double> weight_decay;
   std::vector<int64_t> warmup_steps;
   std::vector<Optimizer> optimizer;
+  // Fine-tuning: LoRA ranks (each task gets fineTuning.lora with that rank) and
+  // numbers of frozen leading blocks.
+  std::vector<int64_t> lora_rank = {};
+  std::vector<int64_t> freeze_blocks = {};
   bool operator==(const GridSpace&) const = default;
 };
 
@@ -126,6 +208,8 @@ struct RandomSpace {
   std::optional<Distribution> batch_size;
   std::optional<Distribution> weight_decay;
   std::optional<Distribution> warmup_steps;
+  std::optional<Distribution> lora_rank = std::nullopt;
+  std::optional<Distribution> freeze_blocks = std::nullopt;
   bool operator==(const RandomSpace&) const = default;
 };
 
@@ -143,6 +227,8 @@ struct TaskSpec {
   DataSpec data;
   TrainingSpec training;
   std::optional<SearchSpace> search_space;
+  std::optional<FineTuningSpec> fine_tuning = std::nullopt;  // transformers (gpt, pretrained)
+  std::optional<OutputSpec> output = std::nullopt;           // transformers only
   bool operator==(const TaskSpec&) const = default;
 };
 
@@ -294,6 +380,10 @@ struct TaskStatus {
   double eta_seconds = 0;
   std::optional<CheckpointRef> last_checkpoint;
   std::optional<RestoreRef> last_restore;
+  // The Hugging Face directory the task's trained model was written to (its
+  // spec's output), set once the task succeeded: the worker exits successfully
+  // only after the export is written. "" = none.
+  std::string export_path = {};
   int restarts = 0;
   std::string message;
   bool operator==(const TaskStatus&) const = default;

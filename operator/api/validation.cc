@@ -3,6 +3,7 @@
 // CRD's CEL rules and use the same wording.
 #include "operator/api/validation.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <set>
 
 #include "operator/api/expand.h"
+#include "operator/api/paths.h"
 
 namespace orrery::api {
 
@@ -114,13 +116,106 @@ class Checker {
   std::vector<FieldError>* errors_;
 };
 
-void CheckModel(Checker& c, const ModelSpec& m, const std::string& path) {
-  int kinds = (m.gpt ? 1 : 0) + (m.mlp ? 1 : 0) + (m.torchscript ? 1 : 0);
+// The Hugging Face module names LoRA may target, by family (model.h
+// LoraProjections in the worker): GPT-2's fused c_attn, its two c_proj
+// (attention and MLP output) and c_fc; Llama's (and Qwen2's, Mistral's)
+// separate projections.
+const std::vector<std::string>& Gpt2LoraModules() {
+  static const std::vector<std::string> names = {"c_attn", "c_proj", "c_fc"};
+  return names;
+}
+const std::vector<std::string>& LlamaLoraModules() {
+  static const std::vector<std::string> names = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                 "gate_proj", "up_proj", "down_proj"};
+  return names;
+}
+std::string Joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+bool IsTransformer(const ModelSpec& m) { return m.gpt.has_value() || m.pretrained.has_value(); }
+
+// The mount paths a worker pod already has besides the task's own volumes
+// (controller/gang.h): scratch, shared memory and the checkpoint volume.
+struct PodMounts {
+  std::string checkpoints;  // spec.checkpoints.path
+};
+
+// A volume's claim and mount path, and `path` (the model's or the output's)
+// against it: relative inside the volume, or absolute under its mount path.
+void CheckVolume(Checker& c, const std::string& claim, const std::string& mount,
+                 const std::string& file_path, const std::string& volume_path,
+                 const std::string& limit_base, const std::string& path_field, const PodMounts& pod,
+                 const std::string& example_mount) {
+  c.Length(limit_base + ".claimName", volume_path + ".claimName", claim);
+  if (!claim.empty() && !IsDns1123Subdomain(claim)) {
+    c.Add(volume_path + ".claimName", "\"" + claim + "\" is not a valid PersistentVolumeClaim name",
+          "use lower-case letters, digits, '-' and '.'");
+  }
+  c.Length(limit_base + ".mountPath", volume_path + ".mountPath", mount);
+  bool mount_ok = false;
+  if (!mount.empty()) {
+    if (mount[0] != '/' || mount == "/" || mount.back() == '/' || HasUncleanComponent(mount)) {
+      c.Add(volume_path + ".mountPath", "must be a clean absolute path other than /",
+            "write it like " + example_mount);
+    } else if (mount == "/tmp" || mount == "/dev/shm" || mount == pod.checkpoints) {
+      c.Add(volume_path + ".mountPath",
+            "is already a mount of the worker pods (" +
+                std::string(mount == pod.checkpoints ? "spec.checkpoints.path" : "scratch space") +
+                "): each volume needs its own mountPath",
+            "mount it elsewhere, e.g. " + example_mount);
+    } else {
+      mount_ok = true;
+    }
+  }
+  if (file_path.empty()) return;
+  if (file_path[0] != '/') {
+    if (HasUncleanComponent("/" + file_path)) {
+      c.Add(path_field, "must stay inside the volume: no '.', '..' or empty components",
+            "write it relative to " + mount + ", e.g. gpt2");
+    }
+  } else if (mount_ok && !PathUnder(file_path, mount)) {
+    c.Add(path_field, "\"" + file_path + "\" is not on the volume mounted at " + mount,
+          "write it relative to the volume, or under " + mount);
+  }
+}
+
+// Whether the search space sets `pick` (a grid list or a random distribution).
+bool SearchSets(const std::optional<SearchSpace>& s, bool (*pick)(const GridSpace&),
+                bool (*pick_random)(const RandomSpace&)) {
+  if (!s) return false;
+  return (s->grid && pick(*s->grid)) || (s->random && pick_random(*s->random));
+}
+bool SetsLoraRank(const std::optional<SearchSpace>& s) {
+  return SearchSets(
+      s, [](const GridSpace& g) { return !g.lora_rank.empty(); },
+      [](const RandomSpace& r) { return r.lora_rank.has_value(); });
+}
+bool SetsFreezeBlocks(const std::optional<SearchSpace>& s) {
+  return SearchSets(
+      s, [](const GridSpace& g) { return !g.freeze_blocks.empty(); },
+      [](const RandomSpace& r) { return r.freeze_blocks.has_value(); });
+}
+
+void CheckModel(Checker& c, const ModelSpec& m, const std::string& path, const PodMounts& pod) {
+  int kinds = (m.gpt ? 1 : 0) + (m.mlp ? 1 : 0) + (m.torchscript ? 1 : 0) + (m.pretrained ? 1 : 0);
   if (kinds != 1) {
-    c.Add(path, "must set exactly one of gpt, mlp, torchscript",
+    c.Add(path, "must set exactly one of gpt, mlp, torchscript, pretrained",
           kinds == 0 ? "add a model, e.g. gpt: {layers: 12, hidden: 768, heads: 12, seqLen: 1024, "
-                       "vocab: 50257}"
+                       "vocab: 50257}, or pretrained: {path: /models/gpt2, seqLen: 1024}"
                      : "keep one model kind per task; write another task for the other model");
+  }
+  if (m.pretrained) {
+    const std::string p = path + ".pretrained";
+    c.Length("spec.tasks[].model.pretrained.path", p + ".path", m.pretrained->path);
+    c.Value("spec.tasks[].model.pretrained.seqLen", p + ".seqLen", m.pretrained->seq_len);
+    if (m.pretrained->volume) {
+      CheckVolume(c, m.pretrained->volume->claim_name, m.pretrained->volume->mount_path,
+                  m.pretrained->path, p + ".volume", "spec.tasks[].model.pretrained.volume",
+                  p + ".path", pod, kDefaultModelMountPath);
+    }
   }
   if (m.gpt) {
     const std::string p = path + ".gpt";
@@ -154,7 +249,10 @@ void CheckData(Checker& c, const DataSpec& d, const ModelSpec& m, const std::str
                      : "keep one data source per task");
   }
   if (d.tokens) c.Length("spec.tasks[].data.tokens.path", path + ".tokens.path", d.tokens->path);
-  if (d.text) c.Length("spec.tasks[].data.text.path", path + ".text.path", d.text->path);
+  if (d.text) {
+    c.Length("spec.tasks[].data.text.path", path + ".text.path", d.text->path);
+    c.Length("spec.tasks[].data.text.tokenizer", path + ".text.tokenizer", d.text->tokenizer);
+  }
   if (d.synthetic) {
     const std::string p = path + ".synthetic";
     c.Value("spec.tasks[].data.synthetic.seed", p + ".seed",
@@ -191,6 +289,121 @@ void CheckTraining(Checker& c, const TrainingSpec& t, const std::string& path) {
   if (warmup_ok && t.steps && *t.steps >= 1 && t.warmup_steps >= *t.steps) {
     c.Add(path + ".warmupSteps", "must be less than steps (" + std::to_string(*t.steps) + ")",
           "shorten the warm-up or train for more steps");
+  }
+}
+
+// A LoRA target: a module of the model's family when it is known (model.gpt is
+// Orrery's own GPT, named as GPT-2), of one of the families otherwise (a
+// pre-trained model's config.json is read where it can be: engine/estimate.h).
+void CheckLoraTarget(Checker& c, const std::string& target, const ModelSpec& m,
+                     const std::string& path) {
+  // PEFT matches a module by its name's last component: "attn.c_proj" too.
+  const std::string module =
+      target.substr(target.rfind('.') == std::string::npos ? 0 : target.rfind('.') + 1);
+  auto in = [&](const std::vector<std::string>& names) {
+    return std::find(names.begin(), names.end(), module) != names.end();
+  };
+  if (m.gpt) {
+    if (!in(Gpt2LoraModules())) {
+      c.Add(path, "'" + target + "' is not a module of gpt2 (" + Joined(Gpt2LoraModules()) + ")",
+            "use one of " + Joined(Gpt2LoraModules()) + " (model.gpt is named as GPT-2)");
+    }
+    return;
+  }
+  if (!in(Gpt2LoraModules()) && !in(LlamaLoraModules())) {
+    c.Add(path,
+          "'" + target + "' is not a module of gpt2 (" + Joined(Gpt2LoraModules()) +
+              ") or llama, qwen2, mistral (" + Joined(LlamaLoraModules()) + ")",
+          "use the Hugging Face module names of the model's family, e.g. q_proj, v_proj");
+  }
+}
+
+void CheckFineTuning(Checker& c, const TaskSpec& t, const std::string& path) {
+  const FineTuningSpec& f = *t.fine_tuning;
+  if (!IsTransformer(t.model)) {
+    c.Add(path, "applies only to transformer models (model.gpt, model.pretrained)",
+          "remove fineTuning, or train a gpt or pretrained model");
+  }
+  bool blocks_ok =
+      c.Value("spec.tasks[].fineTuning.freezeBlocks", path + ".freezeBlocks", f.freeze_blocks);
+  if (blocks_ok && t.model.gpt && t.model.gpt->layers >= 1 &&
+      f.freeze_blocks > t.model.gpt->layers) {
+    c.Add(path + ".freezeBlocks",
+          "must be at most the model's " + std::to_string(t.model.gpt->layers) +
+              " blocks (model.gpt.layers)",
+          "freeze at most " + std::to_string(t.model.gpt->layers) + " blocks");
+  }
+  if (!f.lora) return;
+  const LoraSpec& l = *f.lora;
+  const std::string lp = path + ".lora";
+  if (l.rank) {
+    c.Value("spec.tasks[].fineTuning.lora.rank", lp + ".rank", *l.rank);
+  } else if (!SetsLoraRank(t.search_space)) {
+    c.Add(lp + ".rank", "required value",
+          "set rank (e.g. 8), or list loraRank in the task's searchSpace");
+  }
+  c.Value("spec.tasks[].fineTuning.lora.alpha", lp + ".alpha", l.alpha);
+  c.Items("spec.tasks[].fineTuning.lora.targets", lp + ".targets", l.targets.size());
+  std::set<std::string> seen;
+  for (size_t i = 0; i < l.targets.size(); ++i) {
+    const std::string tp = IndexPath(lp + ".targets", i);
+    c.Length("spec.tasks[].fineTuning.lora.targets[]", tp, l.targets[i]);
+    if (l.targets[i].empty()) continue;
+    if (!seen.insert(l.targets[i]).second) {
+      c.Add(tp, "duplicate value", "list each module once");
+      continue;
+    }
+    CheckLoraTarget(c, l.targets[i], t.model, tp);
+  }
+  const std::string why = "has no effect with lora: LoRA freezes every base parameter";
+  if (f.freeze_embeddings) {
+    c.Add(path + ".freezeEmbeddings", why,
+          "remove freezeEmbeddings, or remove lora for a layer-wise fine-tune");
+  }
+  if (f.freeze_blocks > 0) {
+    c.Add(path + ".freezeBlocks", why,
+          "remove freezeBlocks, or remove lora for a layer-wise fine-tune");
+  }
+}
+
+void CheckOutput(Checker& c, const TaskSpec& t, const PodMounts& pod, const std::string& path) {
+  const OutputSpec& o = *t.output;
+  if (!IsTransformer(t.model)) {
+    c.Add(path, "applies only to transformer models (model.gpt, model.pretrained)",
+          "remove output: only transformers export to the Hugging Face layout");
+  }
+  c.Length("spec.tasks[].output.path", path + ".path", o.path);
+  // The one placeholder is {task}; any other brace is a mistake.
+  const std::string bare = SubstituteTask(o.path, "");
+  if (bare.find_first_of("{}") != std::string::npos) {
+    c.Add(path + ".path", "has an unknown placeholder: only {task} is replaced",
+          "write {task} (the expanded task's name) or remove the braces");
+  }
+  if (o.volume) {
+    // The checks of a path inside the volume see a placeholder as a name.
+    CheckVolume(c, o.volume->claim_name, o.volume->mount_path, SubstituteTask(o.path, "t"),
+                path + ".volume", "spec.tasks[].output.volume", path + ".path", pod,
+                kDefaultOutputMountPath);
+    if (t.model.pretrained && t.model.pretrained->volume &&
+        t.model.pretrained->volume->mount_path == o.volume->mount_path) {
+      c.Add(path + ".volume.mountPath",
+            "is also model.pretrained.volume.mountPath: each volume needs its own mountPath "
+            "(the model's is read-only)",
+            "mount the output elsewhere, e.g. " + std::string(kDefaultOutputMountPath) +
+                " (the same claim may be mounted twice)");
+    }
+  }
+  const bool lora = (t.fine_tuning && t.fine_tuning->lora) || SetsLoraRank(t.search_space);
+  if (o.merge_lora && !lora) {
+    c.Add(path + ".mergeLora", "applies only to LoRA fine-tuning",
+          "remove mergeLora, or add fineTuning.lora");
+  }
+  const size_t variants = CountVariants(t);
+  if (variants > 1 && o.path.find(kTaskPlaceholder) == std::string::npos) {
+    c.Add(path + ".path",
+          "the search space makes " + std::to_string(variants) +
+              " tasks that would all write to \"" + o.path + "\"",
+          "put {task} in the path, e.g. " + o.path + "/{task}");
   }
 }
 
@@ -243,7 +456,8 @@ void CheckDistribution(Checker& c, const Distribution& d, std::string_view param
   }
 }
 
-void CheckSearchSpace(Checker& c, const SearchSpace& s, const std::string& path) {
+void CheckSearchSpace(Checker& c, const SearchSpace& s, const TaskSpec& t,
+                      const std::string& path) {
   if (s.grid.has_value() == s.random.has_value()) {
     c.Add(path, "must set exactly one of grid and random",
           s.grid ? "keep grid or random; write a second task for the other"
@@ -255,10 +469,11 @@ void CheckSearchSpace(Checker& c, const SearchSpace& s, const std::string& path)
     const GridSpace& g = *s.grid;
     const std::string p = path + ".grid";
     if (g.learning_rate.empty() && g.batch_size.empty() && g.weight_decay.empty() &&
-        g.warmup_steps.empty() && g.optimizer.empty()) {
+        g.warmup_steps.empty() && g.optimizer.empty() && g.lora_rank.empty() &&
+        g.freeze_blocks.empty()) {
       c.Add(p, "must list values for at least one parameter",
             "add e.g. learningRate: [1e-4, 3e-4] (also batchSize, weightDecay, warmupSteps, "
-            "optimizer)");
+            "optimizer, loraRank, freezeBlocks)");
     }
     if (!g.learning_rate.empty())
       CheckGridList(c, g.learning_rate, base + "grid.learningRate",
@@ -274,13 +489,29 @@ void CheckSearchSpace(Checker& c, const SearchSpace& s, const std::string& path)
                     "spec.tasks[].training.warmupSteps", p + ".warmupSteps");
     if (!g.optimizer.empty())
       CheckGridList(c, g.optimizer, base + "grid.optimizer", "", p + ".optimizer");
+    if (!g.lora_rank.empty())
+      CheckGridList(c, g.lora_rank, base + "grid.loraRank", "spec.tasks[].fineTuning.lora.rank",
+                    p + ".loraRank");
+    if (!g.freeze_blocks.empty()) {
+      CheckGridList(c, g.freeze_blocks, base + "grid.freezeBlocks",
+                    "spec.tasks[].fineTuning.freezeBlocks", p + ".freezeBlocks");
+      for (size_t i = 0; t.model.gpt && i < g.freeze_blocks.size(); ++i) {
+        if (g.freeze_blocks[i] > t.model.gpt->layers) {
+          c.Add(IndexPath(p + ".freezeBlocks", i),
+                "must be at most the model's " + std::to_string(t.model.gpt->layers) +
+                    " blocks (model.gpt.layers)",
+                "remove " + std::to_string(g.freeze_blocks[i]));
+        }
+      }
+    }
   }
   if (s.random) {
     const RandomSpace& r = *s.random;
     const std::string p = path + ".random";
     c.Value(base + "random.seed", p + ".seed", static_cast<double>(r.seed));
     c.Value(base + "random.count", p + ".count", r.count);
-    if (!r.learning_rate && !r.batch_size && !r.weight_decay && !r.warmup_steps) {
+    if (!r.learning_rate && !r.batch_size && !r.weight_decay && !r.warmup_steps && !r.lora_rank &&
+        !r.freeze_blocks) {
       c.Add(p, "must give a distribution for at least one parameter",
             "add e.g. learningRate: {min: 1e-5, max: 1e-3, logScale: true}");
     }
@@ -296,6 +527,41 @@ void CheckSearchSpace(Checker& c, const SearchSpace& s, const std::string& path)
     if (r.warmup_steps)
       CheckDistribution(c, *r.warmup_steps, "spec.tasks[].training.warmupSteps", true,
                         p + ".warmupSteps", base + "random.warmupSteps.values");
+    if (r.lora_rank)
+      CheckDistribution(c, *r.lora_rank, "spec.tasks[].fineTuning.lora.rank", true, p + ".loraRank",
+                        base + "random.loraRank.values");
+    if (r.freeze_blocks) {
+      CheckDistribution(c, *r.freeze_blocks, "spec.tasks[].fineTuning.freezeBlocks", true,
+                        p + ".freezeBlocks", base + "random.freezeBlocks.values");
+      const Distribution& d = *r.freeze_blocks;
+      double most = d.max.value_or(0);
+      for (double v : d.values) most = std::max(most, v);
+      if (t.model.gpt && most > t.model.gpt->layers) {
+        c.Add(p + ".freezeBlocks",
+              "must be at most the model's " + std::to_string(t.model.gpt->layers) +
+                  " blocks (model.gpt.layers)",
+              "lower the largest value to " + std::to_string(t.model.gpt->layers));
+      }
+    }
+  }
+  // What the fine-tuning dimensions need of the task.
+  const bool rank = SetsLoraRank(s), blocks = SetsFreezeBlocks(s);
+  const std::string where = s.grid ? path + ".grid" : path + ".random";
+  if ((rank || blocks) && !IsTransformer(t.model)) {
+    c.Add(where + (rank ? ".loraRank" : ".freezeBlocks"),
+          "applies only to transformer models (model.gpt, model.pretrained)",
+          "remove it, or train a gpt or pretrained model");
+  }
+  if (blocks && (rank || (t.fine_tuning && t.fine_tuning->lora))) {
+    c.Add(where + ".freezeBlocks", "has no effect with lora: LoRA freezes every base parameter",
+          "remove freezeBlocks, or remove lora for a layer-wise fine-tune");
+  }
+  if (rank && t.fine_tuning &&
+      (t.fine_tuning->freeze_blocks > 0 || t.fine_tuning->freeze_embeddings)) {
+    c.Add(where + ".loraRank",
+          "LoRA freezes every base parameter: fineTuning.freezeBlocks and "
+          "freezeEmbeddings would have no effect",
+          "remove fineTuning.freezeBlocks and freezeEmbeddings, or loraRank");
   }
 }
 
@@ -376,10 +642,13 @@ std::vector<FieldError> ValidateSpec(const ModelSelectionJobSpec& spec) {
             "rename one of them");
     }
     c.Value("spec.tasks[].weight", p + ".weight", t.weight);
-    CheckModel(c, t.model, p + ".model");
+    const PodMounts pod{spec.checkpoints.path};
+    CheckModel(c, t.model, p + ".model", pod);
     CheckData(c, t.data, t.model, p + ".data");
     CheckTraining(c, t.training, p + ".training");
-    if (t.search_space) CheckSearchSpace(c, *t.search_space, p + ".searchSpace");
+    if (t.fine_tuning) CheckFineTuning(c, t, p + ".fineTuning");
+    if (t.output) CheckOutput(c, t, pod, p + ".output");
+    if (t.search_space) CheckSearchSpace(c, *t.search_space, t, p + ".searchSpace");
   }
   CheckResources(c, spec.resources);
 

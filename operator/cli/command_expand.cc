@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "operator/api/codec.h"
+#include "operator/api/paths.h"
 #include "operator/cli/commands.h"
 #include "operator/cli/job_file.h"
 
@@ -16,7 +17,20 @@ std::string ModelText(const api::ModelSpec& m) {
   if (m.gpt) s << "gpt " << m.gpt->layers << "x" << m.gpt->hidden;
   if (m.mlp) s << "mlp " << m.mlp->layers << "x" << m.mlp->hidden;
   if (m.torchscript) s << "torchscript";
+  if (m.pretrained) s << "pretrained " << api::ModelDirectory(*m.pretrained);
   return s.str();
+}
+
+std::string FineTuningText(const api::TaskSpec& t) {
+  if (!t.fine_tuning) return "-";
+  const api::FineTuningSpec& f = *t.fine_tuning;
+  if (f.lora && f.lora->rank) return "lora r=" + std::to_string(*f.lora->rank);
+  std::string s;
+  if (f.freeze_embeddings) s = "frozen embeddings";
+  if (f.freeze_blocks > 0)
+    s += (s.empty() ? "" : ", ") + std::string("frozen ") + std::to_string(f.freeze_blocks) +
+         " blocks";
+  return s.empty() ? "full" : s;
 }
 
 std::string WorkText(const api::TrainingSpec& t) {
@@ -27,13 +41,13 @@ std::string WorkText(const api::TrainingSpec& t) {
 
 void PrintTable(const std::vector<api::ExpandedTask>& tasks, std::ostream& out) {
   std::vector<std::vector<std::string>> rows = {
-      {"NAME", "FROM", "MODEL", "WORK", "BATCH", "LR", "OPTIMIZER"}};
+      {"NAME", "FROM", "MODEL", "WORK", "BATCH", "LR", "OPTIMIZER", "FINE-TUNING"}};
   for (const auto& e : tasks) {
     std::ostringstream lr;
     lr << e.task.training.learning_rate;
     rows.push_back({e.name, e.source, ModelText(e.task.model), WorkText(e.task.training),
                     std::to_string(e.task.training.batch_size), lr.str(),
-                    std::string(api::EnumName(e.task.training.optimizer))});
+                    std::string(api::EnumName(e.task.training.optimizer)), FineTuningText(e.task)});
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows)

@@ -1,7 +1,8 @@
 // `orrery plan FILE --gpus NODESxGPUS [--device cuda|cpu] [--svg F] [--profile-cache F]`:
 // the plan for a job on a cluster of that shape, without running anything.
 // Throughput comes from the profile cache where it holds the configuration
-// (measured), else from engine/estimate.h (labelled as estimated).
+// (measured), else from engine/estimate.h (labelled as estimated), which reads
+// a pre-trained model's size from its config.json where this machine can.
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -14,6 +15,7 @@
 #include "operator/cli/job_file.h"
 #include "operator/engine/estimate.h"
 #include "operator/engine/worker_command.h"
+#include "operator/local/pretrained_config.h"
 #include "operator/local/profile_cache.h"
 #include "operator/local/progress.h"
 #include "operator/planner/planner.h"
@@ -24,7 +26,8 @@ namespace {
 
 constexpr const char* kUsage =
     "Usage: orrery plan FILE --gpus NODESxGPUS [--device cuda|cpu] [--gpu-memory-gib G]\n"
-    "                        [--svg FILE] [--profile-cache FILE] [--time-limit S]\n";
+    "                        [--svg FILE] [--profile-cache FILE] [--time-limit S]\n"
+    "                        [--volume CLAIM=DIR]...\n";
 
 std::optional<std::pair<int, int>> ParseShape(const std::string& s) {
   auto x = s.find('x');
@@ -46,10 +49,14 @@ int RunPlan(Invocation& in) {
               "bound and the gap, and the current-practice baseline (each task alone on all\n"
               "GPUs) for comparison. Writes the Gantt chart to --svg (default JOB-plan.svg).\n"
               "Throughput is taken from the profile cache when it holds a configuration and\n"
-              "estimated otherwise (marked '~').\n";
+              "estimated otherwise (marked '~'); a pre-trained model's size comes from its\n"
+              "config.json, read from DIR for a model on claim CLAIM (--volume), else where\n"
+              "the workers would read it. A model whose config.json is unreadable needs a\n"
+              "profile.\n";
     return kExitOk;
   }
   std::string file, shape, svg, cache_path, device = "cuda";
+  local::ClaimFolders claims;
   double memory = -1, time_limit = -1;
   for (size_t i = 0; i < in.args.size(); ++i) {
     const std::string& a = in.args[i];
@@ -68,6 +75,11 @@ int RunPlan(Invocation& in) {
       ok = next(&cache_path);
     } else if (a == "--device") {
       ok = next(&device);
+    } else if (a == "--volume") {
+      ok = next(&v);
+      const size_t eq = v.find('=');
+      ok = ok && eq != std::string::npos && eq > 0 && eq + 1 < v.size();
+      if (ok) claims[v.substr(0, eq)] = v.substr(eq + 1);
     } else if (a == "--gpu-memory-gib" || a == "--time-limit") {
       ok = next(&v);
       try {
@@ -121,6 +133,26 @@ int RunPlan(Invocation& in) {
     return kExitInvalid;
   }
 
+  // Pre-trained models: their config.json where it is readable (a model on a
+  // volume usually is not: its tasks then plan from profiles alone).
+  const std::string base_dir = JobBaseDir(file, a.tasks);
+  if (auto errors = local::CheckPretrainedModels(a.tasks, base_dir, false, claims);
+      !errors.empty()) {
+    in.err << file << ": ModelSelectionJob \"" << a.job.metadata.name << "\" does not fit its "
+           << "models: " << errors.size() << (errors.size() == 1 ? " error\n" : " errors\n");
+    for (const api::FieldError& e : errors) in.err << api::FormatFieldError(e) << "\n";
+    return kExitInvalid;
+  }
+  std::vector<std::optional<engine::PretrainedShape>> shapes(a.tasks.size());
+  std::vector<std::string> unreadable(a.tasks.size());
+  for (size_t t = 0; t < a.tasks.size(); ++t) {
+    if (!a.tasks[t].task.model.pretrained) continue;
+    local::PretrainedConfig pc =
+        local::ReadPretrainedConfig(*a.tasks[t].task.model.pretrained, base_dir, claims);
+    shapes[t] = pc.shape;
+    unreadable[t] = pc.unreadable;
+  }
+
   planner::Problem problem;
   problem.objective = spec.scheduling.objective == api::Objective::kMakespan
                           ? planner::Objective::kMakespan
@@ -162,7 +194,8 @@ int RunPlan(Invocation& in) {
                               hit->samples_per_s,
                               hit->peak_memory_bytes / (1ull << 30)};
           ++measured;
-        } else if ((c = engine::EstimateConfig(e.task, name, g, dm))) {
+        } else if ((c = engine::EstimateConfig(e.task, name, g, dm,
+                                               shapes[t] ? &*shapes[t] : nullptr))) {
           c->nodes = span;
           estimated_configs[t].insert(task.configs.size());
           ++estimated;
@@ -171,9 +204,19 @@ int RunPlan(Invocation& in) {
       }
     }
     if (task.configs.empty()) {
-      in.err << "orrery plan: task " << e.name
-             << " has no configuration that fits (memory or devices); allow more templates "
-                "(spec.resources.templates), more GPUs per task, or profile it with orrery run\n";
+      const engine::ParameterCount size =
+          engine::CountParameters(e.task, shapes[t] ? &*shapes[t] : nullptr, unreadable[t]);
+      in.err << "orrery plan: task " << e.name;
+      if (size.total <= 0) {
+        in.err << " cannot be estimated (" << size.label
+               << ") and the profile cache holds none of its configurations; profile it first "
+                  "(orrery run, or the job on a cluster), or pass --volume CLAIM=DIR where this "
+                  "machine holds the claim's files\n";
+      } else {
+        in.err << " has no configuration that fits (memory or devices); allow more templates "
+                  "(spec.resources.templates), more GPUs per task, or profile it with orrery "
+                  "run\n";
+      }
       return kExitInvalid;
     }
     problem.tasks.push_back(std::move(task));
@@ -209,6 +252,20 @@ int RunPlan(Invocation& in) {
       << c.template_name << std::setw(6) << c.gpus << std::setw(7) << c.nodes << std::setw(11)
       << local::FormatDuration(as.start) << std::setw(11) << local::FormatDuration(as.end)
       << rate.str() << "\n";
+  }
+  // What each spec task's estimates rest on (one line per model, not per variant).
+  std::set<std::string> notes;
+  for (size_t t = 0; t < a.tasks.size(); ++t) {
+    const api::ExpandedTask& e = a.tasks[t];
+    const bool size_unknown = e.task.model.pretrained && !shapes[t];
+    if (estimated_configs[t].empty() && !size_unknown) continue;
+    notes.insert(
+        e.source + ": " +
+        engine::CountParameters(e.task, shapes[t] ? &*shapes[t] : nullptr, unreadable[t]).label);
+  }
+  if (!notes.empty()) {
+    o << "\nestimated '~' from (profiles alone where the size is unknown):\n";
+    for (const std::string& n : notes) o << "  " << n << "\n";
   }
   o << std::right << "\nmakespan " << local::FormatDuration(plan->makespan) << ", lower bound "
     << local::FormatDuration(plan->lower_bound) << ", gap " << std::fixed << std::setprecision(1)

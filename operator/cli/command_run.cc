@@ -6,6 +6,7 @@
 #include "operator/cli/commands.h"
 #include "operator/cli/job_file.h"
 #include "operator/cli/stop_signals.h"
+#include "operator/local/pretrained_config.h"
 #include "operator/local/profile_cache.h"
 #include "operator/local/runner.h"
 
@@ -33,29 +34,6 @@ std::string FindWorker(const std::string& flag) {
     if (fs::exists(sibling)) return sibling.string();
   }
   return "";
-}
-
-// Relative data and model paths resolve against the job file's folder or, the
-// first that holds them all, one of its parents (examples/ name files from the
-// repository root).
-std::string BaseDir(const std::string& file, const api::LoadedJob& job) {
-  std::vector<std::string> rel;
-  for (const auto& t : job.tasks) {
-    const api::DataSpec& d = t.task.data;
-    if (d.text && !d.text->path.empty() && d.text->path[0] != '/') rel.push_back(d.text->path);
-    if (d.tokens && !d.tokens->path.empty() && d.tokens->path[0] != '/')
-      rel.push_back(d.tokens->path);
-    const auto& m = t.task.model.torchscript;
-    if (m && !m->path.empty() && m->path[0] != '/') rel.push_back(m->path);
-  }
-  fs::path dir = fs::absolute(fs::path(file)).parent_path();
-  for (fs::path d = dir; !d.empty(); d = d.parent_path()) {
-    bool all = true;
-    for (const auto& r : rel) all = all && fs::exists(d / r);
-    if (all) return d.string();
-    if (d == d.root_path()) break;
-  }
-  return dir.string();
 }
 
 int RunRun(Invocation& in) {
@@ -167,7 +145,16 @@ int RunRun(Invocation& in) {
   opt.workdir = workdir.empty() ? "orrery-runs/" + job.job.metadata.name : workdir;
   opt.workdir = fs::absolute(opt.workdir).lexically_normal().string();
   opt.profile_cache = cache.empty() ? local::ProfileCache::DefaultPath() : cache;
-  opt.job_dir = BaseDir(file, job);
+  opt.job_dir = JobBaseDir(file, job.tasks);
+  // What a worker would stop at after profiling: a model directory that is not
+  // there, or fine-tuning the model's config.json does not allow.
+  if (auto errors = local::CheckPretrainedModels(job.tasks, opt.job_dir, true); !errors.empty()) {
+    in.err << file << ": ModelSelectionJob \"" << job.job.metadata.name
+           << "\" cannot run here: " << errors.size()
+           << (errors.size() == 1 ? " error\n" : " errors\n");
+    for (const api::FieldError& e : errors) in.err << api::FormatFieldError(e) << "\n";
+    return kExitInvalid;
+  }
   opt.stop_at_step = stop_at_step;
   opt.stop = &g_stop;
   StopSignals signals(&g_stop);

@@ -1,7 +1,10 @@
 // See job_file.h.
 #include "operator/cli/job_file.h"
 
+#include <filesystem>
+
 #include "operator/api/field_error.h"
+#include "operator/api/paths.h"
 
 namespace orrery::cli {
 
@@ -21,6 +24,30 @@ void PrintErrors(const JobDocument& doc, std::ostream& out) {
     out << " \"" << doc.analysis.job.metadata.name << "\"";
   out << " is invalid: " << errors.size() << (errors.size() == 1 ? " error\n" : " errors\n");
   for (const api::FieldError& e : errors) out << api::FormatFieldError(e) << "\n";
+}
+
+std::string JobBaseDir(const std::string& file, const std::vector<api::ExpandedTask>& tasks) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> rel;
+  auto relative = [&](const std::string& path) {
+    if (!path.empty() && path[0] != '/') rel.push_back(path);
+  };
+  for (const auto& t : tasks) {
+    const api::DataSpec& d = t.task.data;
+    if (d.text) relative(d.text->path);
+    if (d.text) relative(d.text->tokenizer);
+    if (d.tokens) relative(d.tokens->path);
+    if (t.task.model.torchscript) relative(t.task.model.torchscript->path);
+    if (t.task.model.pretrained) relative(api::ModelDirectory(*t.task.model.pretrained));
+  }
+  fs::path dir = fs::absolute(fs::path(file)).parent_path();
+  for (fs::path d = dir; !d.empty(); d = d.parent_path()) {
+    bool all = true;
+    for (const auto& r : rel) all = all && fs::exists(d / r);
+    if (all) return d.string();
+    if (d == d.root_path()) break;
+  }
+  return dir.string();
 }
 
 }  // namespace orrery::cli

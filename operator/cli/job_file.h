@@ -23,4 +23,10 @@ StatusOr<std::vector<JobDocument>> AnalyzeFile(const std::string& path);
 // Prints "FILE: ModelSelectionJob "name": N errors" and one line per error.
 void PrintErrors(const JobDocument& doc, std::ostream& out);
 
+// The folder relative paths of a job in `file` resolve against (data, TorchScript,
+// pre-trained models and tokenizers not on a volume, outputs): the job file's
+// folder or, the first that holds every input path, one of its parents
+// (examples/ name files from the repository root).
+std::string JobBaseDir(const std::string& file, const std::vector<api::ExpandedTask>& tasks);
+
 }  // namespace orrery::cli

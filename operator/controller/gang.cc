@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "operator/api/paths.h"
 #include "operator/controller/names.h"
 #include "operator/engine/profile_configs.h"
 
@@ -170,6 +171,50 @@ Json WorkerPod(const api::ModelSelectionJob& job, const PodParts& p) {
   return Json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", spec}};
 }
 
+void AddTaskVolumes(const api::TaskSpec& task, bool with_output, Json* pod) {
+  Json& container = (*pod)["spec"]["containers"][0];
+  auto mount = [&](const std::string& name, const std::string& claim, const std::string& path,
+                   bool read_only) {
+    Json volume_mount = {{"name", name}, {"mountPath", path}};
+    Json source = {{"claimName", claim}};
+    if (read_only) volume_mount["readOnly"] = source["readOnly"] = true;
+    container["volumeMounts"].push_back(std::move(volume_mount));
+    (*pod)["spec"]["volumes"].push_back({{"name", name}, {"persistentVolumeClaim", source}});
+  };
+  if (task.model.pretrained && task.model.pretrained->volume) {
+    const api::ModelVolume& v = *task.model.pretrained->volume;
+    mount("model", v.claim_name, v.mount_path, true);
+  }
+  if (with_output && task.output && task.output->volume) {
+    const api::OutputVolume& v = *task.output->volume;
+    mount("output", v.claim_name, v.mount_path, false);
+  }
+}
+
+std::vector<api::FieldError> ClusterSpecErrors(const api::ModelSelectionJob& job,
+                                               const std::vector<api::ExpandedTask>& tasks) {
+  std::vector<api::FieldError> errors;
+  std::set<size_t> reported;  // one error per spec task, not per expanded one
+  const api::CheckpointSpec& ck = job.spec.checkpoints;
+  for (const api::ExpandedTask& e : tasks) {
+    if (!e.task.output || reported.count(e.source_index) > 0) continue;
+    const api::OutputSpec& o = *e.task.output;
+    const std::string dir = engine::ExportDir(e, "");
+    const bool on_output_volume = o.volume && api::PathUnder(dir, o.volume->mount_path);
+    const bool on_checkpoints = !ck.claim_name.empty() && api::PathUnder(dir, ck.path);
+    if (on_output_volume || on_checkpoints) continue;
+    reported.insert(e.source_index);
+    errors.push_back(
+        {api::IndexPath("spec.tasks", e.source_index) + ".output.path",
+         "\"" + dir +
+             "\" is on no persistent volume of the worker pods: their root file system is "
+             "read-only and their scratch space goes with them, so the model could not be kept",
+         "set output.volume (a claim mounted read-write), or write under spec.checkpoints.path "
+         "with spec.checkpoints.claimName set"});
+  }
+  return errors;
+}
+
 StatusOr<Gang> BuildGang(const GangRequest& r) {
   if (r.job == nullptr || r.task == nullptr) return InvalidArgumentError("gang: job and task");
   ORRERY_RETURN_IF_ERROR(CheckJobMetadata(*r.job));
@@ -268,6 +313,7 @@ StatusOr<Gang> BuildGang(const GangRequest& r) {
     } else {
       pod["spec"]["volumes"].push_back({{"name", "checkpoints"}, {"emptyDir", Json::object()}});
     }
+    AddTaskVolumes(r.task->task, /*with_output=*/true, &pod);
     gang.pods.push_back(std::move(pod));
   }
   return gang;

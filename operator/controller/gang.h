@@ -11,6 +11,11 @@
 // spec.nodeName, so the scheduler still checks the GPUs are free and the pod
 // stays Pending instead of failing with OutOfgpu when they are not.
 //
+// A task's own volumes (its spec's model.pretrained.volume and output.volume)
+// are mounted into its pods beside the checkpoint volume: the model's claim
+// read-only, in training and profile pods alike (both load the model), and the
+// output's claim read-write in training pods only (profiles export nothing).
+//
 // Rank 0 is the rendezvous master: MASTER_ADDR is its stable DNS name through the
 // headless Service (<pod>.<svc>.<ns>.svc, from the pod's hostname and subdomain),
 // published before readiness so ranks can connect while starting.
@@ -123,6 +128,15 @@ struct PodParts {
   int64_t shm_size_mib = 1024;
 };
 Json WorkerPod(const api::ModelSelectionJob& job, const PodParts& parts);
+// Adds the task's model volume (read-only) and, with `with_output`, its output
+// volume (read-write) to a worker pod: pod volumes "model" and "output".
+void AddTaskVolumes(const api::TaskSpec& task, bool with_output, Json* pod);
+// What a cluster needs of a valid spec beyond validation.h: a task's output
+// must lie on a persistent volume of its pods (its output.volume, or
+// spec.checkpoints.path on a claim), because the pods' root file system is
+// read-only and their scratch space goes with them. Errors name the field.
+std::vector<api::FieldError> ClusterSpecErrors(const api::ModelSelectionJob& job,
+                                               const std::vector<api::ExpandedTask>& tasks);
 // "<pod>.<svc>.<ns>.svc"
 std::string PodDnsName(const std::string& pod, const std::string& service, const std::string& ns);
 Status CheckJobMetadata(const api::ModelSelectionJob& job);

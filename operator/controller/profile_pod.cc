@@ -124,6 +124,7 @@ StatusOr<ProfileGang> BuildProfileGang(const ProfileRequest& r) {
     p.backend = r.backend;
     Json pod = WorkerPod(job, p);
     pod["spec"]["activeDeadlineSeconds"] = r.deadline_seconds;
+    AddTaskVolumes(r.task->task, /*with_output=*/false, &pod);
     g.pods.push_back(std::move(pod));
   }
   return g;

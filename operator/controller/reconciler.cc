@@ -526,6 +526,13 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   JobContext ctx;
   ctx.key = key;
   auto loaded = api::LoadJob(ToApi(*object));
+  if (loaded.ok()) {
+    // What only a cluster requires of a job (gang.h) is as final as the rest.
+    Status cluster = api::FieldErrorsToStatus(
+        ClusterSpecErrors(loaded->job, loaded->tasks),
+        "invalid ModelSelectionJob " + loaded->job.metadata.name + " for a cluster");
+    if (!cluster.ok()) loaded = cluster;
+  }
   if (!loaded.ok()) {
     // An invalid spec is recorded, not retried: only a new spec can fix it.
     shares_.Remove(key);

@@ -264,6 +264,9 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
           t.progress = 1;
           t.steps_done = t.steps_total;
           t.eta_seconds = 0;
+          // The worker exits 0 only after the export is written (--export-dir
+          // fails the run otherwise), so the folder it was given now holds it.
+          t.export_path = engine::ExportDir(task, "");
           break;
         case GangPhase::kFailed:
         case GangPhase::kPartial:

@@ -1,8 +1,245 @@
 #include "operator/engine/estimate.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "operator/api/paths.h"
+#include "operator/api/yaml.h"
 
 namespace orrery::engine {
+namespace {
+
+using api::Json;
+
+// The modules LoRA can target per family and the projections each stands for
+// (the worker's model.h LoraProjections, which this mirrors): GPT-2's fused
+// c_attn is one A shared by q, k and v; its c_proj is both the attention and
+// the MLP output ("attn.c_proj" / "mlp.c_proj" pick one).
+const std::vector<std::string>& Gpt2Modules() {
+  static const std::vector<std::string> m = {"c_attn", "c_proj", "c_fc"};
+  return m;
+}
+const std::vector<std::string>& LlamaModules() {
+  static const std::vector<std::string> m = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                             "gate_proj", "up_proj", "down_proj"};
+  return m;
+}
+
+std::string Joined(const std::vector<std::string>& items, const char* separator = ", ") {
+  std::string out;
+  for (const std::string& i : items) out += (out.empty() ? "" : separator) + i;
+  return out;
+}
+
+std::string LastComponent(const std::string& target) {
+  const size_t dot = target.rfind('.');
+  return dot == std::string::npos ? target : target.substr(dot + 1);
+}
+
+// One transformer, layer by layer (0 the embedding, 1..layers the blocks,
+// layers + 1 the head), as far as counting and LoRA go.
+struct Layers {
+  std::string family;  // gpt2 (also Orrery's own gpt) | llama
+  std::string source;  // for the label: "model.gpt", "gpt2 config.json"
+  int layers = 0;
+  double hidden = 0, q_out = 0, kv_out = 0, ff = 0;
+  double embedding = 0;  // layer 0, a tied head's matrix included
+  double block = 0;      // each block, without adapters
+  double head = 0;       // the head's norm, and its matrix when untied
+  double tied = 0;       // vocab x hidden when the head is the embedding, else 0
+};
+
+Layers FromGpt(const api::GptModel& g) {
+  // Orrery's own GPT, counted as it always was: 4h² attention and 8h² MLP
+  // weights per block, token and position embeddings; norms, biases and the
+  // head are left out, as the 6N rule leaves out what it need not count.
+  Layers l;
+  l.family = "gpt2";
+  l.source = "model.gpt";
+  l.layers = g.layers;
+  l.hidden = g.hidden;
+  l.q_out = l.kv_out = g.hidden;
+  l.ff = 4.0 * g.hidden;
+  l.embedding = static_cast<double>(g.vocab) * g.hidden + static_cast<double>(g.seq_len) * g.hidden;
+  l.block = 12.0 * g.hidden * g.hidden;
+  return l;
+}
+
+Layers FromShape(const PretrainedShape& s) {
+  Layers l;
+  l.family = s.Family();
+  l.source = s.model_type + " config.json";
+  l.layers = s.layers;
+  const double h = s.hidden, v = s.vocab;
+  l.hidden = h;
+  l.q_out = static_cast<double>(s.heads) * s.head_dim;
+  l.kv_out = static_cast<double>(s.kv_heads) * s.head_dim;
+  l.ff = s.intermediate;
+  auto linear = [](double out, double in, bool bias) { return out * in + (bias ? out : 0); };
+  if (s.Gpt2()) {
+    // LayerNorms with weight and bias; every Conv1D with a bias; learned positions.
+    l.embedding = v * h + static_cast<double>(s.positions) * h;
+    l.block = 2 * (2 * h) + linear(3 * h, h, true) + linear(h, h, true) + linear(l.ff, h, true) +
+              linear(h, l.ff, true);
+    l.head = 2 * h;
+  } else {
+    // RMSNorm weights; grouped-query k and v; SwiGLU's gate, up and down.
+    l.embedding = v * h;
+    l.block = 2 * h + linear(l.q_out, h, s.qkv_bias) + 2 * linear(l.kv_out, h, s.qkv_bias) +
+              linear(h, l.q_out, s.out_bias) + 2 * linear(l.ff, h, s.mlp_bias) +
+              linear(h, l.ff, s.mlp_bias);
+    l.head = h;
+  }
+  if (s.tie_embeddings) {
+    l.tied = v * h;
+  } else {
+    l.head += v * h;
+  }
+  return l;
+}
+
+// LoRA's parameters in one block: rank x (in + out) per targeted projection,
+// one shared A for GPT-2's c_attn (rank x (h + 3h)).
+double LoraPerBlock(const Layers& l, const api::LoraSpec& lora) {
+  const double r = lora.rank.value_or(0);
+  std::vector<std::string> targets = lora.targets;
+  if (targets.empty()) {
+    targets = l.family == "llama" ? std::vector<std::string>{"q_proj", "v_proj"}
+                                  : std::vector<std::string>{"c_attn"};
+  }
+  // Projection -> (in, out); a set, as a projection named twice gets one adapter.
+  std::set<std::string> done;
+  double total = 0;
+  auto add = [&](const std::string& projection, double in, double out) {
+    if (done.insert(projection).second) total += r * (in + out);
+  };
+  for (const std::string& target : targets) {
+    const std::string m = LastComponent(target);
+    const bool attn_only = target.find("attn.") != std::string::npos;
+    const bool mlp_only = target.find("mlp.") != std::string::npos;
+    if (l.family == "llama") {
+      if (m == "q_proj") add("q", l.hidden, l.q_out);
+      if (m == "k_proj") add("k", l.hidden, l.kv_out);
+      if (m == "v_proj") add("v", l.hidden, l.kv_out);
+      if (m == "o_proj") add("o", l.q_out, l.hidden);
+      if (m == "gate_proj") add("gate", l.hidden, l.ff);
+      if (m == "up_proj") add("up", l.hidden, l.ff);
+      if (m == "down_proj") add("down", l.ff, l.hidden);
+    } else {
+      if (m == "c_attn") add("qkv", l.hidden, 3 * l.hidden);
+      if (m == "c_proj" && !mlp_only) add("attn.proj", l.hidden, l.hidden);
+      if (m == "c_proj" && !attn_only) add("mlp.fc2", l.ff, l.hidden);
+      if (m == "c_fc") add("mlp.fc1", l.hidden, l.ff);
+    }
+  }
+  return total;
+}
+
+std::string Millions(double n) {
+  char buf[32];
+  if (n >= 1e9) {
+    std::snprintf(buf, sizeof(buf), "%.2fB", n / 1e9);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.2fM", n / 1e6);
+  }
+  return buf;
+}
+
+ParameterCount Count(const Layers& l, const api::TaskSpec& task) {
+  const api::FineTuningSpec ft = task.fine_tuning.value_or(api::FineTuningSpec{});
+  const bool lora = ft.lora && ft.lora->rank.value_or(0) > 0;
+  const double adapters = lora ? LoraPerBlock(l, *ft.lora) : 0;
+  const auto n = static_cast<size_t>(l.layers) + 2;
+  // Per layer: what it holds, what trains, and where its matmuls are (a tied
+  // matrix is looked up in layer 0 but multiplied in the head).
+  std::vector<double> params(n), trained(n), compute(n);
+  for (size_t i = 0; i < n; ++i) {
+    const bool embedding = i == 0, head = i + 1 == n;
+    params[i] = embedding ? l.embedding : head ? l.head : l.block + adapters;
+    compute[i] = embedding ? l.embedding - l.tied : head ? l.head + l.tied : params[i];
+    if (lora) {
+      trained[i] = embedding || head ? 0 : adapters;
+    } else if (embedding) {
+      trained[i] = ft.freeze_embeddings ? 0 : params[i];
+    } else if (head) {
+      trained[i] = params[i];  // its norm, and an untied matrix
+    } else {
+      trained[i] = static_cast<int>(i) <= ft.freeze_blocks ? 0 : params[i];
+    }
+  }
+  ParameterCount c;
+  size_t first = n;
+  for (size_t i = 0; i < n; ++i) {
+    c.total += params[i];
+    c.trainable += trained[i];
+    if (trained[i] > 0 && first == n) first = i;
+  }
+  for (size_t i = first; i < n; ++i) c.backward += compute[i];
+  c.stored = c.total + l.tied;
+  // A tied head trains with the embedding: both copies then have gradients.
+  c.stored_trainable = c.trainable + (trained[0] > 0 ? l.tied : 0);
+  std::string what = "all trained";
+  if (lora) {
+    what = Millions(c.trainable) + " trained (LoRA r=" + std::to_string(*ft.lora->rank) + ")";
+  } else if (ft.freeze_embeddings || ft.freeze_blocks > 0) {
+    what = Millions(c.trainable) + " trained (";
+    if (ft.freeze_embeddings) what += "embeddings";
+    if (ft.freeze_embeddings && ft.freeze_blocks > 0) what += " and ";
+    if (ft.freeze_blocks > 0) what += "first " + std::to_string(ft.freeze_blocks) + " blocks";
+    what += " frozen)";
+  }
+  c.label = l.source + ": " + Millions(c.total) + " parameters, " + what;
+  return c;
+}
+
+// Reads config.json fields, naming the file and the field in errors.
+class ConfigFields {
+ public:
+  ConfigFields(const Json& j, std::string where) : j_(j), where_(std::move(where)) {}
+  StatusOr<int> Int(const char* key, std::optional<int> fallback = std::nullopt) const {
+    if (!j_.contains(key) || j_[key].is_null()) {
+      if (fallback) return *fallback;
+      return InvalidArgumentError(where_ + ": " + key + " is missing");
+    }
+    const Json& v = j_[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1LL << 30)) {
+      return InvalidArgumentError(where_ + ": " + key + " must be a non-negative integer, not " +
+                                  v.dump());
+    }
+    return static_cast<int>(v.get<int64_t>());
+  }
+  StatusOr<bool> Bool(const char* key, bool fallback) const {
+    if (!j_.contains(key) || j_[key].is_null()) return fallback;
+    if (!j_[key].is_boolean())
+      return InvalidArgumentError(where_ + ": " + key + " must be true or false");
+    return j_[key].get<bool>();
+  }
+
+ private:
+  const Json& j_;
+  std::string where_;
+};
+
+std::string ModelType(const Json& j) {
+  if (j.contains("model_type") && j["model_type"].is_string()) return j["model_type"];
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string()) {
+    const std::string a = j["architectures"][0];
+    for (const char* prefix : {"GPT2", "Llama", "Qwen2", "Mistral"}) {
+      if (a.rfind(prefix, 0) == 0) {
+        std::string type = prefix;
+        std::transform(type.begin(), type.end(), type.begin(), ::tolower);
+        return type;
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
 
 DeviceModel DefaultDevice(const std::string& kind) {
   DeviceModel d;
@@ -14,28 +251,113 @@ DeviceModel DefaultDevice(const std::string& kind) {
   return d;
 }
 
-double ModelParameters(const api::TaskSpec& task) {
-  const api::ModelSpec& m = task.model;
-  if (m.gpt) {
-    double h = m.gpt->hidden, l = m.gpt->layers;
-    // Per block: attention 4h² and MLP 8h² (weights); embeddings and positions.
-    return 12 * l * h * h + m.gpt->vocab * h + m.gpt->seq_len * h;
+StatusOr<PretrainedShape> ParsePretrainedConfig(std::string_view json_text,
+                                                const std::string& where) {
+  Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return InvalidArgumentError(where + ": not a JSON object; is this a model's config.json?");
   }
+  PretrainedShape s;
+  s.model_type = ModelType(j);
+  ConfigFields f(j, where);
+  if (s.Gpt2()) {
+    ORRERY_ASSIGN_OR_RETURN(s.layers, f.Int("n_layer"));
+    ORRERY_ASSIGN_OR_RETURN(s.hidden, f.Int("n_embd"));
+    ORRERY_ASSIGN_OR_RETURN(s.heads, f.Int("n_head"));
+    ORRERY_ASSIGN_OR_RETURN(s.vocab, f.Int("vocab_size"));
+    ORRERY_ASSIGN_OR_RETURN(s.positions, f.Int("n_positions", 1024));
+    ORRERY_ASSIGN_OR_RETURN(s.intermediate, f.Int("n_inner", 0));
+    ORRERY_ASSIGN_OR_RETURN(s.tie_embeddings, f.Bool("tie_word_embeddings", true));
+    if (s.intermediate == 0) s.intermediate = 4 * s.hidden;
+    s.kv_heads = s.heads;
+    s.head_dim = s.heads > 0 ? s.hidden / s.heads : 0;
+    s.qkv_bias = s.out_bias = s.mlp_bias = true;
+  } else if (s.model_type == "llama" || s.model_type == "qwen2" || s.model_type == "mistral") {
+    ORRERY_ASSIGN_OR_RETURN(s.layers, f.Int("num_hidden_layers"));
+    ORRERY_ASSIGN_OR_RETURN(s.hidden, f.Int("hidden_size"));
+    ORRERY_ASSIGN_OR_RETURN(s.heads, f.Int("num_attention_heads"));
+    ORRERY_ASSIGN_OR_RETURN(s.kv_heads, f.Int("num_key_value_heads", s.heads));
+    ORRERY_ASSIGN_OR_RETURN(s.head_dim, f.Int("head_dim", 0));
+    ORRERY_ASSIGN_OR_RETURN(s.intermediate, f.Int("intermediate_size"));
+    ORRERY_ASSIGN_OR_RETURN(s.vocab, f.Int("vocab_size"));
+    ORRERY_ASSIGN_OR_RETURN(s.tie_embeddings, f.Bool("tie_word_embeddings", false));
+    if (s.head_dim == 0 && s.heads > 0) s.head_dim = s.hidden / s.heads;
+    if (s.model_type == "qwen2") {
+      // Qwen2 has biases on q, k and v only (transformers' modeling_qwen2.py).
+      s.qkv_bias = true;
+    } else {
+      ORRERY_ASSIGN_OR_RETURN(s.qkv_bias, f.Bool("attention_bias", false));
+      s.out_bias = s.qkv_bias;
+      ORRERY_ASSIGN_OR_RETURN(s.mlp_bias, f.Bool("mlp_bias", false));
+    }
+  } else {
+    return InvalidArgumentError(where + ": model_type '" + s.model_type +
+                                "' is not supported (gpt2, llama, qwen2, mistral)");
+  }
+  for (const auto& [name, value] : {std::pair<const char*, int>{"layers", s.layers},
+                                    {"hidden size", s.hidden},
+                                    {"attention heads", s.heads},
+                                    {"key/value heads", s.kv_heads},
+                                    {"vocabulary", s.vocab},
+                                    {"MLP width", s.intermediate}}) {
+    if (value < 1) return InvalidArgumentError(where + ": the " + name + " must be at least 1");
+  }
+  return s;
+}
+
+ParameterCount CountParameters(const api::TaskSpec& task, const PretrainedShape* pretrained,
+                               const std::string& unreadable) {
+  const api::ModelSpec& m = task.model;
+  if (m.gpt) return Count(FromGpt(*m.gpt), task);
+  if (m.pretrained) {
+    if (pretrained != nullptr) return Count(FromShape(*pretrained), task);
+    ParameterCount c;
+    c.label = "size unknown: " + api::ModelDirectory(*m.pretrained) + "/config.json " +
+              (unreadable.empty() ? "was not read" : unreadable) +
+              "; only profiles measure this model";
+    return c;
+  }
+  ParameterCount c;
   if (m.mlp) {
     double h = m.mlp->hidden;
-    return m.mlp->inputs * h + std::max(0, m.mlp->layers - 1) * h * h + h * m.mlp->outputs;
+    c.total = m.mlp->inputs * h + std::max(0, m.mlp->layers - 1) * h * h + h * m.mlp->outputs;
+    c.trainable = c.backward = c.stored = c.stored_trainable = c.total;
+    c.label = "model.mlp: " + Millions(c.total) + " parameters, all trained";
+  } else if (m.torchscript) {
+    c.label = "size unknown: a TorchScript module is measured by its profile only";
   }
-  return 0;
+  return c;
+}
+
+double ModelParameters(const api::TaskSpec& task, const PretrainedShape* pretrained) {
+  return CountParameters(task, pretrained).total;
 }
 
 std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
                                               const std::string& template_name, int gpus,
-                                              const DeviceModel& device) {
-  double params = ModelParameters(task);
-  if (params <= 0 || gpus < 1) return std::nullopt;
+                                              const DeviceModel& device,
+                                              const PretrainedShape* pretrained) {
+  const ParameterCount params = CountParameters(task, pretrained);
+  if (params.total <= 0 || gpus < 1) return std::nullopt;
   const api::ModelSpec& m = task.model;
-  double tokens = m.gpt ? m.gpt->seq_len : 1;
-  double flops_per_sample = 6 * params * tokens;
+  const bool transformer = m.gpt || (m.pretrained && pretrained != nullptr);
+  double tokens = m.gpt ? m.gpt->seq_len : m.pretrained ? m.pretrained->seq_len : 1;
+  // 6N split evenly over the three passes (Kaplan et al.'s 2N forward, 4N
+  // backward): 2N forward; 2N for the activation gradients, only through the
+  // layers after the first trainable one; 2N for the weight gradients, only of
+  // what trains. A full training run gets 6N back exactly.
+  double flops_per_sample =
+      (2 * params.total + 2 * params.backward + 2 * params.trainable) * tokens;
+  int layers = m.gpt ? m.gpt->layers : pretrained != nullptr ? pretrained->layers : 0;
+  // Tensor parallelism splits heads, key/value heads and the MLP width alike
+  // (the worker's CheckTensorParallelDegree).
+  bool tensor_splits = false;
+  if (m.gpt) {
+    tensor_splits = m.gpt->heads % gpus == 0;
+  } else if (m.pretrained && pretrained != nullptr) {
+    tensor_splits = pretrained->heads % gpus == 0 && pretrained->kv_heads % gpus == 0 &&
+                    pretrained->intermediate % gpus == 0;
+  }
   // Parallel efficiency per doubling of devices: communication that overlaps
   // (ddp) costs least; sharding adds gathers (fsdp); tensor parallelism
   // communicates inside every layer; pipelines idle in their bubble. These are
@@ -46,11 +368,11 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
     per_doubling = 0.9;
     memory_divisor = gpus;
   } else if (template_name == "tensor") {
-    if (!m.gpt || m.gpt->heads % gpus != 0) return std::nullopt;
+    if (!transformer || !tensor_splits) return std::nullopt;
     per_doubling = 0.85;
     memory_divisor = gpus;
   } else if (template_name == "pipeline") {
-    if (!m.gpt || m.gpt->layers < gpus) return std::nullopt;
+    if (!transformer || layers < gpus) return std::nullopt;
     per_doubling = 0.8;
     memory_divisor = gpus;
   } else if (template_name == "spill") {
@@ -59,7 +381,9 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
     return std::nullopt;
   }
   double efficiency = std::pow(per_doubling, std::log2(static_cast<double>(gpus)));
-  double bytes = 16 * params / memory_divisor;
+  double bytes = (kFrozenBytesPerParameter * (params.stored - params.stored_trainable) +
+                  kTrainedBytesPerParameter * params.stored_trainable) /
+                 memory_divisor;
   double spill_penalty = 1;
   if (template_name == "spill") {
     // Spilling keeps parameters in host memory and streams shards in: a device
@@ -75,6 +399,40 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
   c.throughput = device.flops * gpus * efficiency * spill_penalty / flops_per_sample;
   c.memory_gib = bytes / (1ull << 30);
   return c;
+}
+
+std::vector<api::FieldError> CheckAgainstPretrained(const api::TaskSpec& task,
+                                                    const PretrainedShape& shape,
+                                                    const std::string& task_path) {
+  std::vector<api::FieldError> errors;
+  if (!task.model.pretrained) return errors;
+  const std::string config = api::ModelDirectory(*task.model.pretrained) + "/config.json";
+  if (shape.Gpt2() && task.model.pretrained->seq_len > shape.positions) {
+    errors.push_back(
+        {task_path + ".model.pretrained.seqLen",
+         "must be at most the " + std::to_string(shape.positions) +
+             " positions the model learned (n_positions in " + config + ")",
+         "train on a window of at most " + std::to_string(shape.positions) + " tokens"});
+  }
+  if (!task.fine_tuning) return errors;
+  const api::FineTuningSpec& ft = *task.fine_tuning;
+  if (ft.freeze_blocks > shape.layers) {
+    errors.push_back(
+        {task_path + ".fineTuning.freezeBlocks",
+         "must be at most the model's " + std::to_string(shape.layers) + " blocks (" + config + ")",
+         "freeze at most " + std::to_string(shape.layers) + " blocks"});
+  }
+  if (!ft.lora) return errors;
+  const std::vector<std::string>& modules = shape.Gpt2() ? Gpt2Modules() : LlamaModules();
+  for (size_t i = 0; i < ft.lora->targets.size(); ++i) {
+    const std::string& target = ft.lora->targets[i];
+    if (std::find(modules.begin(), modules.end(), LastComponent(target)) != modules.end()) continue;
+    errors.push_back(
+        {api::IndexPath(task_path + ".fineTuning.lora.targets", i),
+         "'" + target + "' is not a module of " + shape.model_type + " (" + Joined(modules) + ")",
+         "use the module names of " + config + "'s family"});
+  }
+  return errors;
 }
 
 }  // namespace orrery::engine

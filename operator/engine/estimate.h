@@ -2,18 +2,30 @@
 // where no profile was measured (`orrery plan` before anything ran). Every
 // figure it returns is an estimate and is labelled as one; profiles replace it.
 //   compute: 6 FLOPs per parameter per token for a forward and backward pass
-//            (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", §2.1);
+//            (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", §2.1),
+//            split as 2N forward, 2N backward through the activations and 2N for
+//            the weight gradients; a fine-tune keeps the forward, propagates
+//            activation gradients only from its first trainable layer on and
+//            computes weight gradients only for what it trains (CountParameters);
 //   device:  A100 dense BF16 peak 312 TFLOP/s (NVIDIA A100 datasheet) at 40% model
 //            FLOPs utilisation (Chowdhery et al. 2022, "PaLM", Table 3 reports
 //            46%); a CPU core ~50 GFLOP/s;
-//   memory:  16 bytes per parameter with mixed-precision Adam (weights, gradients,
-//            two moments, master copy; Rajbhandari et al. 2020, "ZeRO", §3.1),
-//            divided by the degree that shards it.
+//   memory:  16 bytes per trained parameter with Adam (weights, gradients, two
+//            moments; Rajbhandari et al. 2020, "ZeRO", §3.1, count the same 16
+//            for mixed precision), 12 per frozen one (no gradient: see
+//            kFrozenBytesPerParameter), divided by the degree that shards it.
+// A pre-trained model's size comes from its config.json, which this file only
+// parses (ParsePretrainedConfig): the world that can read the file passes the
+// shape in. Pure: no I/O.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "common/status.h"
+#include "operator/api/field_error.h"
 #include "operator/api/types.h"
 #include "operator/planner/problem.h"
 
@@ -26,12 +38,90 @@ struct DeviceModel {
 };
 DeviceModel DefaultDevice(const std::string& kind);
 
-// Parameters of the task's model; 0 for TorchScript (unknown before loading).
-double ModelParameters(const api::TaskSpec& task);
+// The architecture a Hugging Face config.json describes, as far as counting
+// parameters goes: the fields the worker reads to build it (worker/model
+// pretrained.h), GPT-2's n_layer, n_embd, n_head, n_inner, n_positions,
+// vocab_size and Llama's (Qwen2's, Mistral's) num_hidden_layers, hidden_size,
+// num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
+// vocab_size, tie_word_embeddings, attention_bias, mlp_bias.
+struct PretrainedShape {
+  std::string model_type;  // gpt2 | llama | qwen2 | mistral
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;      // grouped-query attention; = heads for GPT-2
+  int head_dim = 0;      // hidden / heads unless config.json says otherwise
+  int intermediate = 0;  // the MLP's width
+  int vocab = 0;
+  int positions = 0;  // GPT-2's learned position rows (n_positions); 0 with rotary positions
+  bool tie_embeddings = false;
+  bool qkv_bias = false;
+  bool out_bias = false;
+  bool mlp_bias = false;
+  bool Gpt2() const { return model_type == "gpt2"; }
+  // The family the worker builds it as and the LoRA module names it has.
+  std::string Family() const { return Gpt2() ? "gpt2" : "llama"; }
+};
+
+// config.json's text -> its shape; INVALID_ARGUMENT naming `where` and the field
+// for a file that is not JSON, a model_type other than gpt2, llama, qwen2 and
+// mistral (also read from `architectures`), or a missing or non-positive size.
+StatusOr<PretrainedShape> ParsePretrainedConfig(std::string_view json_text,
+                                                const std::string& where);
+
+// A task's parameters by what its run does with them.
+struct ParameterCount {
+  // Every parameter, a tied head once, LoRA adapters included; 0 = unknown
+  // (TorchScript, or a pre-trained model whose config.json was not passed in).
+  double total = 0;
+  double trainable = 0;  // what gets gradients
+  // The parameters of the layers from the first trainable one to the output,
+  // which backward propagates activation gradients through (a tied head's
+  // matrix counts with the head, where its matmul is).
+  double backward = 0;
+  // What the worker holds: total plus the second copy of a tied head (the
+  // templates keep embedding and head apart and sum their gradients), and the
+  // part of it that has gradients.
+  double stored = 0;
+  double stored_trainable = 0;
+  // What the count rests on, for a plan's notes: "gpt2 from config.json:
+  // 124.44M parameters, 0.30M trainable (LoRA r=8: c_attn)", or why unknown.
+  std::string label;
+};
+
+// `pretrained` is the task's config.json when the caller could read it (null:
+// unknown, and the label says the size awaits a profile); `unreadable` says
+// why it could not ("on volume models", "no such file").
+ParameterCount CountParameters(const api::TaskSpec& task,
+                               const PretrainedShape* pretrained = nullptr,
+                               const std::string& unreadable = "");
+
+// CountParameters(...).total.
+double ModelParameters(const api::TaskSpec& task, const PretrainedShape* pretrained = nullptr);
+
+// Bytes per parameter, as the worker allocates them (fp32 Adam): a trained
+// parameter has its weight, its gradient and two moments; a frozen one its
+// weight and two moments. The worker (as of issue 19) allocates optimizer
+// slots for every parameter, frozen or not (their gradient stays zero, and so
+// do the slots), but gradients only for trainable ones; when it stops
+// allocating slots for frozen parameters, kFrozenBytesPerParameter drops to 4.
+inline constexpr double kTrainedBytesPerParameter = 16;
+inline constexpr double kFrozenBytesPerParameter = 12;
+
 // Samples per second and per-device memory for `template_name` on `gpus`
-// devices; nullopt when the template cannot run the model on that many devices.
+// devices; nullopt when the template cannot run the model on that many devices
+// or the model's size is unknown (profiles are the only source then).
 std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
                                               const std::string& template_name, int gpus,
-                                              const DeviceModel& device);
+                                              const DeviceModel& device,
+                                              const PretrainedShape* pretrained = nullptr);
+
+// What validation cannot check before config.json is read: freezeBlocks (and
+// a search space's values, already substituted in an expanded task) within the
+// model's blocks, LoRA targets among its family's modules, and for GPT-2 a
+// seqLen within its learned positions. Errors name `task_path` ("spec.tasks[0]").
+std::vector<api::FieldError> CheckAgainstPretrained(const api::TaskSpec& task,
+                                                    const PretrainedShape& shape,
+                                                    const std::string& task_path);
 
 }  // namespace orrery::engine

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "operator/api/paths.h"
+
 namespace orrery::engine {
 namespace {
 
@@ -26,6 +28,12 @@ std::string Resolve(const std::string& base, const std::string& path) {
   return base + "/" + path;
 }
 
+std::string Joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& i : items) out += (out.empty() ? "" : ",") + i;
+  return out;
+}
+
 // The flags every worker command of this task shares: model, data, optimizer.
 std::vector<std::string> CommonFlags(const api::ExpandedTask& expanded, const LaunchConfig& c) {
   const api::TaskSpec& t = expanded.task;
@@ -40,6 +48,12 @@ std::vector<std::string> CommonFlags(const api::ExpandedTask& expanded, const La
   } else if (m.torchscript) {
     f.push_back(Flag("model", "torchscript"));
     f.push_back(Flag("torchscript", Resolve(c.base_dir, m.torchscript->path)));
+  } else if (m.pretrained) {
+    // config.json sets the architecture: passing its sizes too would only
+    // give the worker something to disagree with.
+    f.push_back(Flag("model", "gpt"));
+    f.push_back(Flag("pretrained", Resolve(c.base_dir, api::ModelDirectory(*m.pretrained))));
+    f.push_back(Flag("seq", m.pretrained->seq_len));
   }
   if (m.gpt) {
     f.push_back(Flag("layers", m.gpt->layers));
@@ -55,6 +69,18 @@ std::vector<std::string> CommonFlags(const api::ExpandedTask& expanded, const La
     f.push_back(Flag("classes", m.mlp->outputs));
   }
   if (m.torchscript) f.push_back(Flag("torchscript-like", like));
+  // What the run trains changes its step time and memory: profiles and
+  // training runs carry it alike.
+  if (t.fine_tuning) {
+    const api::FineTuningSpec& ft = *t.fine_tuning;
+    if (ft.freeze_embeddings) f.push_back("--freeze-embeddings");
+    if (ft.freeze_blocks > 0) f.push_back(Flag("freeze-blocks", ft.freeze_blocks));
+    if (ft.lora && ft.lora->rank) {
+      f.push_back(Flag("lora-rank", *ft.lora->rank));
+      f.push_back(Flag("lora-alpha", Number(ft.lora->alpha)));
+      if (!ft.lora->targets.empty()) f.push_back(Flag("lora-targets", Joined(ft.lora->targets)));
+    }
+  }
 
   const api::DataSpec& d = t.data;
   int64_t seed = 0;
@@ -69,6 +95,8 @@ std::vector<std::string> CommonFlags(const api::ExpandedTask& expanded, const La
   } else if (d.text) {
     f.push_back(Flag("data", "text"));
     f.push_back(Flag("data-path", Resolve(c.base_dir, d.text->path)));
+    if (!d.text->tokenizer.empty())
+      f.push_back(Flag("tokenizer", Resolve(c.base_dir, d.text->tokenizer)));
   }
   f.push_back(Flag("seed", seed));
 
@@ -90,6 +118,7 @@ std::vector<std::string> CommonFlags(const api::ExpandedTask& expanded, const La
   }
   f.push_back(Flag("warmup-steps", warmup));
   f.push_back(Flag("decay", std::string(api::EnumName(tr.schedule))));
+  f.push_back(Flag("precision", std::string(api::EnumName(tr.precision))));
   f.push_back(Flag("batch", batch));
   f.push_back(Flag("template", WorkerTemplate(c.template_name, c.gpus)));
   // Pipelines run 1F1B (PipeDream-Flush, Narayanan et al. 2021): the same
@@ -141,7 +170,18 @@ std::vector<std::string> TrainFlags(const api::ExpandedTask& task, const LaunchC
     f.push_back(Flag("keep", config.keep));
   }
   f.push_back(Flag("lr-scaling", std::string(api::EnumName(config.lr_scaling))));
+  if (const std::string dir = ExportDir(task, config.base_dir); !dir.empty()) {
+    const api::OutputSpec& o = *task.task.output;
+    f.push_back(Flag("export-dir", dir));
+    f.push_back(Flag("export-dtype", std::string(api::EnumName(o.dtype))));
+    if (o.merge_lora) f.push_back("--export-merged");
+  }
   return f;
+}
+
+std::string ExportDir(const api::ExpandedTask& task, const std::string& base_dir) {
+  if (!task.task.output) return "";
+  return Resolve(base_dir, api::OutputDirectory(*task.task.output));
 }
 
 std::vector<std::string> ProfileFlags(const api::ExpandedTask& task, const LaunchConfig& config,
@@ -165,6 +205,21 @@ std::string ModelSignature(const api::TaskSpec& t) {
        << m.mlp->outputs;
   } else if (m.torchscript) {
     os << "ts-" << m.torchscript->path;
+  } else if (m.pretrained) {
+    os << "hf-" << api::ModelDirectory(*m.pretrained);
+    if (m.pretrained->volume) os << "@" << m.pretrained->volume->claim_name;
+    os << "-s" << m.pretrained->seq_len;
+  }
+  if (t.fine_tuning) {
+    const api::FineTuningSpec& ft = *t.fine_tuning;
+    if (ft.lora && ft.lora->rank) {
+      // alpha scales the adapters' output, not the work: it is left out.
+      os << "-lora" << *ft.lora->rank << "-"
+         << (ft.lora->targets.empty() ? "default" : Joined(ft.lora->targets));
+    } else {
+      if (ft.freeze_embeddings) os << "-fe";
+      if (ft.freeze_blocks > 0) os << "-fb" << ft.freeze_blocks;
+    }
   }
   // Text data is byte-level (vocabulary 256) whatever the model says; token files
   // set the vocabulary from their content; the kind is enough.

@@ -33,8 +33,9 @@ struct LaunchConfig {
   int keep = 2;
   int report_every = 10;  // steps between progress lines
   int threads = 1;        // intra-op threads per rank
-  // Relative data and TorchScript paths are resolved against this folder (the
-  // folder of the job file locally, the volume root in a pod); "" leaves them.
+  // Relative data, TorchScript, pre-trained model, tokenizer and output paths
+  // (not on a volume) are resolved against this folder (the folder of the job
+  // file locally); "" leaves them (a pod: the worker's working directory).
   std::string base_dir;
   api::LrScaling lr_scaling = api::LrScaling::kNone;
   // What each rank computes on: "cpu", "cuda" (rank r of a pod or process uses
@@ -60,14 +61,22 @@ double ScaledLearningRate(double learning_rate, api::LrScaling rule, int64_t bat
 // config.steps set, --steps replaces --epochs.
 std::vector<std::string> TrainFlags(const api::ExpandedTask& task, const LaunchConfig& config);
 
+// The folder a task's trained model is exported to (its output spec's, {task}
+// already replaced by expansion, inside its volume, relative paths resolved
+// against `base_dir` like data paths), or "" when the task exports nothing.
+// TrainFlags passes it as --export-dir with --export-dtype (and --export-merged
+// for mergeLora); profiles never export.
+std::string ExportDir(const api::ExpandedTask& task, const std::string& base_dir);
+
 // Flags for `orrery-worker profile`: the same task, `trial_steps` timed steps
 // after a short warm-up, no checkpoints.
 std::vector<std::string> ProfileFlags(const api::ExpandedTask& task, const LaunchConfig& config,
                                       int trial_steps);
 
 // What profiling results are keyed by: everything that changes a step's time
-// (model shape, data kind and vocabulary, global batch), nothing that does not
-// (learning rate, seeds). Tasks with equal signatures share one profile.
+// (model shape or pre-trained directory and window, what fine-tuning trains,
+// data kind and vocabulary, global batch), nothing that does not (learning
+// rate, seeds, LoRA alpha). Tasks with equal signatures share one profile.
 std::string ModelSignature(const api::TaskSpec& task);
 
 // Optimizer steps the task runs; epochs are converted with the dataset size when

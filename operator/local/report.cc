@@ -284,7 +284,21 @@ void TaskTable(Page& p, const RunReport& r, const std::map<std::string, std::str
       << "</td><td class=\"num\">" << (t.samples_per_s > 0 ? Number(t.samples_per_s) : "–")
       << "</td><td class=\"num\">" << std::to_string(t.restarts) << "</td></tr>";
   }
-  p << "</tbody></table></section>\n";
+  p << "</tbody></table>";
+  // Where each trained model went, to load with transformers (or PEFT).
+  bool exported = false;
+  for (const auto& t : r.tasks) exported = exported || !t.export_path.empty();
+  if (exported) {
+    p << "<h3>Trained models</h3><table><thead><tr><th>Task</th><th>Hugging Face directory</th>"
+         "</tr></thead><tbody>";
+    for (const auto& t : r.tasks) {
+      if (t.export_path.empty()) continue;
+      p << "<tr><td><span class=\"swatch\" style=\"background:" << colour.at(t.name) << "\"></span>"
+        << Escape(t.name) << "</td><td><code>" << Escape(t.export_path) << "</code></td></tr>";
+    }
+    p << "</tbody></table>";
+  }
+  p << "</section>\n";
 }
 
 // How a bar ended, drawn on top of its fill so the task colour stays readable.
@@ -907,6 +921,8 @@ Status ReadTask(const Reader& r, ReportTask* t) {
   ORRERY_RETURN_IF_ERROR(r.Get("samples_per_s", &t->samples_per_s));
   ORRERY_RETURN_IF_ERROR(r.Get("restarts", &t->restarts));
   ORRERY_RETURN_IF_ERROR(r.List("losses", &t->losses, ReadLoss));
+  // Absent in the report of an Orrery from before exports: none.
+  if (r.Has("export")) ORRERY_RETURN_IF_ERROR(r.Get("export", &t->export_path));
   // Absent in the report of an Orrery from before state_io: none recorded.
   if (!r.Has("state_io")) return OkStatus();
   return r.List("state_io", &t->state_io, ReadStateIo);
@@ -1017,6 +1033,7 @@ std::string ReportJson(const RunReport& r) {
                      {"restarts", t.restarts},
                      {"losses", losses},
                      {"state_io", state_io}});
+    if (!t.export_path.empty()) tasks.back()["export"] = t.export_path;
   }
   json planned = json::array(), actual = json::array();
   for (const auto& b : r.planned) planned.push_back(BarJson(b));

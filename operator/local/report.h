@@ -71,6 +71,10 @@ struct ReportTask {
   // Saves and restores in order (report.json "state_io"; absent in a report of
   // an older Orrery: none).
   std::vector<ReportStateIo> state_io;
+  // The Hugging Face directory the worker exported the trained model to (its
+  // "export" line; a LoRA run's adapter, the merged model in <dir>/merged), ""
+  // when none (report.json "export", absent in a report of an older Orrery).
+  std::string export_path;
 };
 
 struct ReportProfile {

@@ -289,6 +289,7 @@ Status Runner::RestoreFrom(const RunReport& previous) {
       rt.steps_done = p.steps_done;
       rt.template_name = p.template_name;
       rt.gpus = p.gpus;
+      rt.export_path = p.export_path;
       tasks_[i].step = p.steps_done;
       tasks_[i].loss = p.final_loss;
       // The samples behind those steps at the batch last run (exact unless the
@@ -827,10 +828,27 @@ void Runner::ReadProgress(size_t t) {
       task.checkpoint_samples[task.checkpoint_step] =
           task.gang->start_samples +
           (task.checkpoint_step - task.gang->start_step) * task.gang->batch;
+    } else if (ev == "export") {
+      // Before "done": the trained model, as a Hugging Face directory.
+      if (j.contains("path") && j["path"].is_string()) {
+        rt.export_path = j["path"].get<std::string>();
+        std::string seconds;
+        if (j.contains("seconds") && j["seconds"].is_number()) {
+          char buf[32];
+          std::snprintf(buf, sizeof(buf), " in %.1f s", j["seconds"].get<double>());
+          seconds = buf;
+        }
+        Event(task.spec.name + ": exported the model to " + rt.export_path +
+              (j.contains("dtype") && j["dtype"].is_string()
+                   ? " (" + j["dtype"].get<std::string>() + ")"
+                   : "") +
+              seconds);
+      }
     } else if (ev == "done") {
       task.done_status = j.value("status", "");
       task.step = j.value("step", task.step);
       if (j.contains("loss") && j["loss"].is_number()) task.loss = j["loss"].get<double>();
+      if (j.contains("export") && j["export"].is_string()) rt.export_path = j["export"];
     }
   }
   rt.steps_done = task.step;

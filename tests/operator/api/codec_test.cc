@@ -259,6 +259,106 @@ TEST(CodecTest, SaveAndRestoreFiguresRoundTripAndAreZeroWhenAbsent) {
   EXPECT_TRUE(HasError(errors, "status.tasks[0].lastRestore.bytesRead", "")) << Dump(errors);
 }
 
+TEST(CodecTest, DecodesPretrainedFineTuningAndOutput) {
+  auto job = JobFromYaml(R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: ft}
+spec:
+  tasks:
+  - name: llama
+    model:
+      pretrained:
+        path: llama-3.2-1b
+        seqLen: 1024
+        volume: {claimName: models}
+    data:
+      text: {path: /models/corpus.txt, tokenizer: /models/llama-3.2-1b}
+    training: {steps: 10, batchSize: 8, learningRate: 1e-4}
+    fineTuning:
+      lora: {rank: 8, targets: [q_proj, v_proj]}
+    output:
+      path: /outputs/{task}
+      dtype: bfloat16
+      mergeLora: true
+      volume: {claimName: results, mountPath: /results}
+    searchSpace:
+      grid: {loraRank: [4, 8], freezeBlocks: [0]}
+  resources: {gpuQuota: 1}
+)");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const TaskSpec& t = job->spec.tasks[0];
+  ASSERT_TRUE(t.model.pretrained);
+  EXPECT_EQ(t.model.pretrained->path, "llama-3.2-1b");
+  EXPECT_EQ(t.model.pretrained->seq_len, 1024);
+  ASSERT_TRUE(t.model.pretrained->volume);
+  EXPECT_EQ(t.model.pretrained->volume->claim_name, "models");
+  EXPECT_EQ(t.model.pretrained->volume->mount_path, kDefaultModelMountPath);  // defaulted
+  EXPECT_EQ(t.data.text->tokenizer, "/models/llama-3.2-1b");
+  ASSERT_TRUE(t.fine_tuning && t.fine_tuning->lora);
+  EXPECT_EQ(t.fine_tuning->lora->rank, 8);
+  EXPECT_DOUBLE_EQ(t.fine_tuning->lora->alpha, kDefaultLoraAlpha);
+  EXPECT_EQ(t.fine_tuning->lora->targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_FALSE(t.fine_tuning->freeze_embeddings);
+  EXPECT_EQ(t.fine_tuning->freeze_blocks, 0);
+  ASSERT_TRUE(t.output);
+  EXPECT_EQ(t.output->path, "/outputs/{task}");
+  EXPECT_EQ(t.output->dtype, ExportDtype::kBfloat16);
+  EXPECT_TRUE(t.output->merge_lora);
+  EXPECT_EQ(t.output->volume->mount_path, "/results");
+  EXPECT_EQ(t.search_space->grid->lora_rank, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(t.search_space->grid->freeze_blocks, (std::vector<int64_t>{0}));
+  // And back: the encoding decodes to the same job.
+  auto back = JobFromJsonText(JobToJson(*job));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *job);
+}
+
+TEST(CodecTest, FineTuningFieldsDecodeStrictly) {
+  auto errors = DecodeErrors(R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: ft}
+spec:
+  tasks:
+  - name: llama
+    model: {pretrained: {path: m, volume: {mountPath: /m}}}
+    data: {synthetic: {}}
+    training: {steps: 10, batchSize: 8, learningRate: 1e-4}
+    fineTuning: {freezeBlock: 2, lora: {rank: "8", targets: q_proj}}
+    output: {path: o, dtype: fp16}
+  resources: {gpuQuota: 1}
+)");
+  EXPECT_TRUE(HasError(errors, "spec.tasks[0].model.pretrained.seqLen", "required value"))
+      << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "spec.tasks[0].model.pretrained.volume.claimName", "required value"))
+      << Dump(errors);
+  EXPECT_TRUE(
+      HasError(errors, "spec.tasks[0].fineTuning.freezeBlock", "did you mean \"freezeBlocks\"?"))
+      << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "spec.tasks[0].fineTuning.lora.rank", "must be an integer"))
+      << Dump(errors);
+  EXPECT_TRUE(HasError(errors, "spec.tasks[0].fineTuning.lora.targets", "must be a list"))
+      << Dump(errors);
+  EXPECT_TRUE(
+      HasError(errors, "spec.tasks[0].output.dtype", "use one of: float32, bfloat16, float16"))
+      << Dump(errors);
+}
+
+TEST(CodecTest, ExportPathRoundTripsAndIsAbsentWhenEmpty) {
+  ModelSelectionJobStatus st;
+  TaskStatus t;
+  t.name = "a";
+  st.tasks = {t};
+  EXPECT_FALSE(EncodeStatus(st)["tasks"][0].contains("exportPath"));
+  st.tasks[0].export_path = "/outputs/a";
+  Json j = EncodeStatus(st);
+  EXPECT_EQ(j["tasks"][0]["exportPath"], "/outputs/a");
+  ModelSelectionJobStatus back;
+  std::vector<FieldError> errors;
+  DecodeStatus(j, "status", &back, &errors);
+  EXPECT_TRUE(errors.empty()) << Dump(errors);
+  EXPECT_EQ(back, st);
+}
+
 TEST(CodecTest, TopLevelMustBeAnObject) {
   ModelSelectionJob job;
   std::vector<FieldError> errors;

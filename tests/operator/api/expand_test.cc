@@ -85,6 +85,117 @@ TEST(ExpandTest, GridIsTheCartesianProductWithReadableNames) {
   EXPECT_EQ(*t.task.training.steps, 100);
 }
 
+// A LoRA fine-tune of a pre-trained model, swept over rank x learning rate,
+// exporting each task into its own folder.
+const char* kLoraSweep = R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: lora}
+spec:
+  tasks:
+  - name: llama
+    model:
+      pretrained: {path: llama-3.2-1b, seqLen: 512, volume: {claimName: models}}
+    data: {text: {path: corpus.txt}}
+    training: {steps: 100, batchSize: 8, learningRate: 1e-4}
+    fineTuning: {lora: {alpha: 32, targets: [q_proj, v_proj]}}
+    output: {path: "runs/{task}", dtype: bfloat16, volume: {claimName: results}}
+    searchSpace:
+      grid:
+        loraRank: [4, 8, 16]
+        learningRate: [1e-4, 3e-4]
+  resources: {gpuQuota: 4}
+)";
+
+TEST(ExpandTest, LoraRankTimesLearningRateGrid) {
+  auto job = JobFromYaml(kLoraSweep);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(ValidateJob(*job).empty());
+  auto tasks = Expand(job->spec);
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 6u);
+  // Axes in the fixed order (learning rate, then the fine-tuning dimensions),
+  // the last varying fastest.
+  const std::vector<std::pair<std::string, std::pair<double, int>>> want = {
+      {"llama-lr-1e-4-lora-4", {1e-4, 4}},   {"llama-lr-1e-4-lora-8", {1e-4, 8}},
+      {"llama-lr-1e-4-lora-16", {1e-4, 16}}, {"llama-lr-3e-4-lora-4", {3e-4, 4}},
+      {"llama-lr-3e-4-lora-8", {3e-4, 8}},   {"llama-lr-3e-4-lora-16", {3e-4, 16}}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    const ExpandedTask& e = (*tasks)[i];
+    EXPECT_EQ(e.name, want[i].first);
+    EXPECT_DOUBLE_EQ(e.task.training.learning_rate, want[i].second.first);
+    ASSERT_TRUE(e.task.fine_tuning && e.task.fine_tuning->lora) << e.name;
+    EXPECT_EQ(e.task.fine_tuning->lora->rank, want[i].second.second);
+    // What the spec's lora said is kept.
+    EXPECT_DOUBLE_EQ(e.task.fine_tuning->lora->alpha, 32);
+    EXPECT_EQ(e.task.fine_tuning->lora->targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+    // Each task writes its own folder: {task} is its name.
+    ASSERT_TRUE(e.task.output);
+    EXPECT_EQ(e.task.output->path, "runs/" + e.name);
+    EXPECT_EQ(e.assignments.back().first, "loraRank");
+    EXPECT_EQ(e.assignments.back().second, std::to_string(want[i].second.second));
+    EXPECT_FALSE(e.task.search_space);
+  }
+}
+
+TEST(ExpandTest, FineTuningDimensionsCreateTheirBlocks) {
+  // A rank without a lora block gets one with PEFT's defaults; freezeBlocks
+  // a fineTuning block with only that set.
+  ModelSelectionJobSpec spec = Base();
+  TaskSpec& t = spec.tasks[0];
+  t.model = ModelSpec{};
+  t.model.gpt = GptModel{4, 64, 4, 32, 256};
+  GridSpace g;
+  g.freeze_blocks = {0, 2};
+  t.search_space = SearchSpace{g, {}};
+  TaskSpec lora = t;
+  lora.name = "lora";
+  RandomSpace r;
+  r.seed = 3;
+  r.count = 4;
+  Distribution d;
+  d.min = 2;
+  d.max = 64;
+  d.log_scale = true;
+  r.lora_rank = d;
+  lora.search_space = SearchSpace{{}, r};
+  spec.tasks.push_back(lora);
+  auto tasks = Expand(spec);
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  ASSERT_EQ(tasks->size(), 6u);
+  EXPECT_EQ((*tasks)[0].name, "mlp-fb-0");
+  EXPECT_EQ((*tasks)[1].name, "mlp-fb-2");
+  ASSERT_TRUE((*tasks)[1].task.fine_tuning);
+  EXPECT_EQ((*tasks)[1].task.fine_tuning->freeze_blocks, 2);
+  EXPECT_FALSE((*tasks)[1].task.fine_tuning->lora);
+  std::set<int> ranks;
+  for (size_t i = 2; i < 6; ++i) {
+    const ExpandedTask& e = (*tasks)[i];
+    EXPECT_EQ(e.name, "lora-r" + std::to_string(i - 2));
+    ASSERT_TRUE(e.task.fine_tuning && e.task.fine_tuning->lora && e.task.fine_tuning->lora->rank);
+    const int rank = *e.task.fine_tuning->lora->rank;
+    EXPECT_GE(rank, 2);
+    EXPECT_LE(rank, 64);
+    EXPECT_DOUBLE_EQ(e.task.fine_tuning->lora->alpha, kDefaultLoraAlpha);
+    EXPECT_TRUE(e.task.fine_tuning->lora->targets.empty());
+    ranks.insert(rank);
+  }
+  // The same seed samples the same ranks again.
+  auto again = Expand(spec);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *tasks);
+  EXPECT_GT(ranks.size(), 1u);
+}
+
+TEST(ExpandTest, OutputFolderOfATaskWithoutSearchSpace) {
+  ModelSelectionJobSpec spec = Base();
+  spec.tasks[0].model = ModelSpec{};
+  spec.tasks[0].model.gpt = GptModel{4, 64, 4, 32, 256};
+  spec.tasks[0].output = OutputSpec{"/out/{task}/model"};
+  auto tasks = Expand(spec);
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  EXPECT_EQ((*tasks)[0].task.output->path, "/out/mlp/model");
+}
+
 TEST(ExpandTest, LongGridNamesFallBackToIndices) {
   ModelSelectionJobSpec spec = Base();
   spec.tasks[0].name = std::string(30, 'a');

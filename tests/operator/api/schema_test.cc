@@ -150,11 +150,13 @@ TEST(SchemaTest, EnumsMatch) {
   ExpectEnum<Optimizer>("spec.tasks[].training.optimizer");
   ExpectEnum<Optimizer>("spec.tasks[].searchSpace.grid.optimizer[]");
   ExpectEnum<LrSchedule>("spec.tasks[].training.schedule");
+  ExpectEnum<Precision>("spec.tasks[].training.precision");
   ExpectEnum<TokenDtype>("spec.tasks[].data.tokens.dtype");
   ExpectEnum<Objective>("spec.scheduling.objective");
   ExpectEnum<LrScaling>("spec.elasticity.learningRateScaling");
   ExpectEnum<Phase>("status.phase");
   ExpectEnum<TaskState>("status.tasks[].state");
+  ExpectEnum<ExportDtype>("spec.tasks[].output.dtype");
 }
 
 TEST(SchemaTest, DefaultsMatchWhatDecodingAnEmptyFieldGives) {
@@ -166,9 +168,13 @@ metadata: {name: d}
 spec:
   tasks:
   - name: t
-    model: {mlp: {layers: 1, hidden: 1, inputs: 1, outputs: 1}}
+    model:
+      mlp: {layers: 1, hidden: 1, inputs: 1, outputs: 1}
+      pretrained: {path: m, seqLen: 8, volume: {claimName: models}}
     data: {tokens: {path: x}, synthetic: {}}
     training: {steps: 5, batchSize: 1, learningRate: 0.1}
+    fineTuning: {lora: {rank: 1}}
+    output: {path: o, volume: {claimName: out}}
     searchSpace:
       random:
         count: 1
@@ -176,6 +182,8 @@ spec:
         batchSize: {min: 1, max: 2}
         weightDecay: {min: 1, max: 2}
         warmupSteps: {min: 1, max: 2}
+        loraRank: {min: 1, max: 2}
+        freezeBlocks: {min: 1, max: 2}
   resources:
     gpuQuota: 1
     tolerations: [{key: k}]
@@ -215,7 +223,7 @@ spec:
         }
       };
   visit(RootSchema()["properties"]["spec"], encoded["spec"], "spec");
-  EXPECT_GE(compared, 25);
+  EXPECT_GE(compared, 32);
 }
 
 TEST(SchemaTest, LimitsMatch) {
@@ -254,6 +262,26 @@ TEST(SchemaTest, GridValuesHaveTheTrainingFieldsBounds) {
       EXPECT_EQ(training->value(key, Json()), item->value(key, Json())) << field << " " << key;
     }
   }
+}
+
+TEST(SchemaTest, FineTuningDimensionsHaveTheirFieldsBounds) {
+  // A grid's loraRank and freezeBlocks values obey fineTuning's own bounds.
+  for (const auto& [grid, field] :
+       {std::pair<const char*, const char*>{"loraRank", "spec.tasks[].fineTuning.lora.rank"},
+        {"freezeBlocks", "spec.tasks[].fineTuning.freezeBlocks"}}) {
+    const Json* own = SchemaAt(field);
+    const Json* item = SchemaAt(std::string("spec.tasks[].searchSpace.grid.") + grid + "[]");
+    ASSERT_NE(own, nullptr) << field;
+    ASSERT_NE(item, nullptr) << grid;
+    for (const char* key : {"type", "minimum", "maximum"}) {
+      EXPECT_EQ(own->value(key, Json()), item->value(key, Json())) << grid << " " << key;
+    }
+  }
+  // Both volumes' defaults are schema.h's.
+  EXPECT_EQ(SchemaAt("spec.tasks[].model.pretrained.volume.mountPath")->value("default", ""),
+            kDefaultModelMountPath);
+  EXPECT_EQ(SchemaAt("spec.tasks[].output.volume.mountPath")->value("default", ""),
+            kDefaultOutputMountPath);
 }
 
 TEST(SchemaTest, ListsUnderCelRulesAreBounded) {

@@ -44,8 +44,9 @@ inline ModelSelectionJob FullJob() {
   t.model.gpt = GptModel{4, 256, 8, 128, 1000};
   t.model.mlp = MlpModel{2, 64, 32, 10};
   t.model.torchscript = TorchScriptModel{"models/m.pt"};
+  t.model.pretrained = PretrainedModel{"llama-3.2-1b", 2048, ModelVolume{"models", "/models"}};
   t.data.tokens = TokenData{"/data/a.u32", TokenDtype::kUint32};
-  t.data.text = TextData{"data/corpus/quickstart.txt"};
+  t.data.text = TextData{"data/corpus/quickstart.txt", "/models/llama-3.2-1b"};
   t.data.synthetic = SyntheticData{9, 512, 1000};
   t.training.steps = 1000;
   t.training.epochs = 2;
@@ -56,15 +57,19 @@ inline ModelSelectionJob FullJob() {
   t.training.momentum = 0.8;
   t.training.schedule = LrSchedule::kCosine;
   t.training.warmup_steps = 10;
+  t.fine_tuning = FineTuningSpec{true, 2, LoraSpec{8, 32, {"q_proj", "v_proj"}}};
+  t.output = OutputSpec{"/outputs/{task}", ExportDtype::kBfloat16, true,
+                        OutputVolume{"results", "/outputs"}};
   SearchSpace s;
-  s.grid = GridSpace{
-      {1e-4, 3e-4}, {32, 64}, {0.0, 0.1}, {0, 100}, {Optimizer::kAdam, Optimizer::kAdamW}};
+  s.grid =
+      GridSpace{{1e-4, 3e-4}, {32, 64}, {0.0, 0.1}, {0, 100}, {Optimizer::kAdam, Optimizer::kAdamW},
+                {4, 8},       {0, 2}};
   Distribution d;
   d.min = 1e-5;
   d.max = 1e-3;
   d.log_scale = true;
   d.values = {1e-4, 2e-4};
-  s.random = RandomSpace{7, 5, d, d, d, d};
+  s.random = RandomSpace{7, 5, d, d, d, d, d, d};
   t.search_space = s;
   job.spec.tasks.push_back(t);
 
@@ -113,6 +118,7 @@ inline ModelSelectionJob FullJob() {
   restore.from_layout = "fsdp dp=4,tp=1,pp=1,fsdp=4";
   restore.layout = "hybrid dp=1,tp=2,pp=2,fsdp=1";
   ts.last_restore = restore;
+  ts.export_path = "/outputs/gpt-r0";
   ts.restarts = 1;
   ts.message = "rescaled from 2 to 4 GPUs";
   st.tasks = {ts};

@@ -3,6 +3,7 @@
 #include "operator/api/validation.h"
 
 #include <functional>
+#include <optional>
 
 #include <gtest/gtest.h>
 
@@ -34,6 +35,25 @@ struct Case {
 };
 
 TaskSpec& T(ModelSelectionJob& j) { return j.spec.tasks[0]; }
+
+// The task becomes a fine-tune of a pre-trained model on a volume.
+TaskSpec& Pretrained(ModelSelectionJob& j) {
+  T(j).model = ModelSpec{};
+  T(j).model.pretrained = PretrainedModel{"llama", 512, ModelVolume{"models", "/models"}};
+  return T(j);
+}
+// The task becomes Orrery's own GPT of 2 blocks.
+TaskSpec& Gpt(ModelSelectionJob& j) {
+  T(j).model = ModelSpec{};
+  T(j).model.gpt = GptModel{2, 64, 4, 32, 256};
+  return T(j);
+}
+LoraSpec Lora(std::optional<int> rank, std::vector<std::string> targets = {}) {
+  LoraSpec l;
+  l.rank = rank;
+  l.targets = std::move(targets);
+  return l;
+}
 
 Distribution Range(double lo, double hi, bool log = false) {
   Distribution d;
@@ -372,6 +392,191 @@ const std::vector<Case>& Cases() {
        "spec.checkpoints.intervalSteps", "must be at least 1"},
       {"checkpoint_keep", [](auto& j) { j.spec.checkpoints.keep = 101; }, "spec.checkpoints.keep",
        "must be at most 100"},
+      // ---- pre-trained models, fine-tuning, output (issue 19) ----
+      {"pretrained_and_mlp",
+       [](auto& j) {
+         T(j).model.pretrained = PretrainedModel{"/m", 8, {}};
+       },
+       "spec.tasks[0].model", "must set exactly one of gpt, mlp, torchscript, pretrained"},
+      {"pretrained_seq", [](auto& j) { Pretrained(j).model.pretrained->seq_len = 0; },
+       "spec.tasks[0].model.pretrained.seqLen", "must be at least 1"},
+      {"pretrained_path", [](auto& j) { Pretrained(j).model.pretrained->path = ""; },
+       "spec.tasks[0].model.pretrained.path", "required value"},
+      {"model_claim", [](auto& j) { Pretrained(j).model.pretrained->volume->claim_name = "M"; },
+       "spec.tasks[0].model.pretrained.volume.claimName", "not a valid PersistentVolumeClaim"},
+      {"model_claim_empty",
+       [](auto& j) { Pretrained(j).model.pretrained->volume->claim_name = ""; },
+       "spec.tasks[0].model.pretrained.volume.claimName", "required value"},
+      {"model_mount_relative",
+       [](auto& j) { Pretrained(j).model.pretrained->volume->mount_path = "models"; },
+       "spec.tasks[0].model.pretrained.volume.mountPath", "must be a clean absolute path"},
+      {"model_mount_root",
+       [](auto& j) { Pretrained(j).model.pretrained->volume->mount_path = "/"; },
+       "spec.tasks[0].model.pretrained.volume.mountPath", "other than /"},
+      {"model_mount_is_checkpoints",
+       [](auto& j) { Pretrained(j).model.pretrained->volume->mount_path = "/checkpoints"; },
+       "spec.tasks[0].model.pretrained.volume.mountPath",
+       "is already a mount of the worker pods (spec.checkpoints.path)"},
+      {"model_path_off_volume",
+       [](auto& j) { Pretrained(j).model.pretrained->path = "/data/llama"; },
+       "spec.tasks[0].model.pretrained.path", "is not on the volume mounted at /models"},
+      {"model_path_escapes", [](auto& j) { Pretrained(j).model.pretrained->path = "../llama"; },
+       "spec.tasks[0].model.pretrained.path", "must stay inside the volume"},
+      {"tokenizer_long",
+       [](auto& j) {
+         T(j).data = DataSpec{};
+         T(j).data.text = TextData{"corpus.txt", std::string(1025, 't')};
+       },
+       "spec.tasks[0].data.text.tokenizer", "at most 1024 characters"},
+      {"fine_tuning_mlp", [](auto& j) { T(j).fine_tuning = FineTuningSpec{}; },
+       "spec.tasks[0].fineTuning", "applies only to transformer models"},
+      {"lora_rank_zero",
+       [](auto& j) {
+         Pretrained(j).fine_tuning = FineTuningSpec{false, 0, Lora(0)};
+       },
+       "spec.tasks[0].fineTuning.lora.rank", "must be at least 1"},
+      {"lora_rank_missing",
+       [](auto& j) {
+         Pretrained(j).fine_tuning = FineTuningSpec{false, 0, Lora(std::nullopt)};
+       },
+       "spec.tasks[0].fineTuning.lora.rank", "required value"},
+      {"lora_alpha",
+       [](auto& j) {
+         Pretrained(j).fine_tuning = FineTuningSpec{false, 0, Lora(8)};
+         T(j).fine_tuning->lora->alpha = 0;
+       },
+       "spec.tasks[0].fineTuning.lora.alpha", "must be greater than 0"},
+      {"lora_target_of_gpt",
+       [](auto& j) {
+         Gpt(j).fine_tuning = FineTuningSpec{false, 0, Lora(8, {"q_proj"})};
+       },
+       "spec.tasks[0].fineTuning.lora.targets[0]",
+       "'q_proj' is not a module of gpt2 (c_attn, c_proj, c_fc)"},
+      {"lora_target_unknown",
+       [](auto& j) {
+         Pretrained(j).fine_tuning = FineTuningSpec{false, 0, Lora(8, {"q_proj", "q"})};
+       },
+       "spec.tasks[0].fineTuning.lora.targets[1]",
+       "'q' is not a module of gpt2 (c_attn, c_proj, c_fc) or llama, qwen2, mistral (q_proj, "
+       "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)"},
+      {"lora_target_duplicate",
+       [](auto& j) {
+         Pretrained(j).fine_tuning = FineTuningSpec{false, 0, Lora(8, {"v_proj", "v_proj"})};
+       },
+       "spec.tasks[0].fineTuning.lora.targets[1]", "duplicate value"},
+      {"lora_with_freeze_blocks",
+       [](auto& j) {
+         Pretrained(j).fine_tuning = FineTuningSpec{false, 2, Lora(8)};
+       },
+       "spec.tasks[0].fineTuning.freezeBlocks", "has no effect with lora"},
+      {"lora_with_freeze_embeddings",
+       [](auto& j) {
+         Pretrained(j).fine_tuning = FineTuningSpec{true, 0, Lora(8)};
+       },
+       "spec.tasks[0].fineTuning.freezeEmbeddings", "has no effect with lora"},
+      {"freeze_blocks_past_layers",
+       [](auto& j) {
+         Gpt(j).fine_tuning = FineTuningSpec{false, 3, {}};
+       },
+       "spec.tasks[0].fineTuning.freezeBlocks", "must be at most the model's 2 blocks"},
+      {"freeze_blocks_negative",
+       [](auto& j) {
+         Pretrained(j).fine_tuning = FineTuningSpec{false, -1, {}};
+       },
+       "spec.tasks[0].fineTuning.freezeBlocks", "must be at least 0"},
+      {"output_mlp", [](auto& j) { T(j).output = OutputSpec{"/out/{task}"}; },
+       "spec.tasks[0].output", "applies only to transformer models"},
+      {"output_placeholder", [](auto& j) { Pretrained(j).output = OutputSpec{"/out/{name}"}; },
+       "spec.tasks[0].output.path", "unknown placeholder"},
+      {"output_sweep_shares_folder",
+       [](auto& j) {
+         Pretrained(j).output = OutputSpec{"/out/llama"};
+         GridSpace g;
+         g.learning_rate = {1e-4, 3e-4};
+         T(j).search_space = SearchSpace{g, {}};
+       },
+       "spec.tasks[0].output.path", "the search space makes 2 tasks that would all write to"},
+      {"output_merge_without_lora",
+       [](auto& j) {
+         Pretrained(j).output = OutputSpec{"/out/{task}"};
+         T(j).output->merge_lora = true;
+       },
+       "spec.tasks[0].output.mergeLora", "applies only to LoRA fine-tuning"},
+      {"output_mount_is_models",
+       [](auto& j) {
+         Pretrained(j).output =
+             OutputSpec{"{task}", ExportDtype::kFloat32, false, OutputVolume{"o", "/models"}};
+       },
+       "spec.tasks[0].output.volume.mountPath", "is also model.pretrained.volume.mountPath"},
+      {"output_off_volume",
+       [](auto& j) {
+         Pretrained(j).output =
+             OutputSpec{"/elsewhere/{task}", ExportDtype::kFloat32, false, OutputVolume{"o"}};
+       },
+       "spec.tasks[0].output.path", "is not on the volume mounted at /outputs"},
+      {"outputs_collide",
+       [](auto& j) {
+         Pretrained(j).output = OutputSpec{"/out/same"};
+         TaskSpec other = T(j);
+         other.name = "other";
+         j.spec.tasks.push_back(other);
+       },
+       "spec.tasks[1].output.path", "would write its model to \"/out/same\", as task \"mlp\""},
+      {"grid_lora_rank_mlp",
+       [](auto& j) {
+         GridSpace g;
+         g.lora_rank = {4, 8};
+         T(j).search_space = SearchSpace{g, {}};
+       },
+       "spec.tasks[0].searchSpace.grid.loraRank", "applies only to transformer models"},
+      {"grid_lora_rank_zero",
+       [](auto& j) {
+         GridSpace g;
+         g.lora_rank = {0, 8};
+         Pretrained(j).search_space = SearchSpace{g, {}};
+       },
+       "spec.tasks[0].searchSpace.grid.loraRank[0]", "must be at least 1"},
+      {"grid_freeze_blocks_past_layers",
+       [](auto& j) {
+         GridSpace g;
+         g.freeze_blocks = {1, 4};
+         Gpt(j).search_space = SearchSpace{g, {}};
+       },
+       "spec.tasks[0].searchSpace.grid.freezeBlocks[1]", "must be at most the model's 2 blocks"},
+      {"grid_freeze_blocks_with_lora",
+       [](auto& j) {
+         GridSpace g;
+         g.freeze_blocks = {1, 2};
+         g.lora_rank = {8};
+         Pretrained(j).search_space = SearchSpace{g, {}};
+       },
+       "spec.tasks[0].searchSpace.grid.freezeBlocks", "has no effect with lora"},
+      {"grid_lora_rank_with_frozen_blocks",
+       [](auto& j) {
+         GridSpace g;
+         g.lora_rank = {8};
+         Pretrained(j).search_space = SearchSpace{g, {}};
+         T(j).fine_tuning = FineTuningSpec{false, 2, {}};
+       },
+       "spec.tasks[0].searchSpace.grid.loraRank", "LoRA freezes every base parameter"},
+      {"random_lora_rank_whole",
+       [](auto& j) {
+         RandomSpace r;
+         r.count = 2;
+         Distribution d;
+         d.values = {4.5};
+         r.lora_rank = d;
+         Pretrained(j).search_space = SearchSpace{{}, r};
+       },
+       "spec.tasks[0].searchSpace.random.loraRank.values[0]", "must be a whole number"},
+      {"random_freeze_blocks_past_layers",
+       [](auto& j) {
+         RandomSpace r;
+         r.count = 2;
+         r.freeze_blocks = Range(0, 5);
+         Gpt(j).search_space = SearchSpace{{}, r};
+       },
+       "spec.tasks[0].searchSpace.random.freezeBlocks", "must be at most the model's 2 blocks"},
   };
   return cases;
 }
@@ -404,6 +609,36 @@ INSTANTIATE_TEST_SUITE_P(AllRules, RuleTest, ::testing::Range<size_t>(0, Cases()
                          [](const ::testing::TestParamInfo<size_t>& param_info) {
                            return std::string(Cases()[param_info.param].name);
                          });
+
+TEST(ValidationTest, FineTuningJobsThatAreValid) {
+  // A LoRA sweep whose rank comes from the grid, exporting per task onto a
+  // volume; a layer-wise fine-tune of Orrery's GPT writing under the
+  // checkpoint volume; a random search over ranks.
+  ModelSelectionJob job = Valid();
+  GridSpace g;
+  g.lora_rank = {4, 8, 16};
+  g.learning_rate = {1e-4, 3e-4};
+  Pretrained(job).fine_tuning = FineTuningSpec{false, 0, Lora(std::nullopt, {"q_proj", "o_proj"})};
+  T(job).output = OutputSpec{"runs/{task}", ExportDtype::kBfloat16, true, OutputVolume{"results"}};
+  T(job).search_space = SearchSpace{g, {}};
+  TaskSpec gpt = T(job);
+  gpt.name = "gpt";
+  gpt.model = ModelSpec{};
+  gpt.model.gpt = GptModel{4, 64, 4, 32, 256};
+  gpt.fine_tuning = FineTuningSpec{true, 2, {}};
+  gpt.output = OutputSpec{"/checkpoints/models/gpt"};
+  gpt.search_space.reset();
+  job.spec.tasks.push_back(gpt);
+  TaskSpec random = T(job);
+  random.name = "random";
+  RandomSpace r;
+  r.count = 3;
+  r.lora_rank = Range(2, 64, true);
+  random.search_space = SearchSpace{{}, r};
+  job.spec.tasks.push_back(random);
+  auto errors = ValidateJob(job);
+  EXPECT_TRUE(errors.empty()) << Dump(errors);
+}
 
 TEST(ValidationTest, ReportsEveryErrorNotJustTheFirst) {
   ModelSelectionJob job = Valid();

@@ -57,6 +57,65 @@ TEST(PlanCommandTest, MeasuredProfilesReplaceEstimates) {
   EXPECT_EQ(r.output.find("~400"), std::string::npos) << r.output;
 }
 
+// The example's claim "models" as this machine holds it: the two models'
+// config.json (their public values), no weights.
+const char* kLlama32_1b = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+  "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+  "tie_word_embeddings": true, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+  "original_max_position_embeddings": 8192, "rope_type": "llama3"}})";
+const char* kGpt2 = R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+  "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257})";
+
+TEST(PlanCommandTest, PretrainedModelsAreSizedFromTheirConfig) {
+  TempFiles files("plan_pretrained");
+  std::string svg = files.Write("plan.svg", "");
+  std::string cache = files.Write("empty-cache.json", "{\"entries\": []}");
+  std::string claim = std::filesystem::path(svg).parent_path().string() + "/models";
+  std::filesystem::create_directories(claim + "/Llama-3.2-1B");
+  std::filesystem::create_directories(claim + "/gpt2");
+  std::ofstream(claim + "/Llama-3.2-1B/config.json") << kLlama32_1b;
+  std::ofstream(claim + "/gpt2/config.json") << kGpt2;
+  const std::string plan = "plan " + Example("finetune-lora-sweep.yaml") + " --gpus 2x8 --svg " +
+                           svg + " --profile-cache " + cache;
+
+  // On the claim only the pods mount: no size, no profile, no plan.
+  RunResult r = RunOrrery(plan);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot be estimated (size unknown: /models/Llama-3.2-1B/config.json "
+                          "is not readable here (it is on claim models, which only the worker "
+                          "pods mount)"),
+            std::string::npos)
+      << r.output;
+
+  // With the claim's files here, config.json sizes each model.
+  r = RunOrrery(plan + " --volume models=" + claim);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(7 tasks; 0 profiled configurations"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gpt2-full: gpt2 config.json: 124.44M parameters, 42.53M trained "
+                          "(embeddings and first 6 blocks frozen)"),
+            std::string::npos)
+      << r.output;
+  // Llama 3.2 1B: 1,235,814,400 parameters; LoRA r=8 on q, k, v, o adds
+  // 16 x 8 x ((2048 + 2048) x 2 + (2048 + 512) x 2) = 1,703,936.
+  EXPECT_NE(r.output.find("llama-lora: llama config.json: 1.24B parameters, 1.70M trained "
+                          "(LoRA r=8)"),
+            std::string::npos)
+      << r.output;
+
+  // A config.json that contradicts the spec is an error naming the field.
+  std::ofstream(claim + "/gpt2/config.json")
+      << R"({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 4, "vocab_size": 100})";
+  r = RunOrrery(plan + " --volume models=" + claim);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("spec.tasks[1].fineTuning.freezeBlocks: must be at most the model's 4 "
+                          "blocks (/models/gpt2/config.json)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(RunOrrery(plan + " --volume models").exit_code, 2);
+}
+
 TEST(PlanCommandTest, BadArgumentsSayWhatToWrite) {
   RunResult r = RunOrrery("plan " + Example("quickstart.yaml") + " --gpus 8");
   EXPECT_EQ(r.exit_code, 2);

@@ -243,6 +243,83 @@ TEST_F(GangTest, EveryPodPassesTheRestrictedProfile) {
   }
 }
 
+// The volume and mount named `name` in a pod, or nulls.
+std::pair<Json, Json> VolumeAndMount(const Json& pod, const std::string& name) {
+  std::pair<Json, Json> out;
+  for (const Json& v : pod["spec"]["volumes"])
+    if (v["name"] == name) out.first = v;
+  for (const Json& m : pod["spec"]["containers"][0]["volumeMounts"])
+    if (m["name"] == name) out.second = m;
+  return out;
+}
+
+TEST_F(GangTest, TheModelClaimIsMountedReadOnlyAndTheOutputClaimReadWrite) {
+  api::LoadedJob tune = LoadJob(testing::kFineTuneJobYaml);
+  ASSERT_EQ(tune.tasks.size(), 3u);
+  GangRequest r = Request(2, {"n1", "n2"});
+  r.job = &tune.job;
+  r.task = &tune.tasks[1];  // llama-lora-8
+  auto gang = BuildGang(r);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  for (const Json& pod : gang->pods) {
+    auto [model, model_mount] = VolumeAndMount(pod, "model");
+    ASSERT_FALSE(model.is_null()) << pod.dump(2);
+    EXPECT_EQ(model["persistentVolumeClaim"]["claimName"], "models");
+    EXPECT_EQ(model["persistentVolumeClaim"]["readOnly"], true);
+    EXPECT_EQ(model_mount["mountPath"], "/models");
+    EXPECT_EQ(model_mount["readOnly"], true);
+    auto [output, output_mount] = VolumeAndMount(pod, "output");
+    ASSERT_FALSE(output.is_null());
+    EXPECT_EQ(output["persistentVolumeClaim"]["claimName"], "results");
+    EXPECT_FALSE(output["persistentVolumeClaim"].contains("readOnly"));
+    EXPECT_EQ(output_mount["mountPath"], "/outputs");
+    EXPECT_FALSE(output_mount.value("readOnly", false));
+    EXPECT_EQ(RestrictedViolations(pod), std::vector<std::string>{}) << pod.dump(2);
+    const Json& args = pod["spec"]["containers"][0]["args"];
+    auto has = [&](const std::string& flag) {
+      return std::find(args.begin(), args.end(), flag) != args.end();
+    };
+    EXPECT_TRUE(has("--pretrained=/models/llama-3.2-1b"));
+    EXPECT_TRUE(has("--lora-rank=8"));
+    EXPECT_TRUE(has("--export-dir=/outputs/runs/llama-lora-8"));
+    EXPECT_TRUE(has("--export-dtype=bfloat16"));
+  }
+  // A model in the image and an export under the checkpoint claim: no extra
+  // volumes, only the checkpoint claim the export lands on.
+  r.task = &tune.tasks[2];
+  auto gpt2 = BuildGang(r);
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status();
+  EXPECT_TRUE(VolumeAndMount(gpt2->pods[0], "model").first.is_null());
+  EXPECT_TRUE(VolumeAndMount(gpt2->pods[0], "output").first.is_null());
+  EXPECT_EQ(
+      VolumeAndMount(gpt2->pods[0], "checkpoints").first["persistentVolumeClaim"]["claimName"],
+      "tune-ckpt");
+  // A job without models mounts nothing new.
+  auto plain = BuildGang(Request(1, {"n1"}));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(VolumeAndMount(plain->pods[0], "model").first.is_null());
+}
+
+TEST_F(GangTest, ExportsMustLandOnAClaimInACluster) {
+  api::LoadedJob tune = LoadJob(testing::kFineTuneJobYaml);
+  EXPECT_TRUE(ClusterSpecErrors(tune.job, tune.tasks).empty());
+  // Under the checkpoint path but with no claim behind it: an emptyDir.
+  tune.job.spec.checkpoints.claim_name = "";
+  auto errors = ClusterSpecErrors(tune.job, tune.tasks);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].path, "spec.tasks[1].output.path");
+  EXPECT_NE(errors[0].message.find("\"/ckpt/models/gpt2\" is on no persistent volume"),
+            std::string::npos)
+      << errors[0].message;
+  EXPECT_NE(errors[0].fix.find("set output.volume"), std::string::npos);
+  // Without its volume the sweep's relative path is the worker's read-only
+  // working directory: one error for the spec task, not one per variant.
+  for (auto& e : tune.tasks) e.task.output->volume.reset();
+  errors = ClusterSpecErrors(tune.job, tune.tasks);
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0].path, "spec.tasks[0].output.path");
+}
+
 TEST_F(GangTest, TheRestrictedCheckerCatchesViolations) {
   auto gang = BuildGang(Request(1, {"n1"}));
   ASSERT_TRUE(gang.ok());

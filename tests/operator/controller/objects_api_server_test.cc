@@ -127,6 +127,53 @@ TEST_F(ObjectsApiServerTest, ProfileGangIsAccepted) {
       << out.output;
 }
 
+// Issue 19: a fine-tuning job passes the CRD's schema and CEL rules, its pods
+// with the model claim (read-only) and the output claim pass strict validation
+// and the restricted profile, and the CRD refuses what validation.cc refuses.
+TEST_F(ObjectsApiServerTest, FineTuneJobAndItsPodsAreAccepted) {
+  api::LoadedJob tune = testing::LoadJob(testing::kFineTuneJobYaml);
+  tune.job.metadata.namespace_ = kNamespace;
+  tune.job.metadata.uid.clear();
+  tune.job.metadata.generation = 0;
+  Json body = api::EncodeJob(tune.job);
+  body.erase("status");
+  auto created = client_->Create(Jobs(), kNamespace, kube::Object::parse(body.dump()));
+  if (!created.ok() && kube::IsAlreadyExists(created.status())) {
+    created = client_->Get(Jobs(), kNamespace, tune.job.metadata.name);
+  }
+  ASSERT_TRUE(created.ok()) << created.status();
+  tune.job.metadata.uid = (*created)["metadata"]["uid"].get<std::string>();
+  GangRequest r;
+  r.job = &tune.job;
+  r.task = &tune.tasks[1];
+  r.config.gpus = 2;
+  r.config.nodes = 2;
+  r.placement = {"gpu-node-a", "gpu-node-b"};
+  auto gang = BuildGang(r);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  ProfileRequest pr;
+  pr.job = &tune.job;
+  pr.task = &tune.tasks[0];
+  auto profile = BuildProfileGang(pr);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  CommandResult out = DryRunCreate(
+      {gang->service, gang->pods[0], gang->pods[1], profile->service, profile->pods[0]});
+  EXPECT_EQ(out.exit_code, 0) << out.output;
+  EXPECT_EQ(out.output.find("Warning"), std::string::npos) << out.output;
+
+  // The CEL rules: LoRA with frozen blocks, and fine-tuning an MLP.
+  Json bad = body;
+  bad["metadata"]["name"] = "tune-bad";
+  bad["spec"]["tasks"][0]["fineTuning"]["freezeBlocks"] = 2;
+  bad["spec"]["tasks"][1]["model"] = {
+      {"mlp", {{"layers", 1}, {"hidden", 4}, {"inputs", 4}, {"outputs", 2}}}};
+  auto refused = client_->Create(Jobs(), kNamespace, kube::Object::parse(bad.dump()));
+  ASSERT_FALSE(refused.ok());
+  const std::string why = refused.status().ToString();
+  EXPECT_NE(why.find("has no effect with lora"), std::string::npos) << why;
+  EXPECT_NE(why.find("applies only to transformer models"), std::string::npos) << why;
+}
+
 TEST_F(ObjectsApiServerTest, RestrictedAdmissionRefusesAWeakenedPod) {
   // The namespace really enforces the profile: the same pod with privilege
   // escalation allowed is refused, so the acceptances above mean something.

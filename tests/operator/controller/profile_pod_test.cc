@@ -1,5 +1,7 @@
 #include "operator/controller/profile_pod.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "operator/controller/names.h"
@@ -74,6 +76,30 @@ TEST_F(ProfilePodTest, GangRunsTheProfilerWithLabelsAndADeadline) {
   ASSERT_TRUE(other.ok());
   EXPECT_NE(other->pods[0]["metadata"]["name"], g->pods[0]["metadata"]["name"]);
   EXPECT_NE(other->service_name, g->service_name);
+}
+
+TEST_F(ProfilePodTest, ProfilesMountTheModelButNotTheOutput) {
+  api::LoadedJob tune = LoadJob(testing::kFineTuneJobYaml);
+  ProfileRequest r = Request(1);
+  r.job = &tune.job;
+  r.task = &tune.tasks[0];
+  auto g = BuildProfileGang(r);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const Json& pod = g->pods[0];
+  bool model = false, output = false;
+  for (const Json& v : pod["spec"]["volumes"]) {
+    model |= v["name"] == "model" && v["persistentVolumeClaim"]["readOnly"] == true;
+    output |= v["name"] == "output";
+  }
+  EXPECT_TRUE(model) << pod.dump(2);
+  EXPECT_FALSE(output);
+  EXPECT_EQ(testing::RestrictedViolations(pod), std::vector<std::string>{});
+  const Json& args = pod["spec"]["containers"][0]["args"];
+  EXPECT_NE(std::find(args.begin(), args.end(), "--lora-rank=4"), args.end());
+  for (const Json& a : args)
+    EXPECT_EQ(a.get<std::string>().rfind("--export", 0), std::string::npos);
+  // The cache key holds the model and what fine-tuning trains.
+  EXPECT_EQ(g->key.signature, "hf-/models/llama-3.2-1b@models-s512-lora4-q_proj,v_proj/tokens/b8");
 }
 
 TEST_F(ProfilePodTest, SucceededPodIsAMeasurement) {

@@ -663,6 +663,30 @@ TEST_F(ReconcileTest, AnInvalidSpecIsRecordedOnceAndNotRetried) {
   EXPECT_EQ(client_.statuses.size(), 1u);
 }
 
+// Valid anywhere but not in a cluster: an export that no claim of the pods
+// would keep is refused like an invalid spec, before anything runs.
+TEST_F(ReconcileTest, AnExportOnNoClaimIsAnInvalidSpecInACluster) {
+  api::TaskSpec& gpt = loaded_.job.spec.tasks[1];
+  gpt.output = api::OutputSpec{"/models/out"};
+  PutJob();
+  auto r = reconciler_->Reconcile(key_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->requeue_after.count(), 0);
+  EXPECT_TRUE(client_.created.empty());
+  ASSERT_EQ(client_.statuses.size(), 1u);
+  const kube::Object& status = client_.statuses.back();
+  EXPECT_EQ(status["phase"], "Failed");
+  bool invalid = false;
+  for (const kube::Object& c : status["conditions"]) {
+    invalid =
+        invalid || (c["reason"] == "InvalidSpec" &&
+                    c["message"].get<std::string>().find(
+                        "spec.tasks[1].output.path: \"/models/out\" is on no persistent volume") !=
+                        std::string::npos);
+  }
+  EXPECT_TRUE(invalid) << status.dump();
+}
+
 TEST_F(ReconcileTest, ADeletedJobEndsTheWorkAndForgetsItsEngine) {
   ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
   EXPECT_EQ(reconciler_->Solves(key_), 1);

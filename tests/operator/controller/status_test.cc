@@ -204,6 +204,23 @@ TEST_F(StatusTest, SucceededFailedSuspendedAndProfiling) {
   EXPECT_EQ(p.tasks[0].state, api::TaskState::kPending);
 }
 
+TEST_F(StatusTest, ASucceededTaskNamesItsExportedModel) {
+  loaded_ = LoadJob(testing::kFineTuneJobYaml);
+  std::vector<Json> pods;
+  for (const Json& p : Gang(1, 0, {"n1"})) pods.push_back(Bound(p, "Succeeded"));
+  for (const Json& p : Gang(2, 0, {"n1"})) pods.push_back(Bound(p, "Running"));
+  api::ModelSelectionJobStatus s = JobStatus(ObserveTasks(pods));
+  ASSERT_EQ(s.tasks.size(), 3u);
+  EXPECT_EQ(s.tasks[1].state, api::TaskState::kSucceeded);
+  EXPECT_EQ(s.tasks[1].export_path, "/outputs/runs/llama-lora-8");
+  EXPECT_EQ(s.tasks[2].state, api::TaskState::kRunning);
+  EXPECT_EQ(s.tasks[2].export_path, "");  // not until it has succeeded
+  // Kept once the pods are gone.
+  loaded_.job.status = s;
+  api::ModelSelectionJobStatus later = JobStatus({});
+  EXPECT_EQ(later.tasks[1].export_path, "/outputs/runs/llama-lora-8");
+}
+
 TEST_F(StatusTest, AGangStoppedForANewPlanIsRescalingAndNotDegraded) {
   auto pods = Gang(0, 3, {"n1", "n2"});
   auto obs = ObserveTasks({MakePod(Bound(pods[0], "Succeeded")).Deleting(),

@@ -55,6 +55,48 @@ spec:
     path: /ckpt
 )";
 
+// Fine-tunes (issue 19): "llama", a LoRA rank grid over a pre-trained model on
+// the claim "models", exporting onto the claim "results"; "gpt2", a layer-wise
+// fine-tune of a model in the image, exporting under the checkpoint claim.
+inline const char* kFineTuneJobYaml = R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata:
+  name: tune
+  namespace: team-a
+  uid: 6f1d2c3a-0000-4000-8000-000000000002
+  generation: 1
+spec:
+  tasks:
+  - name: llama
+    model:
+      pretrained: {path: llama-3.2-1b, seqLen: 512, volume: {claimName: models}}
+    data:
+      tokens: {path: /models/corpus.u32, dtype: uint32}
+    training: {steps: 100, batchSize: 8, learningRate: 1e-4}
+    fineTuning:
+      lora: {targets: [q_proj, v_proj]}
+    output:
+      path: runs/{task}
+      dtype: bfloat16
+      volume: {claimName: results}
+    searchSpace:
+      grid: {loraRank: [4, 8]}
+  - name: gpt2
+    model:
+      pretrained: {path: /opt/models/gpt2, seqLen: 1024}
+    data:
+      synthetic: {seed: 1}
+    training: {steps: 50, batchSize: 8, learningRate: 1e-4}
+    fineTuning: {freezeEmbeddings: true, freezeBlocks: 4}
+    output:
+      path: /ckpt/models/gpt2
+  resources:
+    gpuQuota: 8
+  checkpoints:
+    claimName: tune-ckpt
+    path: /ckpt
+)";
+
 inline api::LoadedJob LoadJob(const std::string& yaml = kJobYaml) {
   auto json = api::YamlToJson(yaml);
   EXPECT_TRUE(json.ok()) << json.status();

@@ -214,6 +214,109 @@ TEST(WorkerCommand, TotalSteps) {
   EXPECT_EQ(TotalSteps(job.tasks[2].task), 2 * 1000 / 10);  // epochs of synthetic data
 }
 
+// Fine-tunes of pre-trained models (issue 19): a LoRA sweep of a Llama-family
+// directory on a volume exporting per task, and a layer-wise fine-tune of a
+// GPT-2 directory given relative to the repository.
+const char* kFineTune = R"(
+apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: ft}
+spec:
+  tasks:
+  - name: llama
+    model:
+      pretrained: {path: llama-3.2-1b, seqLen: 512, volume: {claimName: models}}
+    data: {text: {path: /models/corpus.txt, tokenizer: /models/llama-3.2-1b}}
+    training: {steps: 100, batchSize: 8, learningRate: 1e-4}
+    fineTuning: {lora: {alpha: 32, targets: [q_proj, v_proj]}}
+    output:
+      path: "{task}"
+      dtype: bfloat16
+      mergeLora: true
+      volume: {claimName: results}
+    searchSpace: {grid: {loraRank: [4, 8]}}
+  - name: gpt2
+    model: {pretrained: {path: models/gpt2, seqLen: 1024}}
+    data: {tokens: {path: data/train.u16}}
+    training: {steps: 100, batchSize: 8, learningRate: 1e-4}
+    fineTuning: {freezeEmbeddings: true, freezeBlocks: 4}
+    output: {path: out/gpt2}
+  resources: {gpuQuota: 4}
+)";
+
+size_t CountPrefix(const std::vector<std::string>& flags, const std::string& prefix) {
+  return static_cast<size_t>(std::count_if(
+      flags.begin(), flags.end(), [&](const std::string& s) { return s.rfind(prefix, 0) == 0; }));
+}
+
+TEST(WorkerCommand, PretrainedLoraTaskFlags) {
+  api::LoadedJob job = Load(kFineTune);
+  ASSERT_EQ(job.tasks.size(), 3u);
+  const api::ExpandedTask& lora = job.tasks[1];  // rank 8
+  ASSERT_EQ(lora.name, "llama-lora-8");
+  LaunchConfig c;
+  c.template_name = "fsdp";
+  c.gpus = 2;
+  c.base_dir = "/repo";  // nothing of this task is relative to it: all on volumes
+  auto f = TrainFlags(lora, c);
+  for (const char* want :
+       {"--model=gpt", "--pretrained=/models/llama-3.2-1b", "--seq=512", "--lora-rank=8",
+        "--lora-alpha=32", "--lora-targets=q_proj,v_proj", "--data=text",
+        "--data-path=/models/corpus.txt", "--tokenizer=/models/llama-3.2-1b",
+        "--export-dir=/outputs/llama-lora-8", "--export-dtype=bfloat16", "--export-merged"}) {
+    EXPECT_TRUE(Has(f, want)) << want;
+  }
+  // config.json sets the architecture: no sizes to disagree with.
+  for (const char* absent : {"--layers", "--hidden", "--heads", "--vocab", "--freeze"})
+    EXPECT_EQ(CountPrefix(f, absent), 0u) << absent;
+  EXPECT_EQ(ExportDir(lora, "/repo"), "/outputs/llama-lora-8");
+  // A profile loads and trains the same way but exports nothing.
+  auto p = ProfileFlags(lora, c, 9);
+  EXPECT_TRUE(Has(p, "--pretrained=/models/llama-3.2-1b"));
+  EXPECT_TRUE(Has(p, "--lora-rank=8"));
+  EXPECT_EQ(CountPrefix(p, "--export"), 0u);
+}
+
+TEST(WorkerCommand, LayerWiseFineTuneFlagsResolveRelativePaths) {
+  api::LoadedJob job = Load(kFineTune);
+  const api::ExpandedTask& gpt2 = job.tasks[2];
+  LaunchConfig c;
+  c.template_name = "ddp";
+  c.gpus = 1;
+  c.base_dir = "/repo";
+  auto f = TrainFlags(gpt2, c);
+  for (const char* want : {"--pretrained=/repo/models/gpt2", "--seq=1024", "--freeze-embeddings",
+                           "--freeze-blocks=4", "--export-dir=/repo/out/gpt2",
+                           "--export-dtype=float32", "--data-path=/repo/data/train.u16"}) {
+    EXPECT_TRUE(Has(f, want)) << want;
+  }
+  EXPECT_EQ(CountPrefix(f, "--lora"), 0u);
+  EXPECT_EQ(CountPrefix(f, "--export-merged"), 0u);
+  EXPECT_EQ(CountPrefix(f, "--tokenizer"), 0u);
+  // In a pod (no base folder) a relative path is the worker's own.
+  c.base_dir = "";
+  EXPECT_TRUE(Has(TrainFlags(gpt2, c), "--pretrained=models/gpt2"));
+  // A task without output exports nothing.
+  api::LoadedJob plain = Load(kJob);
+  EXPECT_EQ(CountPrefix(TrainFlags(plain.tasks[0], c), "--export"), 0u);
+  EXPECT_EQ(ExportDir(plain.tasks[0], "/repo"), "");
+}
+
+TEST(WorkerCommand, SignatureKeysWhatFineTuningTrains) {
+  api::LoadedJob job = Load(kFineTune);
+  const std::string r4 = ModelSignature(job.tasks[0].task), r8 = ModelSignature(job.tasks[1].task);
+  EXPECT_EQ(r8, "hf-/models/llama-3.2-1b@models-s512-lora8-q_proj,v_proj/text/b8");
+  EXPECT_NE(r4, r8);
+  api::TaskSpec alpha = job.tasks[1].task;
+  alpha.fine_tuning->lora->alpha = 64;  // scales the adapters, not the work
+  alpha.training.learning_rate = 3e-4;
+  EXPECT_EQ(ModelSignature(alpha), r8);
+  api::TaskSpec targets = job.tasks[1].task;
+  targets.fine_tuning->lora->targets.push_back("o_proj");
+  EXPECT_NE(ModelSignature(targets), r8);
+  EXPECT_EQ(ModelSignature(job.tasks[2].task), "hf-models/gpt2-s1024-fe-fb4/tokens/b8");
+}
+
 TEST(Estimate, ScalesWithDevicesAndRespectsTemplateLimits) {
   api::LoadedJob job = Load(kJob);
   const api::TaskSpec& gpt = job.tasks[0].task;

@@ -33,7 +33,8 @@ bool operator==(const ReportTask& a, const ReportTask& b) {
          a.template_name == b.template_name && a.gpus == b.gpus && a.batch_size == b.batch_size &&
          a.steps_done == b.steps_done && a.steps_total == b.steps_total &&
          a.final_loss == b.final_loss && a.samples_per_s == b.samples_per_s &&
-         a.restarts == b.restarts && a.losses == b.losses && a.state_io == b.state_io;
+         a.restarts == b.restarts && a.losses == b.losses && a.state_io == b.state_io &&
+         a.export_path == b.export_path;
 }
 bool operator==(const ReportProfile& a, const ReportProfile& b) {
   return a.signature == b.signature && a.tasks == b.tasks && a.template_name == b.template_name &&
@@ -79,6 +80,7 @@ RunReport FullReport() {
                  5000000000LL, 4},
                 {"restore", 19.75, 50, "", "dp=4,tp=1,pp=1,fsdp=4", "dp=1,tp=2,pp=2", 12300000,
                  12300000, 1.0 / 3.0, 210000000, 4}};
+  a.export_path = "/outputs/lr-3e-4";
   ReportTask b;
   b.name = "lr-1e-3";
   b.source = "lr";
@@ -207,6 +209,26 @@ TEST(ReportJson, ReadsAReportWrittenBeforeStateIo) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(back->tasks[0].state_io.empty());
   EXPECT_EQ(back->tasks[0].losses.size(), 3u);
+}
+
+// Likewise a report from before exports: no task exported anything.
+TEST(ReportJson, ReadsAReportWrittenBeforeExports) {
+  nlohmann::json j = nlohmann::json::parse(ReportJson(FullReport()));
+  ASSERT_EQ(j["tasks"][0]["export"], "/outputs/lr-3e-4");
+  EXPECT_FALSE(j["tasks"][1].contains("export"));  // b exported nothing
+  for (auto& t : j["tasks"]) t.erase("export");
+  auto back = ReportFromJson(j.dump());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->tasks[0].export_path, "");
+}
+
+TEST(ReportHtml, ListsWhereEachTrainedModelWent) {
+  RunReport r = FullReport();
+  std::string html = ReportHtml(r);
+  EXPECT_NE(html.find("<h3>Trained models</h3>"), std::string::npos);
+  EXPECT_NE(html.find("<code>/outputs/lr-3e-4</code>"), std::string::npos);
+  r.tasks[0].export_path = "";
+  EXPECT_EQ(ReportHtml(r).find("Trained models"), std::string::npos);
 }
 
 TEST(ReportJson, RejectsTextThatIsNotJson) {

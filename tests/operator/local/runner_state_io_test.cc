@@ -40,6 +40,8 @@ for a in "$@"; do
     --batch=*) batch=${a#--batch=} ;;
     --steps=*) steps=${a#--steps=} ;;
     --checkpoint-dir=*) ckpt=${a#--checkpoint-dir=} ;;
+    --export-dir=*) export_dir=${a#--export-dir=} ;;
+    --export-dtype=*) export_dtype=${a#--export-dtype=} ;;
   esac
 done
 if [ "$mode" = profile ]; then
@@ -73,7 +75,12 @@ if [ "$step" -gt "$first" ] && [ "$RANK" = 0 ]; then
   echo "$step $layout" > "$ckpt.state"
   echo "{\"event\":\"checkpoint\",\"step\":$step,\"path\":\"$ckpt/step-$step\",\"reason\":\"$reason\",\"seconds\":0.02,\"bytes\":4000,\"ranks\":[{\"bytes\":4000,\"bytes_needed\":4000,\"reads\":0,\"seconds\":0.02,\"peak_rss_bytes\":150000000,\"rss_before_bytes\":100}]}"
 fi
-echo "{\"event\":\"done\",\"status\":\"$status\",\"step\":$step,\"loss\":1.5}"
+exported=null
+if [ "$status" = completed ] && [ -n "$export_dir" ]; then
+  echo "{\"event\":\"export\",\"path\":\"$export_dir\",\"dtype\":\"$export_dtype\",\"seconds\":0.5}"
+  exported="\"$export_dir\""
+fi
+echo "{\"event\":\"done\",\"status\":\"$status\",\"step\":$step,\"loss\":1.5,\"export\":$exported}"
 )";
 
 const char* kJob = R"(
@@ -171,6 +178,50 @@ TEST_F(RunnerStateIoTest, SavesAndTheReshardOnResumeAreRecorded) {
   html << std::ifstream(o.workdir + "/report.html").rdbuf();
   EXPECT_NE(html.str().find("<h2>Checkpoints and re-shards</h2>"), std::string::npos);
   EXPECT_NE(html.str().find("<td>re-shard</td>"), std::string::npos);
+}
+
+// A fine-tune with an output: the worker is told where to export (resolved
+// against the job's folder like its other paths), and its "export" line puts
+// the folder into the events and into report.json.
+TEST_F(RunnerStateIoTest, TheExportedModelIsReported) {
+  auto job = api::LoadJobText(R"(
+apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: export}
+spec:
+  tasks:
+  - name: tune
+    model: {pretrained: {path: models/gpt2, seqLen: 64}}
+    data: {synthetic: {seed: 1, samples: 1000}}
+    training: {steps: 6, batchSize: 8, learningRate: 0.1}
+    fineTuning: {lora: {rank: 4}}
+    output: {path: "out/{task}", dtype: bfloat16}
+  resources:
+    templates: [ddp]
+    gpusPerTask: {min: 1, max: 1}
+    gpuQuota: 1
+  profiling: {trialSteps: 3}
+)");
+  ASSERT_TRUE(job.ok()) << job.status();
+  RunOptions o;
+  o.workdir = dir_ + "/run";
+  o.worker = worker_;
+  o.profile_cache = dir_ + "/profiles.json";
+  o.job_dir = dir_;
+  o.tick_s = 0.02;
+  o.report_every = 1;
+  o.devices = *ParseDevices("cpu:1");
+  std::ostringstream out, err;
+  ASSERT_EQ(RunJob(*job, o, out, err), 0) << out.str() << err.str();
+  const std::string where = dir_ + "/out/tune";
+  EXPECT_NE(out.str().find("tune: exported the model to " + where + " (bfloat16) in 0.5 s"),
+            std::string::npos)
+      << out.str();
+  std::stringstream text;
+  text << std::ifstream(o.workdir + "/report.json").rdbuf();
+  const nlohmann::json report = nlohmann::json::parse(text.str(), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << text.str();
+  EXPECT_EQ(report["tasks"][0]["export"], where);
 }
 
 }  // namespace
