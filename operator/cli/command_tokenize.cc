@@ -9,6 +9,7 @@
 #include <ostream>
 #include <string>
 
+#include "common/bytes_text.h"
 #include "operator/cli/commands.h"
 #include "worker/data/bpe.h"
 
@@ -18,15 +19,6 @@ namespace {
 constexpr const char* kUsage =
     "Usage: orrery tokenize --tokenizer DIR_OR_JSON --input TEXT --output TOKENS\n"
     "                       [--token-bytes 2|4]\n";
-
-std::string HumanBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f %s", bytes, units[u]);
-  return buf;
-}
 
 int RunTokenize(Invocation& in) {
   if (WantsHelp(in.args)) {
@@ -104,7 +96,8 @@ int RunTokenize(Invocation& in) {
   in.out << "Tokenized " << input << " with " << tokenizer->JsonPath() << "\n"
          << "  tokens:      " << *count << " (uint" << token_bytes * 8 << ") -> " << output << "\n"
          << "  vocab size:  " << tokenizer->VocabSize() << "\n"
-         << "  text:        " << (ec ? std::string("?") : HumanBytes(text_bytes)) << " in "
+         << "  text:        "
+         << (ec ? std::string("?") : HumanBytes(static_cast<uint64_t>(text_bytes))) << " in "
          << timing << "\n";
   return kExitOk;
 }

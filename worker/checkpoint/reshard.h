@@ -7,6 +7,7 @@
 #include <ostream>
 #include <string>
 
+#include "common/bytes_text.h"
 #include "common/status.h"
 #include "worker/checkpoint/layout.h"
 #include "worker/checkpoint/reader.h"
@@ -36,7 +37,7 @@ struct ReshardOptions {
 Status Reshard(const std::string& from, const Layout& to, const std::string& out,
                const ReshardOptions& options, LoadStats* stats = nullptr);
 
-// "1.5 GiB"
-std::string HumanBytes(uint64_t bytes);
+// "1.5 GiB" (common/bytes_text.h; checkpoint code and its callers say HumanBytes).
+using orrery::HumanBytes;
 
 }  // namespace orrery::checkpoint

@@ -34,6 +34,8 @@
 #include <unicode/uchar.h>
 #include <unicode/utypes.h>
 
+#include "common/bytes_text.h"
+
 namespace orrery::data {
 namespace {
 
@@ -1461,15 +1463,6 @@ void PackTokens(const std::vector<int32_t>& ids, int token_bytes, std::string* o
   }
 }
 
-std::string HumanBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f %s", bytes, units[u]);
-  return buf;
-}
-
 // A one-line bar on stderr, redrawn at most four times a second.
 class ProgressBar {
  public:
@@ -1488,8 +1481,8 @@ class ProgressBar {
     std::string bar(static_cast<size_t>(filled), '=');
     bar.resize(width, ' ');
     std::fprintf(stderr, "\rtokenizing %s [%s] %3.0f%% %s/%s %.2fM tokens/s ", name_.c_str(),
-                 bar.c_str(), fraction * 100, HumanBytes(static_cast<double>(done)).c_str(),
-                 HumanBytes(static_cast<double>(total_)).c_str(),
+                 bar.c_str(), fraction * 100, HumanBytes(static_cast<uint64_t>(done)).c_str(),
+                 HumanBytes(static_cast<uint64_t>(total_)).c_str(),
                  seconds > 0 ? static_cast<double>(tokens) / seconds / 1e6 : 0.0);
     if (last) std::fputc('\n', stderr);
     std::fflush(stderr);
