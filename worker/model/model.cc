@@ -419,16 +419,6 @@ std::shared_ptr<Layer> SliceLayer(const GptConfig& c, size_t index,
 
 }  // namespace
 
-StatusOr<std::shared_ptr<Layer>> SliceGptLayerForTensorParallel(const GptConfig& c, size_t index,
-                                                                const std::shared_ptr<Layer>& layer,
-                                                                int tp_rank, int tp_size,
-                                                                dist::Communicator* tp) {
-  ORRERY_RETURN_IF_ERROR(CheckTensorParallel(c, tp_size, tp));
-  if (index > static_cast<size_t>(c.layers) + 1)
-    return InvalidArgumentError("layer " + std::to_string(index) + " is not in the model");
-  return SliceLayer(c, index, layer, tp_rank, tp_size, tp);
-}
-
 StatusOr<Model> SliceGptForTensorParallel(const GptConfig& c, const Model& full, int tp_rank,
                                           int tp_size, dist::Communicator* tp) {
   ORRERY_RETURN_IF_ERROR(CheckTensorParallel(c, tp_size, tp));

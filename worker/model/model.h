@@ -232,14 +232,6 @@ Status MoveToDevice(Model& model, c10::Device device);
 StatusOr<Model> SliceGptForTensorParallel(const GptConfig& config, const Model& full, int tp_rank,
                                           int tp_size, dist::Communicator* tp);
 
-// Layer `index` of the GPT (0 the embedding, 1..layers the blocks, then the head)
-// as tensor-parallel rank `tp_rank` of `tp_size` holds it.
-StatusOr<std::shared_ptr<Layer>> SliceGptLayerForTensorParallel(const GptConfig& config,
-                                                                size_t index,
-                                                                const std::shared_ptr<Layer>& layer,
-                                                                int tp_rank, int tp_size,
-                                                                dist::Communicator* tp);
-
 // The inverse for one tensor: how a parameter of that name is split over tp
 // ranks. Returns -1 when replicated, else the dimension it is split along.
 int GptTensorParallelDim(const std::string& parameter_name);

@@ -452,14 +452,6 @@ StatusOr<at::Tensor> PretrainedWeights::ReadFlat(const std::string& name, int64_
 
 // --- weights out ---------------------------------------------------------------
 
-std::string HuggingFaceName(const GptConfig& config, const std::string& name) {
-  std::vector<int64_t> none;
-  auto ref = MapName(config, config.Llama() ? "" : "transformer.", name, none, false);
-  if (!ref.ok()) return "";
-  if (name == "head.proj.weight" && config.tie_embeddings) return "";
-  return ref->name;
-}
-
 namespace {
 
 json ConfigForExport(const GptConfig& c, const std::string& dtype) {

@@ -97,8 +97,4 @@ Status ExportLoraAdapter(const ModelConfig& config, const NamedTensors& params,
 // The base parameters with every adapter merged in: W + (alpha / r) · B A.
 StatusOr<NamedTensors> MergeLora(const ModelConfig& config, const NamedTensors& params);
 
-// The Hugging Face name of one of Orrery's parameters (for messages and tests);
-// empty when it has none (a tied head).
-std::string HuggingFaceName(const GptConfig& config, const std::string& name);
-
 }  // namespace orrery::model
