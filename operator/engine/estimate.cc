@@ -8,11 +8,10 @@
 
 #include "operator/api/paths.h"
 #include "operator/api/yaml.h"
+#include "worker/hf/config.h"
 
 namespace orrery::engine {
 namespace {
-
-using api::Json;
 
 // The modules LoRA can target per family and the projections each stands for
 // (the worker's model.h LoraProjections, which this mirrors): GPT-2's fused
@@ -195,50 +194,6 @@ ParameterCount Count(const Layers& l, const api::TaskSpec& task) {
   return c;
 }
 
-// Reads config.json fields, naming the file and the field in errors.
-class ConfigFields {
- public:
-  ConfigFields(const Json& j, std::string where) : j_(j), where_(std::move(where)) {}
-  StatusOr<int> Int(const char* key, std::optional<int> fallback = std::nullopt) const {
-    if (!j_.contains(key) || j_[key].is_null()) {
-      if (fallback) return *fallback;
-      return InvalidArgumentError(where_ + ": " + key + " is missing");
-    }
-    const Json& v = j_[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1LL << 30)) {
-      return InvalidArgumentError(where_ + ": " + key + " must be a non-negative integer, not " +
-                                  v.dump());
-    }
-    return static_cast<int>(v.get<int64_t>());
-  }
-  StatusOr<bool> Bool(const char* key, bool fallback) const {
-    if (!j_.contains(key) || j_[key].is_null()) return fallback;
-    if (!j_[key].is_boolean())
-      return InvalidArgumentError(where_ + ": " + key + " must be true or false");
-    return j_[key].get<bool>();
-  }
-
- private:
-  const Json& j_;
-  std::string where_;
-};
-
-std::string ModelType(const Json& j) {
-  if (j.contains("model_type") && j["model_type"].is_string()) return j["model_type"];
-  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
-      j["architectures"][0].is_string()) {
-    const std::string a = j["architectures"][0];
-    for (const char* prefix : {"GPT2", "Llama", "Qwen2", "Mistral"}) {
-      if (a.rfind(prefix, 0) == 0) {
-        std::string type = prefix;
-        std::transform(type.begin(), type.end(), type.begin(), ::tolower);
-        return type;
-      }
-    }
-  }
-  return "";
-}
-
 }  // namespace
 
 DeviceModel DefaultDevice(const std::string& kind) {
@@ -253,55 +208,22 @@ DeviceModel DefaultDevice(const std::string& kind) {
 
 StatusOr<PretrainedShape> ParsePretrainedConfig(std::string_view json_text,
                                                 const std::string& where) {
-  Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return InvalidArgumentError(where + ": not a JSON object; is this a model's config.json?");
-  }
+  // One reader of config.json for the worker and the planner (worker/hf).
+  ORRERY_ASSIGN_OR_RETURN(hf::ModelConfig h, hf::ParseModelConfig(json_text, where));
   PretrainedShape s;
-  s.model_type = ModelType(j);
-  ConfigFields f(j, where);
-  if (s.Gpt2()) {
-    ORRERY_ASSIGN_OR_RETURN(s.layers, f.Int("n_layer"));
-    ORRERY_ASSIGN_OR_RETURN(s.hidden, f.Int("n_embd"));
-    ORRERY_ASSIGN_OR_RETURN(s.heads, f.Int("n_head"));
-    ORRERY_ASSIGN_OR_RETURN(s.vocab, f.Int("vocab_size"));
-    ORRERY_ASSIGN_OR_RETURN(s.positions, f.Int("n_positions", 1024));
-    ORRERY_ASSIGN_OR_RETURN(s.intermediate, f.Int("n_inner", 0));
-    ORRERY_ASSIGN_OR_RETURN(s.tie_embeddings, f.Bool("tie_word_embeddings", true));
-    if (s.intermediate == 0) s.intermediate = 4 * s.hidden;
-    s.kv_heads = s.heads;
-    s.head_dim = s.heads > 0 ? s.hidden / s.heads : 0;
-    s.qkv_bias = s.out_bias = s.mlp_bias = true;
-  } else if (s.model_type == "llama" || s.model_type == "qwen2" || s.model_type == "mistral") {
-    ORRERY_ASSIGN_OR_RETURN(s.layers, f.Int("num_hidden_layers"));
-    ORRERY_ASSIGN_OR_RETURN(s.hidden, f.Int("hidden_size"));
-    ORRERY_ASSIGN_OR_RETURN(s.heads, f.Int("num_attention_heads"));
-    ORRERY_ASSIGN_OR_RETURN(s.kv_heads, f.Int("num_key_value_heads", s.heads));
-    ORRERY_ASSIGN_OR_RETURN(s.head_dim, f.Int("head_dim", 0));
-    ORRERY_ASSIGN_OR_RETURN(s.intermediate, f.Int("intermediate_size"));
-    ORRERY_ASSIGN_OR_RETURN(s.vocab, f.Int("vocab_size"));
-    ORRERY_ASSIGN_OR_RETURN(s.tie_embeddings, f.Bool("tie_word_embeddings", false));
-    if (s.head_dim == 0 && s.heads > 0) s.head_dim = s.hidden / s.heads;
-    if (s.model_type == "qwen2") {
-      // Qwen2 has biases on q, k and v only (transformers' modeling_qwen2.py).
-      s.qkv_bias = true;
-    } else {
-      ORRERY_ASSIGN_OR_RETURN(s.qkv_bias, f.Bool("attention_bias", false));
-      s.out_bias = s.qkv_bias;
-      ORRERY_ASSIGN_OR_RETURN(s.mlp_bias, f.Bool("mlp_bias", false));
-    }
-  } else {
-    return InvalidArgumentError(where + ": model_type '" + s.model_type +
-                                "' is not supported (gpt2, llama, qwen2, mistral)");
-  }
-  for (const auto& [name, value] : {std::pair<const char*, int>{"layers", s.layers},
-                                    {"hidden size", s.hidden},
-                                    {"attention heads", s.heads},
-                                    {"key/value heads", s.kv_heads},
-                                    {"vocabulary", s.vocab},
-                                    {"MLP width", s.intermediate}}) {
-    if (value < 1) return InvalidArgumentError(where + ": the " + name + " must be at least 1");
-  }
+  s.model_type = h.model_type;
+  s.layers = h.layers;
+  s.hidden = h.hidden;
+  s.heads = h.heads;
+  s.kv_heads = h.kv_heads;
+  s.head_dim = h.head_dim;
+  s.intermediate = h.intermediate;
+  s.vocab = h.vocab;
+  s.positions = h.LearnedPositions() ? h.max_positions : 0;
+  s.tie_embeddings = h.tie_embeddings;
+  s.qkv_bias = h.qkv_bias;
+  s.out_bias = h.out_bias;
+  s.mlp_bias = h.mlp_bias;
   return s;
 }
 

@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "worker/checkpoint/layout.h"
+#include "worker/hf/config.h"
 #include "worker/hf/safetensors.h"
 #include "worker/model/transformer.h"
 
@@ -145,200 +146,52 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 // --- config.json -----------------------------------------------------------
 
-class Fields {
- public:
-  Fields(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
-  bool Has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
-  StatusOr<int> Int(const char* key, std::optional<int> fallback = std::nullopt) const {
-    if (!Has(key)) {
-      if (fallback) return *fallback;
-      return InvalidArgumentError(where_ + ": field " + key + " is missing");
-    }
-    const json& v = j_.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1LL << 30))
-      return InvalidArgumentError(where_ + ": field " + key + " must be a non-negative integer");
-    return v.get<int>();
-  }
-  StatusOr<double> Double(const char* key, double fallback) const {
-    if (!Has(key)) return fallback;
-    if (!j_.at(key).is_number())
-      return InvalidArgumentError(where_ + ": field " + key + " must be a number");
-    return j_.at(key).get<double>();
-  }
-  StatusOr<bool> Bool(const char* key, bool fallback) const {
-    if (!Has(key)) return fallback;
-    if (!j_.at(key).is_boolean())
-      return InvalidArgumentError(where_ + ": field " + key + " must be true or false");
-    return j_.at(key).get<bool>();
-  }
-  StatusOr<std::string> String(const char* key, const std::string& fallback) const {
-    if (!Has(key)) return fallback;
-    if (!j_.at(key).is_string())
-      return InvalidArgumentError(where_ + ": field " + key + " must be a string");
-    return j_.at(key).get<std::string>();
-  }
-
- private:
-  const json& j_;
-  std::string where_;
-};
-
-std::string ModelType(const json& j) {
-  if (j.contains("model_type") && j["model_type"].is_string()) return j["model_type"];
-  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
-      j["architectures"][0].is_string()) {
-    std::string a = j["architectures"][0];
-    if (a.rfind("GPT2", 0) == 0) return "gpt2";
-    if (a.rfind("Llama", 0) == 0) return "llama";
-    if (a.rfind("Qwen2", 0) == 0) return "qwen2";
-    if (a.rfind("Mistral", 0) == 0) return "mistral";
-  }
-  return "";
-}
-
-Status ParseRope(const json& j, const std::string& where, GptConfig& c) {
-  // transformers 5 writes rope_parameters {rope_theta, rope_type, ...}; older
-  // configs rope_theta and rope_scaling {type or rope_type, factor, ...}.
-  json params = json::object();
-  std::string params_field = "rope_parameters";
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-    params = j["rope_parameters"];
-  } else if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-    params = j["rope_scaling"];
-    params_field = "rope_scaling";
-  }
-  Fields top(j, where), p(params, where + ": " + params_field);
-  ORRERY_ASSIGN_OR_RETURN(c.rope.theta, top.Double("rope_theta", 10000.0));
-  ORRERY_ASSIGN_OR_RETURN(c.rope.theta, p.Double("rope_theta", c.rope.theta));
-  ORRERY_ASSIGN_OR_RETURN(std::string type, p.String("type", "default"));
-  ORRERY_ASSIGN_OR_RETURN(type, p.String("rope_type", type));
-  if (type != "default" && type != "linear" && type != "llama3") {
-    return InvalidArgumentError(where + ": " + params_field + ".rope_type '" + type +
-                                "' is not supported (default, linear, llama3)");
-  }
-  c.rope.type = type;
-  ORRERY_ASSIGN_OR_RETURN(c.rope.factor, p.Double("factor", 1.0));
-  ORRERY_ASSIGN_OR_RETURN(c.rope.low_freq_factor, p.Double("low_freq_factor", 1.0));
-  ORRERY_ASSIGN_OR_RETURN(c.rope.high_freq_factor, p.Double("high_freq_factor", 4.0));
-  ORRERY_ASSIGN_OR_RETURN(int max_pos, top.Int("max_position_embeddings", 8192));
-  ORRERY_ASSIGN_OR_RETURN(c.rope.original_max_positions,
-                          p.Int("original_max_position_embeddings", max_pos));
-  ORRERY_ASSIGN_OR_RETURN(double partial, p.Double("partial_rotary_factor", 1.0));
-  ORRERY_ASSIGN_OR_RETURN(partial, top.Double("partial_rotary_factor", partial));
-  if (partial != 1.0) {
-    return InvalidArgumentError(where + ": partial_rotary_factor " + std::to_string(partial) +
-                                " is not supported (rotary over the whole head only)");
-  }
-  if ((type == "linear" || type == "llama3") && c.rope.factor <= 0)
-    return InvalidArgumentError(where + ": " + params_field + ".factor must be > 0");
-  if (type == "llama3" && c.rope.high_freq_factor <= c.rope.low_freq_factor) {
-    return InvalidArgumentError(where + ": " + params_field +
-                                ".high_freq_factor must exceed low_freq_factor");
-  }
-  return OkStatus();
-}
-
-}  // namespace
-
-StatusOr<GptConfig> ParseHuggingFaceConfig(const std::string& text, const std::string& where,
-                                           int seq) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return InvalidArgumentError(where + ": not a JSON object; is this a model's config.json?");
-  const std::string type = ModelType(j);
-  Fields f(j, where);
+// The architecture worker/hf read, as the layers Orrery builds.
+StatusOr<GptConfig> ToGptConfig(const hf::ModelConfig& h, const std::string& where, int seq) {
+  ORRERY_RETURN_IF_ERROR(hf::CheckSequence(h, seq, where));
   GptConfig c;
   c.seq = seq;
-  c.hf_model_type = type;
-  if (type == "gpt2") {
-    c.family = "gpt2";
-    ORRERY_ASSIGN_OR_RETURN(c.layers, f.Int("n_layer"));
-    ORRERY_ASSIGN_OR_RETURN(c.hidden, f.Int("n_embd"));
-    ORRERY_ASSIGN_OR_RETURN(c.heads, f.Int("n_head"));
-    ORRERY_ASSIGN_OR_RETURN(c.vocab, f.Int("vocab_size"));
-    ORRERY_ASSIGN_OR_RETURN(c.max_positions, f.Int("n_positions", 1024));
-    ORRERY_ASSIGN_OR_RETURN(c.intermediate, f.Int("n_inner", 0));
-    ORRERY_ASSIGN_OR_RETURN(c.norm_eps, f.Double("layer_norm_epsilon", 1e-5));
-    ORRERY_ASSIGN_OR_RETURN(c.tie_embeddings, f.Bool("tie_word_embeddings", true));
-    ORRERY_ASSIGN_OR_RETURN(std::string act, f.String("activation_function", "gelu_new"));
-    if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") {
-      c.activation = "gelu_tanh";
-    } else if (act == "gelu") {
-      c.activation = "gelu";
-    } else {
-      return InvalidArgumentError(where + ": activation_function '" + act +
-                                  "' is not supported (gelu_new, gelu_pytorch_tanh, gelu)");
-    }
-    ORRERY_ASSIGN_OR_RETURN(bool scaled, f.Bool("scale_attn_weights", true));
-    ORRERY_ASSIGN_OR_RETURN(bool by_layer, f.Bool("scale_attn_by_inverse_layer_idx", false));
-    ORRERY_ASSIGN_OR_RETURN(bool cross, f.Bool("add_cross_attention", false));
-    if (!scaled || by_layer || cross) {
-      return InvalidArgumentError(
-          where +
-          ": scale_attn_weights must be true and scale_attn_by_inverse_layer_idx and "
-          "add_cross_attention false (the GPT-2 Orrery computes)");
-    }
-  } else if (type == "llama" || type == "qwen2" || type == "mistral") {
-    c.family = "llama";
-    c.activation = "silu";
-    ORRERY_ASSIGN_OR_RETURN(c.layers, f.Int("num_hidden_layers"));
-    ORRERY_ASSIGN_OR_RETURN(c.hidden, f.Int("hidden_size"));
-    ORRERY_ASSIGN_OR_RETURN(c.heads, f.Int("num_attention_heads"));
-    ORRERY_ASSIGN_OR_RETURN(c.kv_heads, f.Int("num_key_value_heads", c.heads));
-    ORRERY_ASSIGN_OR_RETURN(c.head_dim, f.Int("head_dim", 0));
-    ORRERY_ASSIGN_OR_RETURN(c.vocab, f.Int("vocab_size"));
-    ORRERY_ASSIGN_OR_RETURN(c.intermediate, f.Int("intermediate_size"));
-    ORRERY_ASSIGN_OR_RETURN(c.max_positions, f.Int("max_position_embeddings", 2048));
-    ORRERY_ASSIGN_OR_RETURN(c.norm_eps, f.Double("rms_norm_eps", 1e-6));
-    ORRERY_ASSIGN_OR_RETURN(c.tie_embeddings, f.Bool("tie_word_embeddings", false));
-    ORRERY_ASSIGN_OR_RETURN(std::string act, f.String("hidden_act", "silu"));
-    if (act != "silu") {
-      return InvalidArgumentError(where + ": hidden_act '" + act +
-                                  "' is not supported (silu, the SwiGLU of Llama)");
-    }
-    if (type == "qwen2") {
-      // Qwen2 has biases on q, k and v only (modeling_qwen2.py).
-      c.qkv_bias = true;
-      c.out_bias = c.mlp_bias = false;
-      ORRERY_ASSIGN_OR_RETURN(bool sliding, f.Bool("use_sliding_window", false));
-      if (sliding) {
-        return InvalidArgumentError(where +
-                                    ": use_sliding_window true is not supported; set it false");
-      }
-    } else {
-      ORRERY_ASSIGN_OR_RETURN(c.qkv_bias, f.Bool("attention_bias", false));
-      c.out_bias = c.qkv_bias;
-      ORRERY_ASSIGN_OR_RETURN(c.mlp_bias, f.Bool("mlp_bias", false));
-      if (type == "mistral" && f.Has("sliding_window")) {
-        ORRERY_ASSIGN_OR_RETURN(int window, f.Int("sliding_window"));
-        if (seq > window) {
-          return InvalidArgumentError(
-              where + ": sliding_window " + std::to_string(window) +
-              " is shorter than the sequence (" + std::to_string(seq) +
-              "); Orrery attends over the whole window: use seq <= " + std::to_string(window));
-        }
-      }
-    }
-    ORRERY_RETURN_IF_ERROR(ParseRope(j, where, c));
-  } else {
-    return InvalidArgumentError(where + ": model_type '" + type +
-                                "' is not supported (gpt2, llama, qwen2, mistral)");
+  c.hf_model_type = h.model_type;
+  c.family = h.Family();
+  c.layers = h.layers;
+  c.hidden = h.hidden;
+  c.heads = h.heads;
+  c.vocab = h.vocab;
+  c.intermediate = h.intermediate;
+  c.max_positions = h.max_positions;
+  c.norm_eps = h.norm_eps;
+  c.tie_embeddings = h.tie_embeddings;
+  c.qkv_bias = h.qkv_bias;
+  c.out_bias = h.out_bias;
+  c.mlp_bias = h.mlp_bias;
+  c.activation = h.activation;
+  if (!h.Gpt2()) {
+    // GPT-2's heads split the width evenly; ValidateGpt says so when they do not.
+    c.kv_heads = h.kv_heads;
+    c.head_dim = h.head_dim;
+    c.rope.theta = h.rope.theta;
+    c.rope.type = h.rope.type;
+    c.rope.factor = h.rope.factor;
+    c.rope.low_freq_factor = h.rope.low_freq_factor;
+    c.rope.high_freq_factor = h.rope.high_freq_factor;
+    c.rope.original_max_positions = h.rope.original_max_positions;
   }
   Status valid = internal::ValidateGpt(c);
   if (!valid.ok()) return valid.WithContext(where);
   return c;
 }
 
+}  // namespace
+
+StatusOr<GptConfig> ParseHuggingFaceConfig(const std::string& text, const std::string& where,
+                                           int seq) {
+  ORRERY_ASSIGN_OR_RETURN(hf::ModelConfig h, hf::ParseModelConfig(text, where));
+  return ToGptConfig(h, where, seq);
+}
+
 StatusOr<GptConfig> ConfigFromPretrained(const std::string& dir, int seq) {
-  const std::string path = (fs::path(dir) / "config.json").string();
-  std::ifstream in(path);
-  if (!in) {
-    return NotFoundError("no config.json in " + dir +
-                         ": a pre-trained model is a directory as save_pretrained writes it");
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseHuggingFaceConfig(text.str(), path, seq);
+  ORRERY_ASSIGN_OR_RETURN(hf::ModelConfig h, hf::ReadModelConfig(dir));
+  return ToGptConfig(h, (fs::path(dir) / "config.json").string(), seq);
 }
 
 // --- weights in ----------------------------------------------------------------
