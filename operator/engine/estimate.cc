@@ -303,7 +303,9 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
     return std::nullopt;
   }
   double efficiency = std::pow(per_doubling, std::log2(static_cast<double>(gpus)));
-  double bytes = (kFrozenBytesPerParameter * (params.stored - params.stored_trainable) +
+  const double frozen_bytes =
+      template_name == "fsdp" ? kFrozenFsdpBytesPerParameter : kFrozenBytesPerParameter;
+  double bytes = (frozen_bytes * (params.stored - params.stored_trainable) +
                   kTrainedBytesPerParameter * params.stored_trainable) /
                  memory_divisor;
   double spill_penalty = 1;

@@ -12,7 +12,7 @@
 //            46%); a CPU core ~50 GFLOP/s;
 //   memory:  16 bytes per trained parameter with Adam (weights, gradients, two
 //            moments; Rajbhandari et al. 2020, "ZeRO", §3.1, count the same 16
-//            for mixed precision), 12 per frozen one (no gradient: see
+//            for mixed precision), 4 per frozen one (its weight: see
 //            kFrozenBytesPerParameter), divided by the degree that shards it.
 // A pre-trained model's size comes from its config.json, which this file only
 // parses (ParsePretrainedConfig): the world that can read the file passes the
@@ -100,13 +100,12 @@ ParameterCount CountParameters(const api::TaskSpec& task,
 double ModelParameters(const api::TaskSpec& task, const PretrainedShape* pretrained = nullptr);
 
 // Bytes per parameter, as the worker allocates them (fp32 Adam): a trained
-// parameter has its weight, its gradient and two moments; a frozen one its
-// weight and two moments. The worker (as of issue 19) allocates optimizer
-// slots for every parameter, frozen or not (their gradient stays zero, and so
-// do the slots), but gradients only for trainable ones; when it stops
-// allocating slots for frozen parameters, kFrozenBytesPerParameter drops to 4.
+// parameter has its weight, its gradient and two moments; a frozen one only its
+// weight (no gradient, and the optimizer keeps no state for it), except under
+// fsdp, whose flat gradient shard covers frozen elements too.
 inline constexpr double kTrainedBytesPerParameter = 16;
-inline constexpr double kFrozenBytesPerParameter = 12;
+inline constexpr double kFrozenBytesPerParameter = 4;
+inline constexpr double kFrozenFsdpBytesPerParameter = 8;
 
 // Samples per second and per-device memory for `template_name` on `gpus`
 // devices; nullopt when the template cannot run the model on that many devices

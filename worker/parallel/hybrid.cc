@@ -19,16 +19,36 @@ namespace {
 // into its bucket as autograd produces it; a full bucket starts its
 // asynchronous all-reduce at once, while backward goes on with earlier layers.
 // Buckets launch strictly in bucket order on every rank, because collectives
-// are matched by order.
+// are matched by order. Frozen parameters are in no bucket (LoRA all-reduces
+// its adapters, not zeros for the whole base model). A tied pair held here
+// (GPT-2's embedding and head) is all-reduced once: the folded member's
+// gradient is added into the kept one's before its bucket goes, which is
+// exact because the average is linear, and both then see the sum.
 class DdpBuckets {
  public:
-  DdpBuckets(std::vector<at::Tensor> params, int64_t bucket_bytes, dist::Communicator* comm)
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+
+  // folds: (kept, folded) indices into params.
+  DdpBuckets(std::vector<at::Tensor> params, int64_t bucket_bytes, dist::Communicator* comm,
+             const std::vector<std::pair<size_t, size_t>>& folds)
       : params_(std::move(params)), comm_(comm) {
+    const size_t n = params_.size();
+    fold_of_.assign(n, kNone);
+    folded_into_.assign(n, kNone);
+    for (auto [keep, fold] : folds) {
+      fold_of_[keep] = fold;
+      folded_into_[fold] = keep;
+    }
+    fold_grad_.resize(n);
+    pending_.resize(n);
+    fold_seen_.assign(n, false);
     // Backward produces gradients roughly in reverse registration order.
     Bucket current;
     int64_t bytes = 0;
-    for (size_t k = params_.size(); k-- > 0;) {
+    where_.assign(n, {kNone, kNone});
+    for (size_t k = n; k-- > 0;) {
       const at::Tensor& p = params_[k];
+      if (!p.requires_grad() || folded_into_[k] != kNone) continue;
       if (!current.members.empty() && bytes + Bytes(p) > bucket_bytes) {
         buckets_.push_back(std::move(current));
         current = Bucket();
@@ -39,7 +59,6 @@ class DdpBuckets {
       bytes += Bytes(p);
     }
     if (!current.members.empty()) buckets_.push_back(std::move(current));
-    where_.resize(params_.size());
     for (size_t b = 0; b < buckets_.size(); ++b) {
       Bucket& bucket = buckets_[b];
       int64_t numel = 0;
@@ -50,11 +69,14 @@ class DdpBuckets {
       bucket.flat = at::zeros({numel}, params_[bucket.members[0]].options().requires_grad(false));
       bucket.filled.assign(bucket.members.size(), false);
     }
-    for (size_t k = 0; k < params_.size(); ++k) {
-      // Frozen parameters get no gradient and no hook; Finish() sends zeros for them.
-      if (!params_[k].requires_grad()) continue;
-      hooks_.emplace_back(
-          k, params_[k].register_hook([this, k](const at::Tensor& g) { OnGrad(k, g); }));
+    for (size_t k = 0; k < n; ++k) {
+      if (!params_[k].requires_grad()) continue;  // frozen: no gradient, no hook
+      auto hook = folded_into_[k] != kNone
+                      ? std::function<void(const at::Tensor&)>(
+                            [this, k](const at::Tensor& g) { OnFoldedGrad(k, g); })
+                      : std::function<void(const at::Tensor&)>(
+                            [this, k](const at::Tensor& g) { OnGrad(k, g); });
+      hooks_.emplace_back(k, params_[k].register_hook(hook));
     }
   }
 
@@ -75,20 +97,27 @@ class DdpBuckets {
       b.filled.assign(b.members.size(), false);
       b.op.reset();
     }
+    fold_seen_.assign(params_.size(), false);
+    for (auto& t : fold_grad_) t = at::Tensor();
+    for (auto& t : pending_) t = at::Tensor();
   }
 
   // Launches what backward did not reach (parameters without gradients count as
-  // zero), waits for every bucket and writes the averaged gradients back.
+  // zero), waits for every bucket and hands each parameter its averaged
+  // gradient, a view of its bucket (valid until the next step's backward).
   Status Finish() {
     armed_ = false;
+    torch::NoGradGuard no_grad;
     for (auto& b : buckets_) {
       for (size_t j = 0; j < b.members.size(); ++j) {
         if (b.filled[j]) continue;
-        const at::Tensor& p = params_[b.members[j]];
-        Slice(b, j).copy_(p.grad().defined() ? p.grad().view({-1})
-                                             : at::zeros({p.numel()}, p.options()));
-        b.filled[j] = true;
-        ++b.ready;
+        const size_t k = b.members[j];
+        const at::Tensor& p = params_[k];
+        at::Tensor g = pending_[k].defined() ? pending_[k]
+                       : p.grad().defined()  ? p.grad()
+                                             : at::zeros_like(p);
+        if (fold_of_[k] != kNone) g = g + FoldedGrad(fold_of_[k]);
+        Fill(k, g, /*launch=*/false);
       }
     }
     LaunchReady();
@@ -100,10 +129,10 @@ class DdpBuckets {
     if (!result.ok()) return result.WithContext("data-parallel gradient all-reduce");
     for (auto& b : buckets_) {
       for (size_t j = 0; j < b.members.size(); ++j) {
-        at::Tensor& p = params_[b.members[j]];
-        if (!p.requires_grad()) continue;  // frozen: the optimizer must not see a gradient
-        at::Tensor g = Slice(b, j).view(p.sizes()).clone();
-        p.mutable_grad() = g;
+        const size_t k = b.members[j];
+        at::Tensor& p = params_[k];
+        p.mutable_grad() = Slice(b, j).view(p.sizes());
+        if (fold_of_[k] != kNone) params_[fold_of_[k]].mutable_grad() = p.grad();
       }
     }
     return OkStatus();
@@ -130,17 +159,53 @@ class DdpBuckets {
     return b.flat.narrow(0, b.offsets[j], params_[b.members[j]].numel());
   }
 
+  // The folded member's gradient of this step: from its hook, else what it
+  // holds (zeros when it got none).
+  at::Tensor FoldedGrad(size_t f) const {
+    if (fold_seen_[f]) return fold_grad_[f];
+    const at::Tensor& p = params_[f];
+    return p.grad().defined() ? p.grad() : at::zeros_like(p);
+  }
+
+  void Fill(size_t k, const at::Tensor& g, bool launch) {
+    auto [b, j] = where_[k];
+    Bucket& bucket = buckets_[b];
+    Slice(bucket, j).copy_(g.reshape({-1}));
+    bucket.filled[j] = true;
+    ++bucket.ready;
+    if (launch && bucket.ready == static_cast<int>(bucket.members.size())) LaunchReady();
+  }
+
   void OnGrad(size_t k, const at::Tensor& g) {
     if (!armed_) return;
     auto [b, j] = where_[k];
-    Bucket& bucket = buckets_[b];
-    if (bucket.filled[j]) return;
+    if (buckets_[b].filled[j] || pending_[k].defined()) return;
     const at::Tensor& p = params_[k];
     torch::NoGradGuard no_grad;
     at::Tensor total = p.grad().defined() ? p.grad() + g : g;
-    Slice(bucket, j).copy_(total.reshape({-1}));
-    bucket.filled[j] = true;
-    if (++bucket.ready == static_cast<int>(bucket.members.size())) LaunchReady();
+    if (fold_of_[k] != kNone) {
+      const size_t f = fold_of_[k];
+      if (!fold_seen_[f]) {
+        pending_[k] = total;  // completed when the folded member's gradient arrives
+        return;
+      }
+      total = total + fold_grad_[f];
+    }
+    Fill(k, total, /*launch=*/true);
+  }
+
+  void OnFoldedGrad(size_t f, const at::Tensor& g) {
+    if (!armed_ || fold_seen_[f]) return;
+    const at::Tensor& p = params_[f];
+    torch::NoGradGuard no_grad;
+    fold_grad_[f] = p.grad().defined() ? p.grad() + g : g;
+    fold_seen_[f] = true;
+    const size_t k = folded_into_[f];
+    if (pending_[k].defined()) {
+      at::Tensor total = pending_[k] + fold_grad_[f];
+      pending_[k] = at::Tensor();
+      Fill(k, total, /*launch=*/true);
+    }
   }
 
   void LaunchReady() {
@@ -157,6 +222,9 @@ class DdpBuckets {
   std::vector<Bucket> buckets_;
   std::vector<std::pair<size_t, size_t>> where_;
   std::vector<std::pair<size_t, unsigned>> hooks_;
+  std::vector<size_t> fold_of_, folded_into_;
+  std::vector<at::Tensor> fold_grad_, pending_;
+  std::vector<bool> fold_seen_;
   size_t next_launch_ = 0;
   bool armed_ = false;
 };
@@ -183,6 +251,56 @@ class HybridStrategy final : public Strategy {
       return StepImpl(global_batch);
     } catch (const std::exception& e) {
       return StatusFromException(e, info_.name + " step");
+    }
+  }
+
+  // Every replica computes every row; pipeline stages hand activations on (tags
+  // above any step's) and the last stage broadcasts the outputs, shape first.
+  StatusOr<at::Tensor> Forward(const at::Tensor& inputs) override {
+    constexpr int kTag = 1 << 20;
+    try {
+      torch::NoGradGuard no_grad;
+      auto long_header = [&] {
+        return at::zeros({8}, at::TensorOptions().dtype(at::kLong).device(device_));
+      };
+      auto header_of = [&](const at::Tensor& t) {
+        at::Tensor h = at::zeros({8}, at::kLong);
+        h[0] = t.dim();
+        for (int64_t d = 0; d < t.dim(); ++d) h[d + 1] = t.size(d);
+        return h.to(device_);
+      };
+      auto empty_from = [&](at::Tensor header) {
+        header = header.to(at::kCPU);
+        const int64_t* h = header.data_ptr<int64_t>();
+        return at::empty(std::vector<int64_t>(h + 1, h + 1 + h[0]),
+                         at::TensorOptions().dtype(at::kFloat).device(device_));
+      };
+      at::Tensor x = inputs.to(device_);
+      if (!first_stage_) {
+        at::Tensor header = long_header();
+        ORRERY_RETURN_IF_ERROR(pp_->Recv(header, coords_.pp - 1, kTag));
+        x = empty_from(header);
+        ORRERY_RETURN_IF_ERROR(pp_->Recv(x, coords_.pp - 1, kTag + 1));
+      }
+      at::Tensor y;
+      {
+        AutocastGuard autocast(precision_, device_);
+        y = stage_.Forward(x);
+      }
+      y = y.to(at::kFloat).contiguous();
+      if (layout_.pp == 1) return y.to(at::kCPU);
+      if (!last_stage_) {
+        ORRERY_RETURN_IF_ERROR(pp_->Send(header_of(y), coords_.pp + 1, kTag));
+        ORRERY_RETURN_IF_ERROR(pp_->Send(y, coords_.pp + 1, kTag + 1));
+      }
+      const int root = layout_.pp - 1;
+      at::Tensor header = last_stage_ ? header_of(y) : long_header();
+      ORRERY_RETURN_IF_ERROR(pp_->Broadcast(header, root));
+      at::Tensor out = last_stage_ ? y : empty_from(header);
+      ORRERY_RETURN_IF_ERROR(pp_->Broadcast(out, root));
+      return out.to(at::kCPU);
+    } catch (const std::exception& e) {
+      return StatusFromException(e, info_.name + " forward");
     }
   }
 
@@ -268,6 +386,7 @@ class HybridStrategy final : public Strategy {
       seg.writer = static_cast<int>(k % static_cast<size_t>(replicas)) == replica;
       state.segments.push_back(std::move(seg));
     }
+    optimizer_->SetSlotOffsets(state.segments);
     return state;
   }
   Status StateRestored(int64_t optimizer_steps) override {
@@ -389,9 +508,27 @@ class HybridStrategy final : public Strategy {
     }
     for (auto& [name, p] : stage_.NamedParameters()) params_.push_back(p);
     for (const auto& p : params_) info_.peak_device_parameter_bytes += 2 * Bytes(p);
-    optimizer_ = std::make_unique<Optimizer>(opt, params_);
+    optimizer_ = std::make_unique<Optimizer>(opt, params_, std::vector<at::Tensor>{},
+                                             Optimizer::FrozenByRequiresGrad(params_));
     if (layout_.dp > 1) {
-      ddp_ = std::make_unique<DdpBuckets>(params_, config.bucket_bytes, dp_.get());
+      // A tied pair on this stage is folded into one all-reduce; the others
+      // (the pipeline's first and last stages) are summed after it.
+      std::vector<std::pair<size_t, size_t>> folds;
+      std::vector<std::string> names;
+      for (const auto& [name, p] : stage_.NamedParameters()) names.push_back(name);
+      auto index = [&](const std::string& n) {
+        return static_cast<size_t>(std::find(names.begin(), names.end(), n) - names.begin());
+      };
+      std::vector<std::pair<std::string, std::string>> across;
+      for (const auto& [a, b] : tied_) {
+        if (index(a) < names.size() && index(b) < names.size()) {
+          folds.emplace_back(index(a), index(b));
+        } else {
+          across.emplace_back(a, b);
+        }
+      }
+      tied_ = across;
+      ddp_ = std::make_unique<DdpBuckets>(params_, config.bucket_bytes, dp_.get(), folds);
       info_.bucket_bytes = config.bucket_bytes;
       info_.buckets = ddp_->count();
     }
@@ -575,6 +712,8 @@ class HybridStrategy final : public Strategy {
   std::unique_ptr<dist::Communicator> world_, tp_, dp_, pp_;
   model::Model stage_;
   std::vector<FullParam> full_params_;
+  // Tied pairs whose gradients SumTiedGradients sums after the data-parallel
+  // reduction (a pair on one stage under ddp is folded by DdpBuckets instead).
   std::vector<std::pair<std::string, std::string>> tied_;
   std::map<std::string, std::vector<int64_t>> tied_shapes_;
   std::string precision_ = "fp32";

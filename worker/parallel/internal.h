@@ -16,46 +16,67 @@ namespace orrery::parallel::internal {
 
 // SGD with momentum or AdamW over whatever tensors this rank owns (full
 // parameters, tensor-parallel slices or flat FSDP shards): both are elementwise,
-// so sharding the state changes nothing but where it lives.
+// so sharding the state changes nothing but where it lives. Frozen elements
+// (layer-wise fine-tuning, the base weights under LoRA) have no state at all:
+// their slots take no memory, which is what makes LoRA cheap to train.
 class Optimizer {
  public:
-  // masks[i], when given and defined, is a bool tensor shaped like params[i]
-  // whose false elements are frozen: the step leaves them (and their state)
-  // as they are. For flat shards mixing frozen and trained parameters (fsdp,
-  // spill); whole frozen tensors simply get no gradient.
+  // frozen[i], when given, says params[i] is frozen whole (single and the
+  // hybrid family: tensors whose requires_grad the model turned off). masks[i],
+  // when given and defined, is a bool tensor shaped like params[i] whose false
+  // elements are frozen (flat shards mixing frozen and trained parameters:
+  // fsdp, spill); its slots then hold only the true elements.
   Optimizer(OptimizerConfig config, std::vector<at::Tensor> params,
-            std::vector<at::Tensor> masks = {});
+            std::vector<at::Tensor> masks = {}, std::vector<bool> frozen = {});
+  // Frozen flags from requires_grad, for templates that step the model's own
+  // parameters.
+  static std::vector<bool> FrozenByRequiresGrad(const std::vector<at::Tensor>& params);
   void SetLearningRate(double lr) { config_.lr = lr; }
-  // grads[i] belongs to params[i]; an undefined gradient skips that parameter.
+  // grads[i] belongs to params[i] (same shape); an undefined gradient skips
+  // that parameter.
   void Step(const std::vector<at::Tensor>& grads);
   void Reset();
 
-  // The state's slots, each shaped like the parameters: sgd {"momentum"},
-  // adamw {"exp_avg", "exp_avg_sq"}; and the number of steps taken (Adam's
-  // bias correction depends on it).
+  // The state's slots: sgd {"momentum"}, adamw {"exp_avg", "exp_avg_sq"}; and
+  // the number of steps taken (Adam's bias correction depends on it).
   std::vector<std::string> SlotNames() const;
   int64_t steps() const { return steps_; }
-  // Exchanges the values of every parameter with slot k's (in place, so the
-  // template's own views of its parameters now show the slot). Twice restores.
-  void SwapWithSlot(size_t k);
-  // Installs a state: slots[k][i] is slot k of params[i] (same shapes).
+  // Shows slot k through the parameters (zeros where frozen), so the
+  // template's own views and gathers see it; the parameters are kept aside
+  // until Unshow() puts them back.
+  void ShowSlot(size_t k);
+  void Unshow();
+  // Installs a state: slots[k][i] is slot k of params[i], shaped like it
+  // (frozen elements are ignored).
   Status SetState(const std::vector<std::vector<at::Tensor>>& slots, int64_t steps);
   const std::vector<at::Tensor>& params() const { return params_; }
-  // Slot k's tensors, one per parameter (the optimizer's own storage).
-  const std::vector<at::Tensor>& slot(size_t k) const { return k == 0 ? m_ : v_; }
   void set_steps(int64_t steps) { steps_ = steps; }
   // The views State() returns, without segments.
   LocalState View() const;
+  // Sets each segment's slot_offset (-1 where its elements are frozen).
+  void SetSlotOffsets(std::vector<StateSegment>& segments) const;
   // "optim/<slot>/<names[i]>" for each slot tensor (names[i] names params[i]).
   void AppendPlacement(const std::vector<std::string>& names, bool host_by_design,
                        std::vector<PlacedTensor>& out) const;
 
  private:
+  // A stretch [begin, end) of a masked parameter's elements that trains,
+  // stored from slot_begin in its slots.
+  struct Run {
+    int64_t begin, end, slot_begin;
+  };
+  const std::vector<at::Tensor>& slot(size_t k) const { return k == 0 ? m_ : v_; }
+  // Slot-shaped (trained elements) from parameter-shaped, and back (zeros
+  // where frozen).
+  at::Tensor Compact(size_t i, const at::Tensor& full) const;
+  at::Tensor Expand(size_t i, const at::Tensor& compact) const;
+
   OptimizerConfig config_;
   std::vector<at::Tensor> params_;
   std::vector<at::Tensor> masks_;
-  std::vector<bool> any_trained_;  // per param: some element of its mask is true
-  std::vector<at::Tensor> m_, v_;
+  std::vector<bool> frozen_;  // per param: no element trains
+  std::vector<std::vector<Run>> runs_;
+  std::vector<at::Tensor> m_, v_, shown_;
   int64_t steps_ = 0;
 };
 
@@ -145,7 +166,8 @@ StatusOr<model::Model> BuildOn(const model::ModelConfig& mc, c10::Device device)
 // Optimizer state through a template's own full-parameter gather and scatter,
 // so every template's sharding (tp slices, pipeline stages, fsdp flat shards,
 // spilled host copies) is handled by code that already exists: each slot is
-// swapped into the parameters, gathered (or loaded), and swapped back.
+// shown through the parameters, gathered (or loaded), and the parameters put
+// back. Frozen parameters' slots gather as zeros.
 StatusOr<model::NamedTensors> GatherOptimizerState(Strategy& strategy, Optimizer& optimizer);
 Status LoadFullState(Strategy& strategy, Optimizer& optimizer, const model::NamedTensors& params,
                      const model::NamedTensors& optimizer_state);

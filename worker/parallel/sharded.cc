@@ -217,6 +217,26 @@ class FsdpStrategy final : public Strategy, private Residency {
     }
   }
 
+  // Unit by unit, each gathered for its forward and dropped; every replica
+  // computes every row.
+  StatusOr<at::Tensor> Forward(const at::Tensor& inputs) override {
+    try {
+      torch::NoGradGuard no_grad;
+      at::Tensor x = inputs.to(device_);
+      for (size_t u = 0; u < units_.size(); ++u) {
+        ORRERY_RETURN_IF_ERROR(Acquire(u, u, false));
+        {
+          AutocastGuard autocast(precision_, device_);
+          x = RunUnit(units_[u], x);
+        }
+        ORRERY_RETURN_IF_ERROR(Release(u, false));
+      }
+      return x.to(at::kFloat).to(at::kCPU).contiguous();
+    } catch (const std::exception& e) {
+      return StatusFromException(e, "fsdp forward");
+    }
+  }
+
   void SetLearningRate(double lr) override { optimizer_->SetLearningRate(lr); }
 
   StatusOr<model::NamedTensors> GatherFullParameters() override {
@@ -296,6 +316,7 @@ class FsdpStrategy final : public Strategy, private Residency {
         off += n;
       }
     }
+    optimizer_->SetSlotOffsets(state.segments);
     return state;
   }
   Status StateRestored(int64_t optimizer_steps) override {
@@ -482,11 +503,8 @@ class SpillStrategy final : public Strategy, private Residency {
       last_batch_ = local;
       shard_devices_.clear();
       StatusOr<double> loss = RunRecomputed(units_, local, *this, precision_, device_);
-      if (copier_->pending()) {
-        // Only after an error: a successful step's last visit prefetches nothing.
-        (void)copier_->Finish();
-        accountant_.Release(Bytes(host_[prefetched_]));
-      }
+      // Only after an error: a successful step's last visit prefetches nothing.
+      DropPrefetch();
       if (!loss.ok()) return loss.status();
       ORRERY_RETURN_IF_ERROR(SumTiedFlat(
           tied_, units_, shapes_, host_grad_views_, [](size_t) { return int64_t{0}; }, nullptr));
@@ -497,6 +515,33 @@ class SpillStrategy final : public Strategy, private Residency {
       return l.item<double>();
     } catch (const std::exception& e) {
       return StatusFromException(e, "spill step");
+    }
+  }
+
+  // The forward visits of a step (shards copied in with the same double
+  // buffering), without gradients; every replica computes every row.
+  StatusOr<at::Tensor> Forward(const at::Tensor& inputs) override {
+    try {
+      torch::NoGradGuard no_grad;
+      shard_devices_.clear();
+      at::Tensor x = inputs.to(device_);
+      Status status = OkStatus();
+      for (size_t u = 0; u < units_.size() && status.ok(); ++u) {
+        status = Acquire(u, u, false);
+        if (!status.ok()) break;
+        {
+          AutocastGuard autocast(precision_, device_);
+          x = RunUnit(units_[u], x);
+        }
+        status = Release(u, false);
+      }
+      // The last forward visit prefetched the first backward shard.
+      DropPrefetch();
+      ORRERY_RETURN_IF_ERROR(status);
+      return x.to(at::kFloat).to(at::kCPU).contiguous();
+    } catch (const std::exception& e) {
+      DropPrefetch();
+      return StatusFromException(e, "spill forward");
     }
   }
 
@@ -558,6 +603,7 @@ class SpillStrategy final : public Strategy, private Residency {
       }
     }
     state.segments = WholeSegments(whole, dp_size_, dp_rank_);
+    optimizer_->SetSlotOffsets(state.segments);
     return state;
   }
   Status StateRestored(int64_t optimizer_steps) override {
@@ -655,6 +701,13 @@ class SpillStrategy final : public Strategy, private Residency {
     info_.spill_shards = static_cast<int>(n);
     optimizer_ = std::make_unique<Optimizer>(opt, host_views, masks);
     return OkStatus();
+  }
+
+  // Waits out a prefetch nobody will use and returns its budget.
+  void DropPrefetch() {
+    if (!copier_->pending()) return;
+    (void)copier_->Finish();
+    accountant_.Release(Bytes(host_[prefetched_]));
   }
 
   Status Reserve(size_t u, const char* what) {

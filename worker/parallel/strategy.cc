@@ -16,11 +16,42 @@ namespace orrery::parallel {
 namespace internal {
 
 Optimizer::Optimizer(OptimizerConfig config, std::vector<at::Tensor> params,
-                     std::vector<at::Tensor> masks)
-    : config_(std::move(config)), params_(std::move(params)), masks_(std::move(masks)) {
+                     std::vector<at::Tensor> masks, std::vector<bool> frozen)
+    : config_(std::move(config)),
+      params_(std::move(params)),
+      masks_(std::move(masks)),
+      frozen_(std::move(frozen)) {
   masks_.resize(params_.size());
-  for (const auto& m : masks_) any_trained_.push_back(!m.defined() || m.any().item<bool>());
+  frozen_.resize(params_.size(), false);
+  runs_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!masks_[i].defined()) continue;
+    // Runs of true elements (a mask follows whole parameters, so there are few).
+    at::Tensor m = masks_[i].to(at::kCPU).contiguous();
+    const bool* d = m.data_ptr<bool>();
+    int64_t stored = 0;
+    for (int64_t e = 0, n = m.numel(); e < n;) {
+      if (!d[e]) {
+        ++e;
+        continue;
+      }
+      int64_t end = e;
+      while (end < n && d[end]) ++end;
+      runs_[i].push_back({e, end, stored});
+      stored += end - e;
+      e = end;
+    }
+    if (stored == 0) frozen_[i] = true;
+    // All trained: an ordinary parameter.
+    if (stored == m.numel()) masks_[i] = at::Tensor(), runs_[i].clear();
+  }
   Reset();
+}
+
+std::vector<bool> Optimizer::FrozenByRequiresGrad(const std::vector<at::Tensor>& params) {
+  std::vector<bool> frozen;
+  for (const auto& p : params) frozen.push_back(!p.requires_grad());
+  return frozen;
 }
 
 at::Tensor TrainableMask(const model::NamedTensors& params, int64_t begin, int64_t length,
@@ -38,12 +69,27 @@ at::Tensor TrainableMask(const model::NamedTensors& params, int64_t begin, int64
   return out.to(device);
 }
 
+at::Tensor Optimizer::Compact(size_t i, const at::Tensor& full) const {
+  if (frozen_[i]) return at::empty({0}, full.options());
+  if (!masks_[i].defined()) return full;
+  return full.reshape({-1}).masked_select(masks_[i].reshape({-1}));
+}
+
+at::Tensor Optimizer::Expand(size_t i, const at::Tensor& compact) const {
+  if (frozen_[i]) return at::zeros_like(params_[i]);
+  if (!masks_[i].defined()) return compact;
+  return at::zeros_like(params_[i]).masked_scatter_(masks_[i], compact);
+}
+
 void Optimizer::Reset() {
+  torch::NoGradGuard no_grad;
   m_.clear();
   v_.clear();
-  for (const auto& p : params_) {
-    m_.push_back(at::zeros_like(p, at::MemoryFormat::Contiguous).detach());
-    v_.push_back(config_.kind == "adamw" ? at::zeros_like(p).detach() : at::Tensor());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor shape = Compact(i, params_[i].detach());
+    m_.push_back(at::zeros_like(shape, at::MemoryFormat::Contiguous));
+    v_.push_back(config_.kind == "adamw" ? at::zeros_like(shape, at::MemoryFormat::Contiguous)
+                                         : at::Tensor());
   }
   steps_ = 0;
 }
@@ -52,12 +98,12 @@ void Optimizer::Step(const std::vector<at::Tensor>& grads) {
   torch::NoGradGuard no_grad;
   ++steps_;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (!grads[i].defined() || !any_trained_[i]) continue;
-    at::Tensor p = params_[i];
-    // Frozen elements of a mixed flat shard: stepped, then put back (their
-    // gradient is zero, so their slots stay zero; weight decay must not touch them).
-    at::Tensor before = masks_[i].defined() ? p.detach().clone() : at::Tensor();
-    const at::Tensor& g = grads[i];
+    if (!grads[i].defined() || frozen_[i]) continue;
+    // A mixed flat shard steps its trained elements only (gathered, updated,
+    // scattered back): frozen ones keep their values and get no weight decay.
+    const bool masked = masks_[i].defined();
+    at::Tensor p = masked ? Compact(i, params_[i].detach()) : params_[i];
+    at::Tensor g = masked ? Compact(i, grads[i]) : grads[i];
     if (config_.kind == "adamw") {
       // Loshchilov & Hutter 2019: decoupled weight decay, then Adam's update.
       if (config_.weight_decay != 0.0) p.mul_(1.0 - config_.lr * config_.weight_decay);
@@ -73,10 +119,28 @@ void Optimizer::Step(const std::vector<at::Tensor>& grads) {
       m_[i].mul_(config_.momentum).add_(d);
       p.add_(m_[i], -config_.lr);
     }
-    if (before.defined()) {
-      p.copy_(at::where(masks_[i], p, before));
-      m_[i].masked_fill_(masks_[i].logical_not(), 0.0);
-      if (v_[i].defined()) v_[i].masked_fill_(masks_[i].logical_not(), 0.0);
+    if (masked) params_[i].detach().masked_scatter_(masks_[i], p);
+  }
+}
+
+void Optimizer::SetSlotOffsets(std::vector<StateSegment>& segments) const {
+  for (StateSegment& seg : segments) {
+    const size_t i = seg.param;
+    if (i >= params_.size() || frozen_[i]) {
+      seg.slot_offset = -1;
+      continue;
+    }
+    if (!masks_[i].defined()) {
+      seg.slot_offset = seg.offset;
+      continue;
+    }
+    // A segment lies within one parameter, so within one run or outside all.
+    seg.slot_offset = -1;
+    for (const Run& r : runs_[i]) {
+      if (seg.offset >= r.begin && seg.offset < r.end) {
+        seg.slot_offset = r.slot_begin + (seg.offset - r.begin);
+        break;
+      }
     }
   }
 }
@@ -119,14 +183,21 @@ std::vector<std::string> Optimizer::SlotNames() const {
   return {"momentum"};
 }
 
-void Optimizer::SwapWithSlot(size_t k) {
+void Optimizer::ShowSlot(size_t k) {
   torch::NoGradGuard no_grad;
-  std::vector<at::Tensor>& slot = k == 0 ? m_ : v_;
+  shown_.clear();
+  const std::vector<at::Tensor>& s = slot(k);
   for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor held = params_[i].detach().clone();
-    params_[i].copy_(slot[i]);
-    slot[i].copy_(held);
+    shown_.push_back(params_[i].detach().clone());
+    params_[i].detach().copy_(Expand(i, s[i]).view(params_[i].sizes()));
   }
+}
+
+void Optimizer::Unshow() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < shown_.size() && i < params_.size(); ++i)
+    params_[i].detach().copy_(shown_[i]);
+  shown_.clear();
 }
 
 Status Optimizer::SetState(const std::vector<std::vector<at::Tensor>>& slots, int64_t steps) {
@@ -134,13 +205,13 @@ Status Optimizer::SetState(const std::vector<std::vector<at::Tensor>>& slots, in
   if (slots.size() != SlotNames().size())
     return InvalidArgumentError("wrong number of optimizer slots");
   for (size_t k = 0; k < slots.size(); ++k) {
-    std::vector<at::Tensor>& slot = k == 0 ? m_ : v_;
+    std::vector<at::Tensor>& mine = k == 0 ? m_ : v_;
     if (slots[k].size() != params_.size())
       return InvalidArgumentError("optimizer slot of the wrong length");
     for (size_t i = 0; i < params_.size(); ++i) {
-      if (!slots[k][i].sizes().equals(slot[i].sizes()))
+      if (!slots[k][i].sizes().equals(params_[i].sizes()))
         return InvalidArgumentError("optimizer slot of the wrong shape");
-      slot[i].copy_(slots[k][i]);
+      mine[i].copy_(Compact(i, slots[k][i].to(params_[i].device())).view(mine[i].sizes()));
     }
   }
   steps_ = steps;
@@ -177,9 +248,9 @@ StatusOr<model::NamedTensors> GatherOptimizerState(Strategy& strategy, Optimizer
   model::NamedTensors out;
   std::vector<std::string> slots = optimizer.SlotNames();
   for (size_t k = 0; k < slots.size(); ++k) {
-    optimizer.SwapWithSlot(k);
+    optimizer.ShowSlot(k);
     auto gathered = strategy.GatherFullParameters();
-    optimizer.SwapWithSlot(k);  // restore before any early return
+    optimizer.Unshow();  // restore before any early return
     if (!gathered.ok()) return gathered.status();
     for (auto& [name, t] : *gathered) out.emplace_back(slots[k] + "/" + name, std::move(t));
   }
@@ -298,6 +369,16 @@ Status SumTiedGradients(const std::vector<std::pair<std::string, std::string>>& 
   std::map<std::string, at::Tensor> local(params.begin(), params.end());
   torch::NoGradGuard no_grad;
   for (const auto& [a, b] : tied) {
+    auto ia = local.find(a), ib = local.find(b);
+    if (group == nullptr && ia != local.end() && ib != local.end() && ia->second.grad().defined() &&
+        ib->second.grad().defined()) {
+      // Both here (one process, tensor parallelism): summed in place, one
+      // tensor shared by both (a GPT-2 head is 50257 x 768: no copies).
+      at::Tensor sum = ia->second.mutable_grad();
+      sum.add_(ib->second.grad());
+      ib->second.mutable_grad() = sum;
+      continue;
+    }
     auto shape = shapes.find(a);
     if (shape == shapes.end()) return InternalError("tied parameter " + a + " has no shape");
     at::Tensor sum = at::zeros(shape->second, at::TensorOptions().device(device));
@@ -336,7 +417,8 @@ class SingleStrategy final : public Strategy {
       names_.push_back(name);
       shapes_[name] = p.sizes().vec();
     }
-    optimizer_ = std::make_unique<Optimizer>(opt, params_);
+    optimizer_ = std::make_unique<Optimizer>(opt, params_, std::vector<at::Tensor>{},
+                                             Optimizer::FrozenByRequiresGrad(params_));
   }
 
   StatusOr<double> Step(const model::Batch& global_batch) override {
@@ -358,6 +440,19 @@ class SingleStrategy final : public Strategy {
       return loss.item<double>();
     } catch (const std::exception& e) {
       return StatusFromException(e, "single step");
+    }
+  }
+  StatusOr<at::Tensor> Forward(const at::Tensor& inputs) override {
+    try {
+      torch::NoGradGuard no_grad;
+      at::Tensor y;
+      {
+        AutocastGuard autocast(precision_, device_);
+        y = model_.Forward(inputs.to(device_));
+      }
+      return y.to(at::kFloat).to(at::kCPU).contiguous();
+    } catch (const std::exception& e) {
+      return StatusFromException(e, "single forward");
     }
   }
   void SetLearningRate(double lr) override { optimizer_->SetLearningRate(lr); }
@@ -383,6 +478,7 @@ class SingleStrategy final : public Strategy {
     for (size_t i = 0; i < params_.size(); ++i)
       whole.push_back({names_[i], params_[i].sizes().vec(), i, 0});
     state.segments = WholeSegments(whole, 1, 0);
+    optimizer_->SetSlotOffsets(state.segments);
     return state;
   }
   Status StateRestored(int64_t optimizer_steps) override {

@@ -122,13 +122,19 @@ struct StrategyInfo {
 // tensor: Tenplex's parallelizable tensor collection seen from one rank. It is
 // the elements [offset, offset + region.Numel()) of the flattening of
 // LocalState::params[param] (and the same elements of each optimizer slot of
-// that tensor), and they are `region` of the global parameter `name`.
+// that tensor, from slot_offset), and they are `region` of the global
+// parameter `name`.
 struct StateSegment {
   std::string name;  // the parameter's name from the model root
   std::vector<int64_t> global_shape;
   checkpoint::Region region;
   size_t param = 0;
   int64_t offset = 0;
+  // Where the same elements start in the flattening of each slot of `param`
+  // (slots hold only trained elements), or -1 for a frozen parameter, which
+  // has no optimizer state at all: a checkpoint holds none for it, in any
+  // layout.
+  int64_t slot_offset = 0;
   // This rank saves the segment. Data replicated over ranks (ddp replicas, a
   // tensor the tensor template does not split) has one writer, chosen round
   // robin over the replicas so a save spreads its bytes over every rank.
@@ -139,9 +145,12 @@ struct StateSegment {
 // the template's own storage: writing into the tensors changes the model and
 // the optimizer (then call Strategy::StateRestored).
 struct LocalState {
-  std::vector<at::Tensor> params;              // what the optimizer steps, in its order
-  std::vector<std::string> slot_names;         // sgd {"momentum"}; adamw {"exp_avg", "exp_avg_sq"}
-  std::vector<std::vector<at::Tensor>> slots;  // [slot][param], each shaped like params[param]
+  std::vector<at::Tensor> params;       // what the optimizer steps, in its order
+  std::vector<std::string> slot_names;  // sgd {"momentum"}; adamw {"exp_avg", "exp_avg_sq"}
+  // [slot][param]: shaped like params[param] when every element trains; for a
+  // frozen tensor empty; for a flat shard mixing frozen and trained
+  // parameters (fsdp, spill) 1-d, the trained elements only, in order.
+  std::vector<std::vector<at::Tensor>> slots;
   int64_t optimizer_steps = 0;
   std::vector<StateSegment> segments;
 };
@@ -152,6 +161,12 @@ class Strategy {
   // One forward, backward and optimizer step. Errors (a peer died, a shape does
   // not fit) leave the model in an unspecified state.
   virtual StatusOr<double> Step(const model::Batch& global_batch) = 0;
+  // The model's outputs for `inputs` (a transformer's logits [batch, seq,
+  // vocab] in float32) under the current parameters: no gradients, no
+  // optimizer step, the template's own forward (tensor slices, pipeline
+  // stages, gathered fsdp units, spilled shards). Collective: every rank of
+  // the gang passes the same inputs and receives every row's outputs.
+  virtual StatusOr<at::Tensor> Forward(const at::Tensor& inputs) = 0;
   // Not collective.
   virtual void SetLearningRate(double lr) = 0;
   // The whole model's parameters, gathered; every rank receives them.

@@ -124,17 +124,18 @@ Status WriteLocalState(checkpoint::ShardWriter& writer, parallel::Strategy& stra
     for (const parallel::StateSegment& seg : state.segments) {
       if (!seg.writer) continue;
       const int64_t n = seg.region.Numel();
-      auto add = [&](const std::string& qualified, const at::Tensor& t) -> Status {
+      auto add = [&](const std::string& qualified, const at::Tensor& t, int64_t offset) -> Status {
         if (t.scalar_type() != at::kFloat)
           return InvalidArgumentError("tensor " + qualified + " is not float32");
-        at::Tensor host = HostStretch(t, seg.offset, n);
+        at::Tensor host = HostStretch(t, offset, n);
         return writer.AddRegion(CollectionSpec(qualified, seg.name, seg.global_shape, model_kind),
                                 seg.region, host.data_ptr(), static_cast<uint64_t>(host.nbytes()));
       };
-      ORRERY_RETURN_IF_ERROR(add(kModelPrefix + seg.name, state.params[seg.param]));
+      ORRERY_RETURN_IF_ERROR(add(kModelPrefix + seg.name, state.params[seg.param], seg.offset));
+      if (seg.slot_offset < 0) continue;  // frozen: no optimizer state
       for (size_t k = 0; k < state.slot_names.size(); ++k) {
         ORRERY_RETURN_IF_ERROR(add(std::string(kOptimPrefix) + state.slot_names[k] + "/" + seg.name,
-                                   state.slots[k][seg.param]));
+                                   state.slots[k][seg.param], seg.slot_offset));
       }
     }
     if (write_scalars) {
@@ -174,6 +175,7 @@ Status LoadLocalState(const checkpoint::CheckpointReader& reader, parallel::Stra
     with_optimizer = meta.Find(kStepTensor) != nullptr;
     for (const auto& slot : state.slot_names) {
       for (const auto& seg : state.segments) {
+        if (seg.slot_offset < 0) continue;  // frozen: no optimizer state
         if (meta.Find(std::string(kOptimPrefix) + slot + "/" + seg.name) == nullptr)
           with_optimizer = false;
       }
@@ -186,7 +188,7 @@ Status LoadLocalState(const checkpoint::CheckpointReader& reader, parallel::Stra
     };
     std::vector<checkpoint::LoadRequest> requests;
     auto request = [&](const std::string& qualified, const parallel::StateSegment& seg,
-                       const at::Tensor& t) -> Status {
+                       const at::Tensor& t, int64_t offset) -> Status {
       const checkpoint::TensorMeta* tm = meta.Find(qualified);
       if (tm == nullptr) {
         return NotFoundError("tensor " + qualified + " is not in checkpoint " + reader.dir() +
@@ -206,19 +208,20 @@ Status LoadLocalState(const checkpoint::CheckpointReader& reader, parallel::Stra
       }
       Landing& l = landing_of(t);
       const int64_t n = seg.region.Numel();
-      if (seg.offset + n > l.host.numel())
+      if (offset + n > l.host.numel())
         return InternalError("segment of " + qualified + " outside its tensor");
-      char* dst = static_cast<char*>(l.host.data_ptr()) + seg.offset * 4;
+      char* dst = static_cast<char*>(l.host.data_ptr()) + offset * 4;
       requests.push_back({qualified, seg.region, dst, static_cast<uint64_t>(n) * 4});
       return OkStatus();
     };
     for (const parallel::StateSegment& seg : state.segments) {
-      ORRERY_RETURN_IF_ERROR(request(kModelPrefix + seg.name, seg, state.params[seg.param]));
-      if (!with_optimizer) continue;
+      ORRERY_RETURN_IF_ERROR(
+          request(kModelPrefix + seg.name, seg, state.params[seg.param], seg.offset));
+      if (!with_optimizer || seg.slot_offset < 0) continue;
       for (size_t k = 0; k < state.slot_names.size(); ++k) {
         ORRERY_RETURN_IF_ERROR(
             request(std::string(kOptimPrefix) + state.slot_names[k] + "/" + seg.name, seg,
-                    state.slots[k][seg.param]));
+                    state.slots[k][seg.param], seg.slot_offset));
       }
     }
     int64_t steps = 0;

@@ -8,6 +8,9 @@
 //
 // Names in the collection: "model/<param>", "optim/<slot>/<param>" (each with the
 // parameter's global shape) and "optim/step" (a 0-d int64, written by rank 0).
+// A frozen parameter (layer-wise fine-tuning, LoRA's base weights) has no
+// "optim/" entries: no template holds optimizer state for it. Checkpoints from
+// before that rule hold zeros there, which a restore skips.
 // The old whole-model checkpoints (layout 1×1×1, the same names) load the same way.
 //
 // The commit protocol is the trainer's: every rank Finish()es (fsync) its shard,

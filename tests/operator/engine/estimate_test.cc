@@ -181,16 +181,25 @@ TEST(EstimateConfig, FineTuningSplitsTheSixFlopsAndTheBytes) {
   // Full training: 6N per token.
   EXPECT_NEAR(f->throughput, gpu.flops * 8 * efficiency / (6 * n * 512), 1e-9 * f->throughput);
   // LoRA: 2N forward, 2N' backward through the blocks, 2 x adapters of weight
-  // gradients; 12 bytes per frozen parameter (weights and the optimizer slots
-  // the worker allocates anyway), 16 per trained one.
+  // gradients; under fsdp 8 bytes per frozen parameter (its weight and its
+  // share of the flat gradient shard; no optimizer slots), 16 per trained one.
   const ParameterCount c = CountParameters(lora, &llama);
   EXPECT_NEAR(l->throughput,
               gpu.flops * 8 * efficiency / ((2 * c.total + 2 * c.backward + 2 * c.trainable) * 512),
               1e-9 * l->throughput);
   EXPECT_GT(l->throughput, 1.4 * f->throughput);
   EXPECT_NEAR(f->memory_gib, 16 * n / 8 / (1ull << 30), 1e-9);
-  EXPECT_NEAR(l->memory_gib, (12 * (c.total - c.trainable) + 16 * c.trainable) / 8 / (1ull << 30),
+  EXPECT_NEAR(l->memory_gib, (8 * (c.total - c.trainable) + 16 * c.trainable) / 8 / (1ull << 30),
               1e-9);
+  // Templates that hold parameters whole keep nothing but the frozen weight:
+  // LoRA on 7B fits one 80 GB device (4 bytes a parameter), full training does not.
+  auto l1 = EstimateConfig(lora, "ddp", 1, gpu, &llama);
+  auto f1 = EstimateConfig(full, "ddp", 1, gpu, &llama);
+  ASSERT_TRUE(l1 && f1);
+  EXPECT_NEAR(l1->memory_gib, (4 * (c.total - c.trainable) + 16 * c.trainable) / (1ull << 30),
+              1e-9);
+  EXPECT_LT(l1->memory_gib, 80);
+  EXPECT_GT(f1->memory_gib, 80);
   // Tensor parallelism must split heads, kv heads and the MLP: Qwen2-0.5B's two
   // kv heads do not split four ways.
   const PretrainedShape qwen = Parse(kQwen2_05b);

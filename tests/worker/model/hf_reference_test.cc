@@ -2,8 +2,9 @@
 // tiny random models made and saved by transformers (hf_reference.py, run with
 // the pinned interpreter scripts/reference-venv prints; nothing downloaded),
 // loaded by Orrery from their safetensors, and checked for
-//  - logits equal to transformers' forward within 1e-4, whole and tensor-
-//    parallel at 2 and 4 ranks, reading only each rank's slice of the files;
+//  - logits equal to transformers' forward within 1e-4, whole and under every
+//    template at 1, 2 and 4 ranks (Strategy::Forward), a tensor-parallel rank
+//    reading only its slice of the files;
 //  - 20 steps of AdamW giving the losses of the same loop in PyTorch within
 //    1e-3 relative under every template at 1, 2 and 4 ranks;
 //  - an export that transformers loads and that gives Orrery's logits;
@@ -293,6 +294,39 @@ void ExpectLosses(const std::string& what_model, const model::ModelConfig& confi
                                 << ", last " << got.back() << " vs " << want.back();
     // Training did something (the losses are not all the first one).
     EXPECT_NE(got.front(), got.back()) << what;
+  }
+}
+
+// Every template's own forward (Strategy::Forward: tensor slices, pipeline
+// stages, gathered fsdp units, spilled shards) gives transformers' logits on
+// every rank, at 1, 2 and 4 ranks, reading the weights as that layout does.
+TEST_F(HfReferenceTest, LogitsEqualTransformersUnderEveryTemplate) {
+  for (const char* name : {"gpt2", "llama", "qwen2"}) {
+    const Family& f = Get(name);
+    at::Tensor ids = Ids(f.ref);
+    at::Tensor want = Logits(f.ref, ids, f.config.gpt.vocab);
+    for (const Layout& l : AllLayouts()) {
+      parallel::StrategyConfig sc;
+      sc.name = l.name;
+      sc.layout = l.layout;
+      sc.spill_budget_bytes = 1 << 20;
+      std::vector<double> diffs(static_cast<size_t>(l.world), 1.0);
+      auto statuses =
+          testing_worker::RunRanks(l.world, [&](int rank, dist::Rendezvous* rdv) -> Status {
+            ORRERY_ASSIGN_OR_RETURN(
+                auto s, parallel::MakeStrategy(f.config, sc, {}, l.world == 1 ? nullptr : rdv));
+            ORRERY_ASSIGN_OR_RETURN(at::Tensor logits, s->Forward(ids));
+            diffs[static_cast<size_t>(rank)] = Diff(logits, want);
+            return OkStatus();
+          });
+      const std::string what = std::string(name) + " " + l.name + " x" + std::to_string(l.world) +
+                               " " + dist::LayoutToString(l.layout);
+      for (int r = 0; r < l.world; ++r) {
+        ASSERT_TRUE(statuses[static_cast<size_t>(r)].ok())
+            << what << " rank " << r << ": " << statuses[static_cast<size_t>(r)];
+        EXPECT_LE(diffs[static_cast<size_t>(r)], 1e-4) << what << " rank " << r;
+      }
+    }
   }
 }
 
