@@ -1065,43 +1065,47 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
                     static_cast<long long>(ps.revision), engine::TriggerName(*trigger),
                     ps.makespan_seconds, 100 * ps.gap);
       Event(ctx, kube::EventType::kNormal, "PlanAdopted", "Plan", note);
-      // A running gang the plan moves (another configuration or other nodes) is
-      // stopped gracefully: its ranks checkpoint on SIGTERM and the task waits
-      // for them, then relaunches as planned from that checkpoint. The engine
-      // moves a running task only when that beats keeping it by its threshold.
-      for (size_t t = 0; t < world.tasks.size() && t < st.plan->assignments.size(); ++t) {
-        const engine::TaskView& v = world.tasks[t];
+      // The running gangs the engine stops (the plan moves them, or the job
+      // holds more GPUs than its quota or share allows) are stopped gracefully:
+      // their ranks checkpoint on SIGTERM and each task waits for them, then
+      // relaunches as planned from that checkpoint. The engine moves a running
+      // task only when that beats keeping it by its threshold, or to keep the
+      // job within its cap.
+      for (const engine::StopAction& stop : decision->stops) {
+        if (stop.task >= world.tasks.size() || stop.task >= st.plan->assignments.size()) continue;
+        const engine::TaskView& v = world.tasks[stop.task];
         auto lv = live.find(v.name);
         auto ob = observed.find(v.name);
-        if (!v.running || v.done || lv == live.end() || ob == observed.end() || !ob->second.gang ||
+        if (lv == live.end() || ob == observed.end() || !ob->second.gang ||
             ob->second.gang->generation != lv->second.generation) {
-          continue;  // not running, or created and not yet in the cache
+          continue;  // created and not yet in the cache
         }
-        const planner::Assignment& a = st.plan->assignments[t];
-        std::vector<std::string> planned, held = lv->second.config.nodes;
-        for (const planner::GpuSlot& g : a.gpus) {
-          if (g.node >= 0 && static_cast<size_t>(g.node) < st.plan_nodes.size())
-            planned.push_back(st.plan_nodes[static_cast<size_t>(g.node)]);
-        }
-        std::sort(planned.begin(), planned.end());
-        std::sort(held.begin(), held.end());
-        if (a.config == v.running->config && planned == held) continue;
+        const planner::Assignment& a = st.plan->assignments[stop.task];
         const GangObservation& g = *ob->second.gang;
-        const TaskConfigs& tc = configs[t];
+        const TaskConfigs& tc = configs[stop.task];
         std::string to = "queued";
         if (a.config >= 0 && static_cast<size_t>(a.config) < tc.configs.size()) {
           const planner::Config& c = tc.configs[static_cast<size_t>(a.config)];
           to = c.template_name + "x" + std::to_string(c.gpus);
+          if (a.start > now) to += " later";
         }
+        const char* why = engine::StopReasonName(stop.reason);
         Log(LogLevel::kInfo, "Stopping gang the plan moves",
             {{"job", key},
              {"task", v.name},
              {"generation", std::to_string(g.generation)},
-             {"to", to}});
+             {"to", to},
+             {"reason", why}});
+        std::string stop_note = "stopping " + GangLabelValue(v.name, g.generation) +
+                                " to run it as " + to + " (plan " + std::to_string(ps.revision) +
+                                ")";
+        if (stop.reason == engine::StopReason::kQuota) {
+          stop_note +=
+              ": the job holds more GPUs than its quota of " + std::to_string(quota) + " allows";
+        }
         Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale",
-              "stopping " + GangLabelValue(v.name, g.generation) + " to run it as " + to +
-                  " (plan " + std::to_string(ps.revision) + "); it checkpoints first");
-        ORRERY_RETURN_IF_ERROR(stop_for_rescale(v.name, g, "replan"));
+              stop_note + "; it checkpoints first");
+        ORRERY_RETURN_IF_ERROR(stop_for_rescale(v.name, g, why));
       }
     }
   }

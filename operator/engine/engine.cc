@@ -59,7 +59,40 @@ planner::Plan KeepRunning(const planner::Problem& problem, const planner::Plan& 
   planner::Summarize(problem, kept);
   return kept;
 }
+// The running tasks `plan` (in world terms) does not keep running as they are,
+// among those it planned (`planned`: world indices; a task with no work left
+// is not planned and finishes where it runs).
+std::vector<StopAction> RunningStops(const WorldView& world, const planner::Plan& plan,
+                                     const std::vector<int>& planned_tasks) {
+  std::vector<bool> in_plan(world.tasks.size(), false);
+  for (int t : planned_tasks) {
+    if (t >= 0 && static_cast<size_t>(t) < in_plan.size()) in_plan[static_cast<size_t>(t)] = true;
+  }
+  int running_gpus = 0;
+  for (const TaskView& v : world.tasks) {
+    if (v.running && !v.done) running_gpus += static_cast<int>(v.running->gpus.size());
+  }
+  const bool over_cap = world.gpu_cap > 0 && running_gpus > world.gpu_cap;
+  std::vector<StopAction> stops;
+  for (size_t t = 0; t < world.tasks.size() && t < plan.assignments.size(); ++t) {
+    const TaskView& v = world.tasks[t];
+    if (!v.running || v.done || !in_plan[t]) continue;
+    const planner::Assignment& a = plan.assignments[t];
+    std::vector<planner::GpuSlot> planned = a.gpus, held = v.running->gpus;
+    std::sort(planned.begin(), planned.end());
+    std::sort(held.begin(), held.end());
+    const bool kept = a.config == v.running->config && planned == held && a.start <= world.now;
+    if (kept) continue;
+    stops.push_back({t, over_cap ? StopReason::kQuota : StopReason::kReplan});
+  }
+  return stops;
+}
+
 }  // namespace
+
+const char* StopReasonName(StopReason reason) {
+  return reason == StopReason::kQuota ? "quota" : "replan";
+}
 
 RemainingProblem BuildRemainingProblem(const WorldView& world, double switch_cost_s) {
   RemainingProblem rp;
@@ -188,6 +221,7 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
     world_plan.assignments[static_cast<size_t>(rp.task_index[i])] = a;
   }
   world_plan.makespan += world.now;
+  d.stops = RunningStops(world, world_plan, rp.task_index);
   current_ = world_plan;
   d.adopted = true;
   d.plan = world_plan;

@@ -75,6 +75,19 @@ struct WorldView {
 
 // A plan in world terms: absolute times, world task and node indices; tasks not
 // in the plan (done or not yet arrived) have config -1.
+// Why the engine stops a running task (its ranks checkpoint first, and it runs
+// again as the plan says).
+enum class StopReason {
+  kReplan,  // the adopted plan runs it in another configuration or on other GPUs
+  kQuota,   // the job holds more GPUs than its cap (a lowered gpuQuota or share)
+};
+const char* StopReasonName(StopReason reason);  // "replan" | "quota"
+
+struct StopAction {
+  size_t task = 0;  // index into WorldView::tasks
+  StopReason reason = StopReason::kReplan;
+};
+
 struct Decision {
   bool solved = false;
   bool adopted = false;
@@ -83,6 +96,10 @@ struct Decision {
   double current_objective = 0;  // the current plan re-timed, when there is one
   double new_objective = 0;
   planner::Plan plan;  // the adopted plan (absolute), when adopted
+  // The running tasks the adopted plan stops now: another configuration,
+  // other GPUs, or a later start. Every world stops exactly these (and no
+  // other running task) when it applies the plan.
+  std::vector<StopAction> stops;
 };
 
 class Engine {

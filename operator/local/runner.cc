@@ -594,15 +594,23 @@ void Runner::Decide(engine::Trigger trigger) {
     report_.tasks[t].template_name = c.template_name;
     report_.tasks[t].gpus = c.gpus;
     report_.tasks[t].batch_size = c.batch_size;
-    // A running task whose configuration or devices change is rescaled: it
-    // checkpoints, stops, and starts again in its new configuration.
-    TaskRun& task = tasks_[t];
-    if (task.gang && task.gang->stop_reason.empty() &&
-        (task.gang->config != a.config || bar.devices != task.gang->devices)) {
-      Event("rescale " + task.spec.name + ": " + TaskConfigText(task) + " -> " +
-            ConfigText(c.template_name, c.gpus, c.batch_size, task.batch));
-      StopGang(t, "rescaled", SIGTERM);
+  }
+  // The running tasks the engine stops are rescaled: each checkpoints, stops,
+  // and starts again as planned (or waits, when the cap left it no room now).
+  for (const engine::StopAction& stop : d->stops) {
+    if (stop.task >= tasks_.size()) continue;
+    TaskRun& task = tasks_[stop.task];
+    if (!task.gang || !task.gang->stop_reason.empty()) continue;
+    const planner::Assignment& a = plan_->assignments[stop.task];
+    std::string to = "the queue";
+    if (a.config >= 0) {
+      const planner::Config& c = task.configs[static_cast<size_t>(a.config)];
+      to = ConfigText(c.template_name, c.gpus, c.batch_size, task.batch);
+      if (a.start > Now()) to += " later";
     }
+    Event("rescale " + task.spec.name + " (" + engine::StopReasonName(stop.reason) +
+          "): " + TaskConfigText(task) + " -> " + to);
+    StopGang(stop.task, "rescaled", SIGTERM);
   }
   WriteReport();
 }

@@ -77,7 +77,7 @@ const std::vector<MetricDef>& AllMetricDefs() {
        {"result"}},
       {"orrery_rescales_total",
        MetricKind::kCounter,
-       "Task rescales by reason (node_lost, node_joined, pod_failed, plan).",
+       "Task rescales by reason (node_lost, failure, timeout, replan, share, quota).",
        {"msj", "reason"}},
       {"orrery_kube_requests_total",
        MetricKind::kCounter,

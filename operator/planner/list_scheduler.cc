@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -127,6 +128,53 @@ std::vector<int> OrderTasks(const Problem& problem, const std::vector<int>& choi
 
 namespace {
 
+// Pins the running tasks that keep their configuration to the GPUs they hold,
+// from time 0, visiting them in `order` (then any task `order` leaves out). A
+// task whose GPUs would take the job over its cap (a gpuQuota lowered under
+// what runs) is not pinned: it is scheduled again like any other task, paying
+// its switch cost, so the plan stops it now and runs it later. `free(g)` says
+// GPU g is still untaken; `take(g, end)` holds it until `end`. Returns which
+// tasks were pinned.
+std::vector<bool> PinRunning(const Problem& problem, const std::vector<int>& choice,
+                             const std::vector<int>& order, Plan& plan, CapTimeline& usage,
+                             const std::function<bool(const GpuSlot&)>& free,
+                             const std::function<void(const GpuSlot&, double)>& take) {
+  std::vector<bool> pinned(problem.tasks.size(), false);
+  std::vector<int> visit = order;
+  std::vector<bool> listed(problem.tasks.size(), false);
+  for (int t : order) {
+    if (t >= 0 && static_cast<size_t>(t) < listed.size()) listed[static_cast<size_t>(t)] = true;
+  }
+  for (size_t t = 0; t < listed.size(); ++t) {
+    if (!listed[t]) visit.push_back(static_cast<int>(t));
+  }
+  for (int ti : visit) {
+    if (ti < 0 || static_cast<size_t>(ti) >= problem.tasks.size()) continue;
+    const auto t = static_cast<size_t>(ti);
+    const Task& task = problem.tasks[t];
+    if (pinned[t] || !task.running || choice[t] < 0 || task.running->config != choice[t]) continue;
+    bool ok = true;
+    for (const GpuSlot& g : task.running->gpus) {
+      if (g.node < 0 || g.node >= static_cast<int>(problem.nodes.size()) || g.gpu < 0 ||
+          g.gpu >= problem.nodes[static_cast<size_t>(g.node)].gpus || !free(g))
+        ok = false;
+    }
+    const double end = RunSeconds(task, choice[t]);
+    const int gpus = static_cast<int>(task.running->gpus.size());
+    if (!ok || usage.Earliest(0, end, gpus) > 0) continue;
+    Assignment& a = plan.assignments[t];
+    a.config = choice[t];
+    a.gpus = task.running->gpus;
+    std::sort(a.gpus.begin(), a.gpus.end());
+    a.start = 0;
+    a.end = end;
+    for (const GpuSlot& g : a.gpus) take(g, end);
+    usage.Add(0, end, gpus);
+    pinned[t] = true;
+  }
+  return pinned;
+}
+
 Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
                     const std::vector<int>& order) {
   Plan plan;
@@ -136,29 +184,14 @@ Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
     free_at[n].assign(static_cast<size_t>(problem.nodes[n].gpus), 0.0);
 
   CapTimeline usage(problem.gpu_cap);
-  std::vector<bool> pinned(problem.tasks.size(), false);
-  for (size_t t = 0; t < problem.tasks.size(); ++t) {
-    const Task& task = problem.tasks[t];
-    if (!task.running || task.running->config != choice[t]) continue;
-    bool ok = true;
-    for (const GpuSlot& g : task.running->gpus) {
-      if (g.node < 0 || g.node >= static_cast<int>(problem.nodes.size()) || g.gpu < 0 ||
-          g.gpu >= problem.nodes[static_cast<size_t>(g.node)].gpus ||
-          free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] > 0)
-        ok = false;
-    }
-    if (!ok) continue;
-    Assignment& a = plan.assignments[t];
-    a.config = choice[t];
-    a.gpus = task.running->gpus;
-    std::sort(a.gpus.begin(), a.gpus.end());
-    a.start = 0;
-    a.end = RunSeconds(task, choice[t]);
-    for (const GpuSlot& g : a.gpus)
-      free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] = a.end;
-    usage.Add(a.start, a.end, static_cast<int>(a.gpus.size()));
-    pinned[t] = true;
-  }
+  std::vector<bool> pinned = PinRunning(
+      problem, choice, order, plan, usage,
+      [&](const GpuSlot& g) {
+        return free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] <= 0;
+      },
+      [&](const GpuSlot& g, double end) {
+        free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] = end;
+      });
 
   std::vector<NodeOffer> offers;
   std::vector<int> pick;
@@ -367,34 +400,6 @@ Placed FindCappedSlot(const Problem& problem, const std::vector<std::vector<Time
   }
 }
 
-// Pins running tasks that keep their configuration; returns which were pinned.
-std::vector<bool> PinRunning(const Problem& problem, const std::vector<int>& choice, Plan& plan,
-                             std::vector<std::vector<Timeline>>& busy) {
-  std::vector<bool> pinned(problem.tasks.size(), false);
-  for (size_t t = 0; t < problem.tasks.size(); ++t) {
-    const Task& task = problem.tasks[t];
-    if (!task.running || choice[t] < 0 || task.running->config != choice[t]) continue;
-    bool ok = true;
-    for (const GpuSlot& g : task.running->gpus) {
-      if (g.node < 0 || g.node >= static_cast<int>(problem.nodes.size()) || g.gpu < 0 ||
-          g.gpu >= problem.nodes[static_cast<size_t>(g.node)].gpus ||
-          !busy[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)].empty())
-        ok = false;
-    }
-    if (!ok) continue;
-    Assignment& a = plan.assignments[t];
-    a.config = choice[t];
-    a.gpus = task.running->gpus;
-    std::sort(a.gpus.begin(), a.gpus.end());
-    a.start = 0;
-    a.end = RunSeconds(task, choice[t]);
-    for (const GpuSlot& g : a.gpus)
-      Occupy(busy[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)], 0, a.end);
-    pinned[t] = true;
-  }
-  return pinned;
-}
-
 std::vector<std::vector<Timeline>> EmptyTimelines(const Problem& problem) {
   std::vector<std::vector<Timeline>> busy(problem.nodes.size());
   for (size_t n = 0; n < problem.nodes.size(); ++n)
@@ -416,12 +421,15 @@ Plan BackfillSchedule(const Problem& problem, const std::vector<int>& choice,
   Plan plan;
   plan.assignments.resize(problem.tasks.size());
   auto busy = EmptyTimelines(problem);
-  std::vector<bool> pinned = PinRunning(problem, choice, plan, busy);
   CapTimeline usage(problem.gpu_cap);
-  for (size_t t = 0; t < pinned.size(); ++t) {
-    const Assignment& a = plan.assignments[t];
-    if (pinned[t]) usage.Add(a.start, a.end, static_cast<int>(a.gpus.size()));
-  }
+  std::vector<bool> pinned = PinRunning(
+      problem, choice, order, plan, usage,
+      [&](const GpuSlot& g) {
+        return busy[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)].empty();
+      },
+      [&](const GpuSlot& g, double end) {
+        Occupy(busy[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)], 0, end);
+      });
   for (int ti : order) {
     size_t t = static_cast<size_t>(ti);
     if (pinned[t]) continue;

@@ -144,16 +144,12 @@ Status Sim::Trigger(engine::Trigger trigger) {
   result_.solver_seconds += d.solver_seconds;
   if (!d.adopted) return OkStatus();
   plan_ = d.plan;
-  // A running task whose configuration or GPUs change is checkpointed now and
-  // restarted by Dispatch, paying the switching cost.
-  for (size_t i = 0; i < tasks_.size(); ++i) {
-    SimTask& t = tasks_[i];
-    if (!t.running) continue;
-    const planner::Assignment& a = plan_->assignments[i];
-    if (a.config != t.config || a.gpus != t.gpus) {
-      Stop(i, "preempted");
-      ++result_.switches;
-    }
+  // The running tasks the engine stops are checkpointed now and restarted by
+  // Dispatch, paying the switching cost.
+  for (const engine::StopAction& stop : d.stops) {
+    if (stop.task >= tasks_.size() || !tasks_[stop.task].running) continue;
+    Stop(stop.task, "preempted");
+    ++result_.switches;
   }
   return OkStatus();
 }

@@ -3,6 +3,8 @@
 // view from observed gangs, and which planned gangs start now.
 #include "operator/controller/reconciler.h"
 
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "common/clock.h"
@@ -149,7 +151,7 @@ TEST_F(ReconcilerPureTest, ConfigsComeFromProfilesWithInterpolation) {
   spec.resources.templates = {api::Template::kDdp, api::Template::kFsdp};
   spec.profiling.gpu_counts = {1, 4};
   ProfileTable table;
-  for (CachedProfile p :
+  for (const CachedProfile& p :
        {Measured(0, api::Template::kDdp, 1, 100), Measured(0, api::Template::kDdp, 4, 340),
         Measured(0, api::Template::kFsdp, 1, 90)}) {
     table[ProfileDataKey(p.entry)] = p;
@@ -919,6 +921,74 @@ TEST_F(ReconcileTest, TheClusterShareStopsARunningGangItShrinks) {
   sync_new();
   EXPECT_GT(held("other"), 0) << "the short job runs on the GPUs the share gave it";
   EXPECT_LE(held("sweep") + held("other"), 4);
+}
+
+// Issue 20's held-out case through the controller: a gpuQuota edited down
+// under what the job's gangs hold stops (gracefully: deleted, their ranks
+// checkpoint) the gangs over it in the pass that sees the edit, with a Rescale
+// event that names the quota; edited back up, the job re-plans and launches.
+TEST_F(ReconcileTest, AQuotaEditedDownStopsWhatExceedsItInOnePassAndUpLaunchesAgain) {
+  std::string yaml = testing::kJobYaml;
+  const std::string steps = "steps: 100\n";
+  yaml.replace(yaml.find(steps), steps.size(), "steps: 100000\n");  // the mlp tasks: hours
+  api::LoadedJob job = testing::LoadJob(yaml);
+  job.job.spec.resources.templates = {api::Template::kDdp};  // as profiled in SetUp
+  job.job.spec.profiling.gpu_counts = {1, 2};
+  job.job.spec.resources.gpus_per_task.max = 2;
+  job.job.spec.resources.gpu_quota = 4;
+  options_.engine.switch_cost_s = 0.5;
+  kube::EventRecorderOptions event_options;
+  event_options.reporting_instance = "reconciler-test";
+  kube::EventRecorder recorder(&client_, event_options, &clock_);
+  options_.events = &recorder;
+  Reconciler reconciler(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  auto held = [&] {
+    int gpus = 0;
+    for (const kube::ObjectPtr& p : pods_.List()) {
+      std::string phase = (*p)["status"]["phase"];
+      if (phase != "Succeeded" && phase != "Failed") ++gpus;  // one GPU per rank
+    }
+    return gpus;
+  };
+  jobs_.Upsert(Ptr(api::EncodeJob(job.job)));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  SyncNewPods(client_, &pods_);
+  ASSERT_EQ(held(), 4);
+  clock_.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());  // the gangs run
+
+  // 4 -> 2: one pass stops what exceeds the quota.
+  job.job.spec.resources.gpu_quota = 2;
+  job.job.metadata.generation += 1;
+  jobs_.Upsert(Ptr(api::EncodeJob(job.job)));
+  const size_t deleted_before = client_.deleted.size();
+  const size_t rescale_events = client_.Events("Rescale").size();
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  std::set<std::string> stopped;
+  for (size_t i = deleted_before; i < client_.deleted.size(); ++i) {
+    if (client_.deleted[i].rfind("pods/team-a/", 0) == 0) stopped.insert(client_.deleted[i]);
+  }
+  EXPECT_EQ(held() - static_cast<int>(stopped.size()), 2)
+      << "the gangs left running hold exactly the new quota";
+  std::vector<kube::Object> events = client_.Events("Rescale");
+  ASSERT_GT(events.size(), rescale_events);
+  EXPECT_NE(events.back().value("note", "").find("quota of 2"), std::string::npos)
+      << events.back().dump();
+  // The stopped ranks checkpoint, exit 0 and go; nothing new starts over the quota.
+  for (const std::string& k : stopped) pods_.Remove(k.substr(std::string("pods/").size()));
+  const size_t created = PodsCreated();
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  SyncNewPods(client_, &pods_);
+  EXPECT_LE(held(), 2);
+
+  // 2 -> 4: the next pass re-plans and launches onto the freed GPUs.
+  job.job.spec.resources.gpu_quota = 4;
+  job.job.metadata.generation += 1;
+  jobs_.Upsert(Ptr(api::EncodeJob(job.job)));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  SyncNewPods(client_, &pods_);
+  EXPECT_GT(PodsCreated(), created);
+  EXPECT_EQ(held(), 4);
 }
 
 TEST_F(ReconcilerPureTest, ElasticConfigsCarryTheirBatchAndSoDoMissingKeys) {

@@ -183,5 +183,82 @@ TEST(EngineTest, QuotaCapsThePlan) {
   EXPECT_GE(d->plan.makespan - w.now, 300 - 1e-6);
 }
 
+// Issue 20's held-out case: a gpuQuota lowered under what the job's gangs hold
+// (16 -> 8 on a real cluster; 4 -> 2 here). The forced re-plan keeps what fits
+// the cap running and stops the rest now (reason quota), so every world frees
+// the GPUs over the quota in the pass that sees the edit; the stopped task runs
+// again later within the cap. Raised back, nothing running is stopped.
+TEST(EngineTest, ALoweredQuotaStopsWhatExceedsItAndARaisedOneStopsNothing) {
+  for (const char* policy : {"orrery", "saturn", "greedy"}) {
+    EngineOptions o = Options();
+    o.policy = policy;
+    Engine engine(o, nullptr);
+    WorldView w = TwoNodes();
+    w.tasks.resize(2);
+    w.tasks[0].running = RunningView{1, {{0, 0}, {0, 1}}};
+    w.tasks[1].running = RunningView{1, {{1, 0}, {1, 1}}};
+    w.gpu_cap = 2;
+    auto d = engine.Decide(w, Trigger::kCapacityChanged);
+    ASSERT_TRUE(d.ok()) << policy << ": " << d.status();
+    ASSERT_TRUE(d->adopted) << policy;
+    ASSERT_EQ(d->stops.size(), 1u) << policy;
+    EXPECT_EQ(d->stops[0].reason, StopReason::kQuota) << policy;
+    EXPECT_STREQ(StopReasonName(d->stops[0].reason), "quota");
+    // At `now` the plan holds at most the cap; the stopped task is planned later.
+    int held_now = 0;
+    for (const planner::Assignment& a : d->plan.assignments) {
+      if (a.config >= 0 && a.start <= w.now) held_now += static_cast<int>(a.gpus.size());
+    }
+    EXPECT_LE(held_now, 2) << policy;
+    const planner::Assignment& later = d->plan.assignments[d->stops[0].task];
+    EXPECT_GE(later.config, 0) << policy;
+    EXPECT_GT(later.start, w.now) << policy;
+    RemainingProblem rp = BuildRemainingProblem(w, 50);
+    planner::Plan local = d->plan;
+    for (planner::Assignment& a : local.assignments) {
+      a.start -= w.now;
+      a.end -= w.now;
+    }
+    EXPECT_TRUE(planner::CheckPlan(rp.problem, local).ok())
+        << policy << ": " << planner::CheckPlan(rp.problem, local);
+
+    // The quota raised to what runs: both keep running.
+    Engine raised(o, nullptr);
+    w.gpu_cap = 4;
+    auto r = raised.Decide(w, Trigger::kCapacityChanged);
+    ASSERT_TRUE(r.ok() && r->adopted) << policy;
+    EXPECT_TRUE(r->stops.empty()) << policy;
+  }
+}
+
+// The stops a decision lists are exactly the running tasks the plan does not
+// keep as they run: a plan that moves a running task to more GPUs lists it
+// (reason replan); a plan that keeps it lists nothing.
+TEST(EngineTest, StopsListExactlyTheRunningTasksThePlanMoves) {
+  WorldView w;
+  w.now = 0;
+  w.nodes = {{"a", 4, 40, true}};
+  TaskView t;
+  t.name = "t";
+  t.remaining_work = 1000;
+  t.profile = {Cfg(1, 10), Cfg(4, 40)};
+  t.running = RunningView{0, {{0, 0}}};
+  w.tasks.push_back(t);
+  EngineOptions o = Options();
+  o.switch_cost_s = 1;
+  Engine engine(o, nullptr);
+  auto d = engine.Decide(w, Trigger::kCapacityChanged);
+  ASSERT_TRUE(d.ok() && d->adopted);
+  ASSERT_EQ(d->plan.assignments[0].config, 1);
+  ASSERT_EQ(d->stops.size(), 1u);
+  EXPECT_EQ(d->stops[0].task, 0u);
+  EXPECT_EQ(d->stops[0].reason, StopReason::kReplan);
+  w.tasks[0].profile[1].throughput = 10.4;  // not worth a restart: kept, no stop
+  Engine keep(o, nullptr);
+  auto k = keep.Decide(w, Trigger::kCapacityChanged);
+  ASSERT_TRUE(k.ok() && k->adopted);
+  EXPECT_TRUE(k->stops.empty());
+}
+
 }  // namespace
 }  // namespace orrery::engine

@@ -153,5 +153,27 @@ TEST(ListSchedulerTest, EveryPlannerKeepsToTheCap) {
   }
 }
 
+// Running tasks over the cap (a gpuQuota lowered under what runs) are pinned
+// in the given order only while they fit; the rest are scheduled again after,
+// under both placements, and the plan keeps the cap at every moment.
+TEST(ListSchedulerTest, RunningTasksOverTheCapArePinnedOnlyWhileTheyFit) {
+  for (Placement placement : {Placement::kAppend, Placement::kBackfill}) {
+    Problem p = Cluster(1, 4);
+    p.gpu_cap = 2;
+    p.tasks.push_back(MakeTask("a", 100, {Cfg("ddp", 2, 10)}));  // 10 s
+    p.tasks.push_back(MakeTask("b", 100, {Cfg("ddp", 2, 10)}));
+    p.tasks[0].running = RunningState{0, {{0, 0}, {0, 1}}, 5};
+    p.tasks[1].running = RunningState{0, {{0, 2}, {0, 3}}, 5};
+    Plan plan = ListSchedule(p, {0, 0}, {1, 0}, placement);
+    ASSERT_TRUE(CheckPlan(p, plan).ok()) << CheckPlan(p, plan);
+    // b comes first in the order, so b keeps running; a waits for b's GPUs'
+    // worth of cap and pays its switch cost.
+    EXPECT_DOUBLE_EQ(plan.assignments[1].start, 0);
+    EXPECT_EQ(plan.assignments[1].gpus, (std::vector<GpuSlot>{{0, 2}, {0, 3}}));
+    EXPECT_DOUBLE_EQ(plan.assignments[0].start, 10);
+    EXPECT_DOUBLE_EQ(plan.assignments[0].end, 25);
+  }
+}
+
 }  // namespace
 }  // namespace orrery::planner
