@@ -32,6 +32,7 @@
 #include <c10/core/Device.h>
 
 #include "common/status.h"
+#include "worker/hf/config.h"
 
 namespace orrery::dist {
 class Communicator;
@@ -57,15 +58,9 @@ class Layer {
 
 // Rotary position embedding (Su et al. 2021, "RoFormer"), with the frequency
 // rescalings Hugging Face's modeling_rope_utils.py names "linear" (Chen et al.
-// 2023, position interpolation) and "llama3" (Meta's Llama 3.1 release).
-struct RopeConfig {
-  double theta = 10000.0;
-  std::string type = "default";  // default | linear | llama3
-  double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  int original_max_positions = 8192;
-};
+// 2023, position interpolation) and "llama3" (Meta's Llama 3.1 release): the
+// parameters config.json gives (worker/hf/config.h), one struct for both.
+using RopeConfig = hf::RopeParameters;
 
 // A decoder-only transformer. The family fixes the layer shapes:
 //   gpt    Orrery's own small GPT: LayerNorm, learned positions, exact GELU MLP,

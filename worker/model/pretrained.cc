@@ -169,12 +169,7 @@ StatusOr<GptConfig> ToGptConfig(const hf::ModelConfig& h, const std::string& whe
     // GPT-2's heads split the width evenly; ValidateGpt says so when they do not.
     c.kv_heads = h.kv_heads;
     c.head_dim = h.head_dim;
-    c.rope.theta = h.rope.theta;
-    c.rope.type = h.rope.type;
-    c.rope.factor = h.rope.factor;
-    c.rope.low_freq_factor = h.rope.low_freq_factor;
-    c.rope.high_freq_factor = h.rope.high_freq_factor;
-    c.rope.original_max_positions = h.rope.original_max_positions;
+    c.rope = h.rope;
   }
   Status valid = internal::ValidateGpt(c);
   if (!valid.ok()) return valid.WithContext(where);
