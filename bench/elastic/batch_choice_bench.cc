@@ -31,6 +31,7 @@
 #include "operator/engine/profile_configs.h"
 #include "operator/engine/worker_command.h"
 #include "operator/planner/planner.h"
+#include "worker/contract/templates.h"
 
 namespace {
 
@@ -77,8 +78,8 @@ Outcome Plan(const api::LoadedJob& job, bool elastic, int nodes, int gpus_per_no
     // does not split over, which the worker refuses at launch; the baseline
     // keeps only what could run, as the elastic configurations do.
     std::erase_if(t.configs, [](const planner::Config& c) {
-      return !engine::BatchSplits(engine::WorkerTemplate(c.template_name, c.gpus), c.gpus,
-                                  c.batch_size);
+      return !contract::BatchSplits(contract::WorkerTemplate(c.template_name, c.gpus), c.gpus,
+                                    c.batch_size);
     });
     problem.tasks.push_back(t);
   }

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "worker/contract/templates.h"
+
 namespace orrery::api {
 
 // ---- enums ----------------------------------------------------------------
@@ -30,9 +32,16 @@ template <typename E>
 struct EnumNames;
 template <>
 struct EnumNames<Template> {
-  static constexpr std::array<std::string_view, 5> kNames = {"ddp", "fsdp", "pipeline", "tensor",
-                                                             "spill"};
+  // The plannable rows of the template table (worker/contract/templates.h).
+  static constexpr auto kNames = contract::kPlannableTemplates;
 };
+static_assert(EnumNames<Template>::kNames[static_cast<size_t>(Template::kDdp)] == "ddp" &&
+                  EnumNames<Template>::kNames[static_cast<size_t>(Template::kFsdp)] == "fsdp" &&
+                  EnumNames<Template>::kNames[static_cast<size_t>(Template::kPipeline)] ==
+                      "pipeline" &&
+                  EnumNames<Template>::kNames[static_cast<size_t>(Template::kTensor)] == "tensor" &&
+                  EnumNames<Template>::kNames[static_cast<size_t>(Template::kSpill)] == "spill",
+              "api::Template's enumerators follow the template table's plannable rows");
 template <>
 struct EnumNames<Optimizer> {
   static constexpr std::array<std::string_view, 3> kNames = {"sgd", "adam", "adamw"};

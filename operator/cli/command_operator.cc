@@ -23,6 +23,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/metrics/metrics.h"
 #include "operator/cli/commands.h"
 #include "operator/cli/stop_signals.h"
 #include "operator/controller/manager.h"
@@ -30,7 +31,6 @@
 #include "operator/kube/config.h"
 #include "operator/kube/leader_election.h"
 #include "operator/kube/rest_client.h"
-#include "operator/metrics/metrics.h"
 
 namespace orrery::cli {
 namespace {

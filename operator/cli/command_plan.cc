@@ -179,14 +179,14 @@ int RunPlan(Invocation& in) {
       for (int g : counts) {
         int span = g <= per_node ? 1 : g / per_node;
         if (g > per_node && g % per_node != 0) continue;
-        local::ProfileEntry key;
+        contract::ProfileEntry key;
         key.signature = engine::ModelSignature(e.task);
-        key.template_name = engine::WorkerTemplate(name, g);
+        key.template_name = contract::WorkerTemplate(name, g);
         key.gpus = g;
         key.batch_size = e.task.training.batch_size;
         key.device = device;
         std::optional<planner::Config> c;
-        if (const local::ProfileEntry* hit = cache->Find(key)) {
+        if (const contract::ProfileEntry* hit = cache->Find(key)) {
           c = planner::Config{name,
                               g,
                               span,

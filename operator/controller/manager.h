@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/metrics/metrics.h"
 #include "common/status.h"
 #include "operator/controller/progress.h"
 #include "operator/controller/reconciler.h"
@@ -27,7 +28,6 @@
 #include "operator/kube/controller.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
-#include "operator/metrics/metrics.h"
 
 namespace orrery::controller {
 

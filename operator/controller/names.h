@@ -56,7 +56,7 @@ std::string GangLabelValue(std::string_view task, int generation);
 std::string GangServiceName(std::string_view job, std::string_view task, int generation);
 std::string GangPodName(std::string_view job, std::string_view task, int generation, int rank);
 
-// A DNS-label-safe hash of local::ProfileEntry::Key(): the profile label value
+// A DNS-label-safe hash of contract::ProfileEntry::Key(): the profile label value
 // and the ConfigMap data key ("p" + 16 hex digits).
 std::string ProfileKeyHash(std::string_view key);
 std::string ProfileServiceName(std::string_view job, std::string_view key);

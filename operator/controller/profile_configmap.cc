@@ -41,10 +41,12 @@ bool CachedProfile::operator==(const CachedProfile& o) const {
   return EncodeCachedProfile(*this) == EncodeCachedProfile(o);
 }
 
-std::string ProfileDataKey(const local::ProfileEntry& entry) { return ProfileKeyHash(entry.Key()); }
+std::string ProfileDataKey(const contract::ProfileEntry& entry) {
+  return ProfileKeyHash(entry.Key());
+}
 
 Json EncodeCachedProfile(const CachedProfile& p) {
-  Json j = local::ProfileEntryToJson(p.entry);
+  Json j = contract::ProfileEntryToJson(p.entry);
   if (p.infeasible) {
     j["infeasible"] = true;
     j["reason"] = p.reason;
@@ -79,7 +81,7 @@ bool DecodeCachedProfile(const Json& j, const std::string& path, CachedProfile* 
     }
   }
   CachedProfile p;
-  local::ProfileEntry& e = p.entry;
+  contract::ProfileEntry& e = p.entry;
   Field(j, "signature", path, true, &e.signature, errors);
   Field(j, "template", path, true, &e.template_name, errors);
   Field(j, "gpus", path, true, &e.gpus, errors);

@@ -20,7 +20,7 @@
 
 #include "operator/api/field_error.h"
 #include "operator/api/yaml.h"
-#include "operator/local/profile_cache.h"
+#include "worker/contract/profile_record.h"
 
 namespace orrery::controller {
 
@@ -30,7 +30,7 @@ inline constexpr const char* kProfileConfigMapName = "orrery-profiles";
 inline constexpr size_t kProfileConfigMapBudget = 900 * 1024;
 
 struct CachedProfile {
-  local::ProfileEntry entry;
+  contract::ProfileEntry entry;
   bool infeasible = false;
   std::string reason;  // infeasible only
   bool operator==(const CachedProfile& o) const;
@@ -39,7 +39,7 @@ struct CachedProfile {
 // Data key -> entry.
 using ProfileTable = std::map<std::string, CachedProfile>;
 
-std::string ProfileDataKey(const local::ProfileEntry& entry);
+std::string ProfileDataKey(const contract::ProfileEntry& entry);
 
 Json EncodeCachedProfile(const CachedProfile& profile);
 // Appends problems to `errors` with paths under `path`; returns false on any.

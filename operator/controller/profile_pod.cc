@@ -14,7 +14,7 @@ std::string Tail(const std::string& s, size_t n = 512) {
   return s.size() <= n ? s : s.substr(s.size() - n);
 }
 
-StatusOr<local::ProfileEntry> KeyFromAnnotation(const Json& pod) {
+StatusOr<contract::ProfileEntry> KeyFromAnnotation(const Json& pod) {
   const Json* meta = pod.contains("metadata") ? &pod["metadata"] : nullptr;
   std::string name = meta != nullptr ? meta->value("name", "") : "";
   if (meta == nullptr || !meta->contains("annotations") || !(*meta)["annotations"].is_object() ||
@@ -25,7 +25,7 @@ StatusOr<local::ProfileEntry> KeyFromAnnotation(const Json& pod) {
   }
   Json j = Json::parse((*meta)["annotations"][kProfileEntryAnnotation].get<std::string>(), nullptr,
                        /*allow_exceptions=*/false);
-  local::ProfileEntry e;
+  contract::ProfileEntry e;
   try {
     e.signature = j.at("signature").get<std::string>();
     e.template_name = j.at("template").get<std::string>();
@@ -55,8 +55,8 @@ const Json* WorkerTerminated(const Json& pod) {
 
 }  // namespace
 
-local::ProfileEntry ProfileKey(const ProfileRequest& r) {
-  local::ProfileEntry e;
+contract::ProfileEntry ProfileKey(const ProfileRequest& r) {
+  contract::ProfileEntry e;
   e.signature = engine::ModelSignature(r.task->task);
   e.template_name = std::string(api::EnumName(r.template_));
   e.gpus = r.gpus;
@@ -139,14 +139,14 @@ StatusOr<ProfileOutcome> ParseProfilePod(const Json& pod) {
   const Json* term = WorkerTerminated(pod);
   if (phase == "Succeeded") {
     std::string message = term != nullptr ? term->value("message", "") : "";
-    auto doc = local::ParseProfileDocument(message);
+    auto doc = contract::ParseProfileDocument(message);
     if (!doc.ok()) {
       return InvalidArgumentError("profile pod " + name +
                                   " succeeded without a profile document in its termination "
                                   "message: " +
                                   doc.status().message());
     }
-    local::ProfileEntry key = out.entry;
+    contract::ProfileEntry key = out.entry;
     out.entry = *doc;
     out.entry.signature = key.signature;
     out.entry.template_name = key.template_name;

@@ -14,7 +14,7 @@
 #include "operator/api/expand.h"
 #include "operator/api/types.h"
 #include "operator/controller/gang.h"
-#include "operator/local/profile_cache.h"
+#include "worker/contract/profile_record.h"
 
 namespace orrery::controller {
 
@@ -33,8 +33,8 @@ struct ProfileRequest {
 };
 
 struct ProfileGang {
-  local::ProfileEntry key;  // signature, template, gpus, batch, device; no measurement
-  std::string key_hash;     // ProfileKeyHash(key.Key()): the orrery.dev/profile label
+  contract::ProfileEntry key;  // signature, template, gpus, batch, device; no measurement
+  std::string key_hash;        // ProfileKeyHash(key.Key()): the orrery.dev/profile label
   std::string service_name;
   Json service;
   std::vector<Json> pods;  // by rank
@@ -42,7 +42,7 @@ struct ProfileGang {
 
 // The cache key a request measures: the task's model signature, the template, the
 // ranks, the global batch (the task's own when the request leaves it 0), the device.
-local::ProfileEntry ProfileKey(const ProfileRequest& request);
+contract::ProfileEntry ProfileKey(const ProfileRequest& request);
 
 StatusOr<ProfileGang> BuildProfileGang(const ProfileRequest& request);
 
@@ -50,13 +50,13 @@ StatusOr<ProfileGang> BuildProfileGang(const ProfileRequest& request);
 struct ProfileOutcome {
   enum class State { kRunning, kMeasured, kInfeasible };
   State state = State::kRunning;
-  local::ProfileEntry entry;  // the key always; the measurement when kMeasured
-  std::string reason;         // kInfeasible: OOMKilled, Error, DeadlineExceeded, ...
-  std::string message;        // kInfeasible: exit code and the message's tail
+  contract::ProfileEntry entry;  // the key always; the measurement when kMeasured
+  std::string reason;            // kInfeasible: OOMKilled, Error, DeadlineExceeded, ...
+  std::string message;           // kInfeasible: exit code and the message's tail
 };
 
 // One pod: kMeasured from a Succeeded pod's termination message (parsed by
-// local::ParseProfileDocument; measuredAt is the container's finish time),
+// contract::ParseProfileDocument; measuredAt is the container's finish time),
 // kInfeasible from a Failed pod with the reason, kRunning otherwise. An error
 // when the pod is not a profile pod or a Succeeded pod's message is not a
 // profile document (a bug to surface, not an infeasible configuration).

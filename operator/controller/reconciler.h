@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/metrics/metrics.h"
 #include "common/status.h"
 #include "operator/api/expand.h"
 #include "operator/api/types.h"
@@ -41,7 +42,6 @@
 #include "operator/kube/controller.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/store.h"
-#include "operator/metrics/metrics.h"
 
 namespace orrery::controller {
 

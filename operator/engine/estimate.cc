@@ -8,6 +8,7 @@
 
 #include "operator/api/paths.h"
 #include "operator/api/yaml.h"
+#include "worker/contract/templates.h"
 #include "worker/hf/config.h"
 
 namespace orrery::engine {
@@ -280,36 +281,21 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
     tensor_splits = pretrained->heads % gpus == 0 && pretrained->kv_heads % gpus == 0 &&
                     pretrained->intermediate % gpus == 0;
   }
-  // Parallel efficiency per doubling of devices: communication that overlaps
-  // (ddp) costs least; sharding adds gathers (fsdp); tensor parallelism
-  // communicates inside every layer; pipelines idle in their bubble. These are
-  // rough planning figures, not measurements.
-  double per_doubling = 0.95;
-  double memory_divisor = 1;
-  if (template_name == "fsdp") {
-    per_doubling = 0.9;
-    memory_divisor = gpus;
-  } else if (template_name == "tensor") {
-    if (!transformer || !tensor_splits) return std::nullopt;
-    per_doubling = 0.85;
-    memory_divisor = gpus;
-  } else if (template_name == "pipeline") {
-    if (!transformer || layers < gpus) return std::nullopt;
-    per_doubling = 0.8;
-    memory_divisor = gpus;
-  } else if (template_name == "spill") {
-    per_doubling = 0.9;
-  } else if (template_name != "ddp") {
+  // Parallel efficiency, how memory divides and what a frozen parameter costs
+  // come from the template table (worker/contract/templates.h).
+  const contract::TemplateTraits* traits = contract::FindTemplate(template_name);
+  if (traits == nullptr || !traits->plannable) return std::nullopt;
+  if (traits->memory == contract::MemoryModel::kSliced && (!transformer || !tensor_splits))
     return std::nullopt;
-  }
-  double efficiency = std::pow(per_doubling, std::log2(static_cast<double>(gpus)));
-  const double frozen_bytes =
-      template_name == "fsdp" ? kFrozenFsdpBytesPerParameter : kFrozenBytesPerParameter;
-  double bytes = (frozen_bytes * (params.stored - params.stored_trainable) +
+  if (traits->memory == contract::MemoryModel::kLayerRange && (!transformer || layers < gpus))
+    return std::nullopt;
+  double efficiency =
+      std::pow(traits->efficiency_per_doubling, std::log2(static_cast<double>(gpus)));
+  double bytes = (traits->frozen_bytes_per_parameter * (params.stored - params.stored_trainable) +
                   kTrainedBytesPerParameter * params.stored_trainable) /
-                 memory_divisor;
+                 contract::MemoryDivisor(*traits, gpus);
   double spill_penalty = 1;
-  if (template_name == "spill") {
+  if (traits->memory == contract::MemoryModel::kSpilled) {
     // Spilling keeps parameters in host memory and streams shards in: a device
     // holds a working set, at roughly half speed (Hydra reports 1.5-2x).
     spill_penalty = 0.5;

@@ -13,7 +13,8 @@
 //   memory:  16 bytes per trained parameter with Adam (weights, gradients, two
 //            moments; Rajbhandari et al. 2020, "ZeRO", §3.1, count the same 16
 //            for mixed precision), 4 per frozen one (its weight: see
-//            kFrozenBytesPerParameter), divided by the degree that shards it.
+//            the template table's frozen_bytes_per_parameter), divided by the degree that shards
+//            it.
 // A pre-trained model's size comes from its config.json, which this file only
 // parses (ParsePretrainedConfig): the world that can read the file passes the
 // shape in. Pure: no I/O.
@@ -102,10 +103,9 @@ double ModelParameters(const api::TaskSpec& task, const PretrainedShape* pretrai
 // Bytes per parameter, as the worker allocates them (fp32 Adam): a trained
 // parameter has its weight, its gradient and two moments; a frozen one only its
 // weight (no gradient, and the optimizer keeps no state for it), except under
-// fsdp, whose flat gradient shard covers frozen elements too.
+// fsdp, whose flat gradient shard covers frozen elements too: the template
+// table's frozen_bytes_per_parameter (worker/contract/templates.h).
 inline constexpr double kTrainedBytesPerParameter = 16;
-inline constexpr double kFrozenBytesPerParameter = 4;
-inline constexpr double kFrozenFsdpBytesPerParameter = 8;
 
 // Samples per second and per-device memory for `template_name` on `gpus`
 // devices; nullopt when the template cannot run the model on that many devices

@@ -5,6 +5,7 @@
 
 #include "operator/api/defaults.h"
 #include "operator/engine/worker_command.h"
+#include "worker/contract/templates.h"
 
 namespace orrery::engine {
 
@@ -27,13 +28,6 @@ std::vector<int64_t> CandidateBatches(const api::ModelSelectionJobSpec& spec, in
   // for nothing; the others ascending.
   std::sort(out.begin() + 1, out.end());
   return out;
-}
-
-bool BatchSplits(const std::string& template_name, int gpus, int64_t batch) {
-  if (batch < 1 || gpus < 1) return false;
-  if (gpus == 1 || template_name == "tensor") return true;
-  if (template_name == "pipeline") return batch % (2 * int64_t{gpus}) == 0;
-  return batch % gpus == 0;  // ddp, fsdp, spill: one equal share per rank
 }
 
 std::vector<int> ProfileGpuCounts(const api::ModelSelectionJobSpec& spec, int max_gpus) {
@@ -61,7 +55,8 @@ TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::
     for (int64_t batch : batches) {
       std::map<int, ProfilePoint> points;  // measured, feasible, by GPUs
       for (int g : counts) {
-        if (elastic && !BatchSplits(WorkerTemplate(name, g), g, batch)) continue;
+        if (elastic && !contract::BatchSplits(contract::WorkerTemplate(name, g), g, batch))
+          continue;
         ProfilePoint p = lookup(tmpl, g, batch);
         if (p.state == ProfilePoint::State::kMissing) {
           out.missing.push_back({tmpl, g, batch});
@@ -85,7 +80,8 @@ TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::
         // for sharding templates, equal for replicating ones).
         for (int g = it->first + 1; g < next->first; ++g) {
           if (g < spec.resources.gpus_per_task.min) continue;
-          if (elastic && !BatchSplits(WorkerTemplate(name, g), g, batch)) continue;
+          if (elastic && !contract::BatchSplits(contract::WorkerTemplate(name, g), g, batch))
+            continue;
           double f = static_cast<double>(g - it->first) / (next->first - it->first);
           planner::Config fit = c;
           fit.gpus = g;

@@ -35,12 +35,6 @@ inline constexpr int kMaxBatchChoices = 3;
 // ascending. Bounds not set count as open.
 std::vector<int64_t> CandidateBatches(const api::ModelSelectionJobSpec& spec, int64_t task_batch);
 
-// Whether the worker can split `batch` over `gpus` ranks of `template_name`
-// (a plan's template name): data-parallel templates (ddp, fsdp, spill) need a
-// whole per-rank batch, a pipeline on n ranks also its 2n default micro-batches,
-// tensor parallelism and one rank take any batch.
-bool BatchSplits(const std::string& template_name, int gpus, int64_t batch);
-
 // The GPU counts to profile: spec.profiling.gpuCounts or the defaults between
 // gpusPerTask.min and `max_gpus` (already capped by gpusPerTask.max and the
 // quota), ascending and unique, those above `max_gpus` dropped.

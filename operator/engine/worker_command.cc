@@ -1,27 +1,14 @@
 #include "operator/engine/worker_command.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <sstream>
 
 #include "operator/api/paths.h"
+#include "worker/contract/worker_args.h"
 
 namespace orrery::engine {
 namespace {
-
-std::string Flag(const std::string& name, const std::string& value) {
-  return "--" + name + "=" + value;
-}
-std::string Flag(const std::string& name, int64_t value) {
-  return Flag(name, std::to_string(value));
-}
-// The shortest text that reads back as the same double ("0.8", "3e-04").
-std::string Number(double value) {
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof(buf), value);
-  return std::string(buf, r.ptr);
-}
 
 std::string Resolve(const std::string& base, const std::string& path) {
   if (base.empty() || path.empty() || path.front() == '/') return path;
@@ -34,101 +21,94 @@ std::string Joined(const std::vector<std::string>& items) {
   return out;
 }
 
-// The flags every worker command of this task shares: model, data, optimizer.
-std::vector<std::string> CommonFlags(const api::ExpandedTask& expanded, const LaunchConfig& c) {
+// What every worker command of this task shares: model, data, optimizer.
+contract::WorkerArgs CommonArgs(const api::ExpandedTask& expanded, const LaunchConfig& c) {
   const api::TaskSpec& t = expanded.task;
-  std::vector<std::string> f;
+  contract::WorkerArgs f;
   const api::ModelSpec& m = t.model;
-  std::string like = "gpt";
   if (m.gpt) {
-    f.push_back(Flag("model", "gpt"));
+    f.model = "gpt";
+    f.layers = m.gpt->layers;
+    f.hidden = m.gpt->hidden;
+    f.heads = m.gpt->heads;
+    f.seq = m.gpt->seq_len;
+    f.vocab = m.gpt->vocab;
   } else if (m.mlp) {
-    f.push_back(Flag("model", "mlp"));
-    like = "mlp";
+    f.model = "mlp";
+    f.mlp_input = m.mlp->inputs;
+    f.mlp_hidden = m.mlp->hidden;
+    f.mlp_layers = m.mlp->layers;
+    f.classes = m.mlp->outputs;
   } else if (m.torchscript) {
-    f.push_back(Flag("model", "torchscript"));
-    f.push_back(Flag("torchscript", Resolve(c.base_dir, m.torchscript->path)));
+    f.model = "torchscript";
+    f.torchscript = Resolve(c.base_dir, m.torchscript->path);
+    f.torchscript_like = "gpt";
   } else if (m.pretrained) {
     // config.json sets the architecture: passing its sizes too would only
     // give the worker something to disagree with.
-    f.push_back(Flag("model", "gpt"));
-    f.push_back(Flag("pretrained", Resolve(c.base_dir, api::ModelDirectory(*m.pretrained))));
-    f.push_back(Flag("seq", m.pretrained->seq_len));
+    f.model = "gpt";
+    f.pretrained = Resolve(c.base_dir, api::ModelDirectory(*m.pretrained));
+    f.seq = m.pretrained->seq_len;
   }
-  if (m.gpt) {
-    f.push_back(Flag("layers", m.gpt->layers));
-    f.push_back(Flag("hidden", m.gpt->hidden));
-    f.push_back(Flag("heads", m.gpt->heads));
-    f.push_back(Flag("seq", m.gpt->seq_len));
-    f.push_back(Flag("vocab", m.gpt->vocab));
-  }
-  if (m.mlp) {
-    f.push_back(Flag("mlp-input", m.mlp->inputs));
-    f.push_back(Flag("mlp-hidden", m.mlp->hidden));
-    f.push_back(Flag("mlp-layers", m.mlp->layers));
-    f.push_back(Flag("classes", m.mlp->outputs));
-  }
-  if (m.torchscript) f.push_back(Flag("torchscript-like", like));
   // What the run trains changes its step time and memory: profiles and
   // training runs carry it alike.
   if (t.fine_tuning) {
     const api::FineTuningSpec& ft = *t.fine_tuning;
-    if (ft.freeze_embeddings) f.push_back("--freeze-embeddings");
-    if (ft.freeze_blocks > 0) f.push_back(Flag("freeze-blocks", ft.freeze_blocks));
+    f.freeze_embeddings = ft.freeze_embeddings;
+    if (ft.freeze_blocks > 0) f.freeze_blocks = ft.freeze_blocks;
     if (ft.lora && ft.lora->rank) {
-      f.push_back(Flag("lora-rank", *ft.lora->rank));
-      f.push_back(Flag("lora-alpha", Number(ft.lora->alpha)));
-      if (!ft.lora->targets.empty()) f.push_back(Flag("lora-targets", Joined(ft.lora->targets)));
+      f.lora_rank = *ft.lora->rank;
+      f.lora_alpha = ft.lora->alpha;
+      if (!ft.lora->targets.empty()) f.lora_targets = ft.lora->targets;
     }
   }
 
   const api::DataSpec& d = t.data;
   int64_t seed = 0;
   if (d.synthetic) {
-    f.push_back(Flag("data", "synthetic"));
-    f.push_back(Flag("data-samples", d.synthetic->samples));
+    f.data = "synthetic";
+    f.data_samples = d.synthetic->samples;
     seed = d.synthetic->seed;
   } else if (d.tokens) {
-    f.push_back(Flag("data", "tokens"));
-    f.push_back(Flag("data-path", Resolve(c.base_dir, d.tokens->path)));
-    f.push_back(Flag("token-bytes", d.tokens->dtype == api::TokenDtype::kUint32 ? 4 : 2));
+    f.data = "tokens";
+    f.data_path = Resolve(c.base_dir, d.tokens->path);
+    f.token_bytes = d.tokens->dtype == api::TokenDtype::kUint32 ? 4 : 2;
   } else if (d.text) {
-    f.push_back(Flag("data", "text"));
-    f.push_back(Flag("data-path", Resolve(c.base_dir, d.text->path)));
-    if (!d.text->tokenizer.empty())
-      f.push_back(Flag("tokenizer", Resolve(c.base_dir, d.text->tokenizer)));
+    f.data = "text";
+    f.data_path = Resolve(c.base_dir, d.text->path);
+    if (!d.text->tokenizer.empty()) f.tokenizer = Resolve(c.base_dir, d.text->tokenizer);
   }
-  f.push_back(Flag("seed", seed));
+  f.seed = seed;
 
   const api::TrainingSpec& tr = t.training;
   const int64_t batch = c.batch_size > 0 ? c.batch_size : tr.batch_size;
   // The worker has SGD and AdamW; Adam is AdamW's update with the decay applied
   // as decoupled weight decay (Loshchilov & Hutter 2019), which is what
   // "adam with weight decay" means in most current training code.
-  f.push_back(Flag("optimizer", tr.optimizer == api::Optimizer::kSgd ? "sgd" : "adamw"));
-  f.push_back(
-      Flag("lr", Number(ScaledLearningRate(tr.learning_rate, c.lr_scaling, batch, tr.batch_size))));
-  f.push_back(Flag("weight-decay", Number(tr.weight_decay)));
-  if (tr.optimizer == api::Optimizer::kSgd) f.push_back(Flag("momentum", Number(tr.momentum)));
+  f.optimizer = tr.optimizer == api::Optimizer::kSgd ? "sgd" : "adamw";
+  f.lr = ScaledLearningRate(tr.learning_rate, c.lr_scaling, batch, tr.batch_size);
+  f.weight_decay = tr.weight_decay;
+  if (tr.optimizer == api::Optimizer::kSgd) f.momentum = tr.momentum;
   // Warm-up is tuned in steps of the task's own batch; at another batch it
   // keeps its length in samples (Goyal et al. 2017 count it in epochs).
   int64_t warmup = tr.warmup_steps;
   if (batch != tr.batch_size && tr.batch_size > 0 && batch > 0) {
     warmup = (tr.warmup_steps * tr.batch_size + batch - 1) / batch;
   }
-  f.push_back(Flag("warmup-steps", warmup));
-  f.push_back(Flag("decay", std::string(api::EnumName(tr.schedule))));
-  f.push_back(Flag("precision", std::string(api::EnumName(tr.precision))));
-  f.push_back(Flag("batch", batch));
-  f.push_back(Flag("template", WorkerTemplate(c.template_name, c.gpus)));
+  f.warmup_steps = warmup;
+  f.decay = std::string(api::EnumName(tr.schedule));
+  f.precision = std::string(api::EnumName(tr.precision));
+  f.batch = batch;
+  f.template_name = contract::WorkerTemplate(c.template_name, c.gpus);
   // Pipelines run 1F1B (PipeDream-Flush, Narayanan et al. 2021): the same
   // gradients as GPipe with at most pp - stage micro-batches of activations held
   // instead of all of them, so the memory a profile measures is 1F1B's too.
-  if (WorkerTemplate(c.template_name, c.gpus) == "pipeline") {
-    f.push_back(Flag("pipeline-schedule", "1f1b"));
+  const contract::TemplateTraits* traits = contract::FindTemplate(*f.template_name);
+  if (traits != nullptr && traits->axis == contract::WorldAxis::kPipeline) {
+    f.pipeline_schedule = "1f1b";
   }
-  f.push_back(Flag("threads", c.threads));
-  if (!c.device.empty()) f.push_back(Flag("device", c.device));
+  f.threads = c.threads;
+  if (!c.device.empty()) f.device = c.device;
   return f;
 }
 
@@ -146,37 +126,32 @@ double ScaledLearningRate(double learning_rate, api::LrScaling rule, int64_t bat
   return learning_rate;
 }
 
-std::string WorkerTemplate(const std::string& template_name, int gpus) {
-  if (gpus <= 1 && template_name != "spill") return "single";
-  return template_name;
-}
-
 std::vector<std::string> TrainFlags(const api::ExpandedTask& task, const LaunchConfig& config) {
-  std::vector<std::string> f = CommonFlags(task, config);
+  contract::WorkerArgs f = CommonArgs(task, config);
   const api::TrainingSpec& tr = task.task.training;
   if (config.samples > 0) {
-    f.push_back(Flag("samples", config.samples));
+    f.samples = config.samples;
   } else if (config.steps > 0) {
-    f.push_back(Flag("steps", config.steps));
+    f.steps = config.steps;
   } else if (tr.epochs) {
-    f.push_back(Flag("epochs", *tr.epochs));
+    f.epochs = *tr.epochs;
   } else {
-    f.push_back(Flag("steps", tr.steps.value_or(0)));
+    f.steps = tr.steps.value_or(0);
   }
-  f.push_back(Flag("report-every", config.report_every));
+  f.report_every = config.report_every;
   if (!config.checkpoint_dir.empty()) {
-    f.push_back(Flag("checkpoint-dir", config.checkpoint_dir));
-    f.push_back(Flag("checkpoint-every", config.checkpoint_every));
-    f.push_back(Flag("keep", config.keep));
+    f.checkpoint_dir = config.checkpoint_dir;
+    f.checkpoint_every = config.checkpoint_every;
+    f.keep = config.keep;
   }
-  f.push_back(Flag("lr-scaling", std::string(api::EnumName(config.lr_scaling))));
+  f.lr_scaling = std::string(api::EnumName(config.lr_scaling));
   if (const std::string dir = ExportDir(task, config.base_dir); !dir.empty()) {
     const api::OutputSpec& o = *task.task.output;
-    f.push_back(Flag("export-dir", dir));
-    f.push_back(Flag("export-dtype", std::string(api::EnumName(o.dtype))));
-    if (o.merge_lora) f.push_back("--export-merged");
+    f.export_dir = dir;
+    f.export_dtype = std::string(api::EnumName(o.dtype));
+    f.export_merged = o.merge_lora;
   }
-  return f;
+  return contract::ToArgs(f);
 }
 
 std::string ExportDir(const api::ExpandedTask& task, const std::string& base_dir) {
@@ -186,12 +161,12 @@ std::string ExportDir(const api::ExpandedTask& task, const std::string& base_dir
 
 std::vector<std::string> ProfileFlags(const api::ExpandedTask& task, const LaunchConfig& config,
                                       int trial_steps) {
-  std::vector<std::string> f = CommonFlags(task, config);
+  contract::WorkerArgs f = CommonArgs(task, config);
   // Saturn profiles a handful of steps after warm-up; a third of the trial (at
   // least one step) warms up the allocator and caches.
-  f.push_back(Flag("profile-warmup", std::max(1, trial_steps / 3)));
-  f.push_back(Flag("profile-steps", std::max(1, trial_steps)));
-  return f;
+  f.profile_warmup = std::max(1, trial_steps / 3);
+  f.profile_steps = std::max(1, trial_steps);
+  return contract::ToArgs(f);
 }
 
 std::string ModelSignature(const api::TaskSpec& t) {

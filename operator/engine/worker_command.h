@@ -10,6 +10,7 @@
 
 #include "operator/api/expand.h"
 #include "operator/api/types.h"
+#include "worker/contract/templates.h"
 
 namespace orrery::engine {
 
@@ -43,10 +44,6 @@ struct LaunchConfig {
   // default). Pods that talk NCCL must say "cuda".
   std::string device;
 };
-
-// The worker's template name for a plan's template on `gpus` ranks: on one rank
-// every template except spill is the plain loop ("single").
-std::string WorkerTemplate(const std::string& template_name, int gpus);
 
 // The learning rate for a run at global `batch` of a task tuned at `tuned_batch`
 // under `rule` (none: unchanged). A fresh start at another batch gets it as

@@ -165,9 +165,9 @@ class Runner {
   Status Prepare();
   Status RestoreFrom(const RunReport& previous);
   Status ProfileAll();
-  StatusOr<std::optional<ProfileEntry>> ProfileOne(const TaskRun& task,
-                                                   const std::string& template_name, int gpus,
-                                                   int64_t batch);
+  StatusOr<std::optional<contract::ProfileEntry>> ProfileOne(const TaskRun& task,
+                                                             const std::string& template_name,
+                                                             int gpus, int64_t batch);
   int64_t SamplesAtStep(const TaskRun& task, int64_t step) const;
   bool Elastic() const { return job_.job.spec.elasticity.enabled; }
   void BuildConfigs();
@@ -335,9 +335,9 @@ std::map<std::string, std::string> RankEnv(const DeviceSet& devices, int device,
   return env;
 }
 
-StatusOr<std::optional<ProfileEntry>> Runner::ProfileOne(const TaskRun& task,
-                                                         const std::string& template_name, int gpus,
-                                                         int64_t batch) {
+StatusOr<std::optional<contract::ProfileEntry>> Runner::ProfileOne(const TaskRun& task,
+                                                                   const std::string& template_name,
+                                                                   int gpus, int64_t batch) {
   engine::LaunchConfig lc;
   lc.template_name = template_name;
   lc.gpus = gpus;
@@ -354,7 +354,7 @@ StatusOr<std::optional<ProfileEntry>> Runner::ProfileOne(const TaskRun& task,
   std::error_code ec;
   fs::remove_all(store, ec);
   std::string log = opt_.workdir + "/logs/profile-" + std::to_string(n) + "." +
-                    engine::WorkerTemplate(template_name, gpus) + "x" + std::to_string(gpus);
+                    contract::WorkerTemplate(template_name, gpus) + "x" + std::to_string(gpus);
   std::vector<Process> ranks;
   for (int r = 0; r < gpus; ++r) {
     ORRERY_ASSIGN_OR_RETURN(
@@ -388,10 +388,10 @@ StatusOr<std::optional<ProfileEntry>> Runner::ProfileOne(const TaskRun& task,
   if (code != 0 || doc.empty()) {
     Event("profile " + task.signature + " " + ConfigText(template_name, gpus, batch, task.batch) +
           ": not usable (exit " + std::to_string(code) + "): " + LastLine(log + ".r0.log"));
-    return std::optional<ProfileEntry>();
+    return std::optional<contract::ProfileEntry>();
   }
-  ORRERY_ASSIGN_OR_RETURN(ProfileEntry e, ParseProfileDocument(doc));
-  return std::optional<ProfileEntry>(e);
+  ORRERY_ASSIGN_OR_RETURN(contract::ProfileEntry e, contract::ParseProfileDocument(doc));
+  return std::optional<contract::ProfileEntry>(e);
 }
 
 Status Runner::ProfileAll() {
@@ -417,14 +417,14 @@ Status Runner::ProfileAll() {
       std::string name(api::EnumName(want.template_));
       int g = want.gpus;
       std::string text = ConfigText(name, g, want.batch_size, task.batch);
-      ProfileEntry key;
+      contract::ProfileEntry key;
       key.signature = task.signature;
-      key.template_name = engine::WorkerTemplate(name, g);
+      key.template_name = contract::WorkerTemplate(name, g);
       key.gpus = g;
       key.batch_size = want.batch_size;
       key.device = opt_.devices.kind;
-      const ProfileEntry* hit = spec.profiling.reuse_cache ? cache.Find(key) : nullptr;
-      ProfileEntry e;
+      const contract::ProfileEntry* hit = spec.profiling.reuse_cache ? cache.Find(key) : nullptr;
+      contract::ProfileEntry e;
       bool cached = hit != nullptr;
       if (cached) {
         e = *hit;
@@ -432,7 +432,7 @@ Status Runner::ProfileAll() {
         report_.tasks[i].state = "profiling";
         Event("profiling " + task.signature + " as " + text + " (" +
               std::to_string(spec.profiling.trial_steps) + " trial steps)");
-        ORRERY_ASSIGN_OR_RETURN(std::optional<ProfileEntry> measured,
+        ORRERY_ASSIGN_OR_RETURN(std::optional<contract::ProfileEntry> measured,
                                 ProfileOne(task, name, g, want.batch_size));
         if (!measured) continue;
         e = *measured;

@@ -7,12 +7,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "worker/contract/templates.h"
+
 namespace orrery::planner {
 namespace {
-
-bool MultiNodeTemplate(const std::string& t) {
-  return t == "ddp" || t == "fsdp" || t == "pipeline";
-}
 
 std::string Join(const std::string& base, const std::string& key) {
   return base.empty() ? key : base + "." + key;
@@ -101,12 +99,10 @@ StatusOr<Workload> ParseRoot(const YAML::Node& root) {
       ORRERY_RETURN_IF_ERROR(Read(pn, "batchSize", pp, true, &c.batch_size));
       ORRERY_RETURN_IF_ERROR(Read(pn, "throughput", pp, true, &c.throughput));
       ORRERY_RETURN_IF_ERROR(Read(pn, "memoryGiB", pp, true, &c.memory_gib));
-      static const char* kTemplates[] = {"ddp", "fsdp", "pipeline", "tensor", "spill"};
-      bool known = false;
-      for (const char* t : kTemplates) known = known || c.template_name == t;
-      if (!known)
-        return InvalidArgumentError(pp +
-                                    ".template: must be one of ddp, fsdp, pipeline, tensor, spill");
+      const contract::TemplateTraits* traits = contract::FindTemplate(c.template_name);
+      if (traits == nullptr || !traits->plannable)
+        return InvalidArgumentError(pp + ".template: must be one of " +
+                                    contract::TemplateNames(/*plannable_only=*/true));
       if (c.gpus < 1) return InvalidArgumentError(pp + ".gpus: must be positive");
       if (c.batch_size < 1) return InvalidArgumentError(pp + ".batchSize: must be positive");
       if (!(c.throughput > 0) || !std::isfinite(c.throughput))
@@ -114,7 +110,7 @@ StatusOr<Workload> ParseRoot(const YAML::Node& root) {
       if (c.memory_gib < 0) return InvalidArgumentError(pp + ".memoryGiB: must not be negative");
       c.nodes = (c.gpus + w.gpus_per_node - 1) / w.gpus_per_node;
       if (c.nodes > 1) {
-        if (!MultiNodeTemplate(c.template_name))
+        if (!traits->multi_node)
           return InvalidArgumentError(pp + ".gpus: template " + c.template_name +
                                       " cannot span nodes");
         if (c.gpus % c.nodes != 0)

@@ -1,6 +1,6 @@
 // Every query of the Grafana dashboard (deploy/grafana/orrery.json) is valid PromQL
 // and returns data when a real Prometheus server scrapes the metrics Orrery
-// defines (operator/metrics), recorded the way the operator and the workers record
+// defines (common/metrics), recorded the way the operator and the workers record
 // them. A renamed metric or label breaks this test, not a user's dashboard.
 #include <chrono>
 #include <fstream>
@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "operator/metrics/metrics.h"
+#include "common/metrics/metrics.h"
 #include "tests/testing/prometheus.h"
 
 namespace orrery::testing {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "worker/checkpoint/cli.h"
+#include "worker/contract/worker_args.h"
 #include "worker/dist/communicator.h"
 #include "worker/dist/device.h"
 #include "worker/profile/profiler.h"
@@ -42,7 +43,8 @@ extern "C" void OnTerminate(int) { g_stop.store(true); }
 void Usage(std::ostream& os) {
   os << "usage: orrery-worker train|profile|export [--flag=value ...]\n"
         "       orrery-worker checkpoint inspect|reshard ...\n"
-        "see worker/train/task.h for the flags\n";
+        "flags (worker/train/task.h says what each does):\n"
+     << orrery::contract::WorkerFlagsHelp();
 }
 
 int RunTask(const std::string& mode, std::vector<std::string> args) {

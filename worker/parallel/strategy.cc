@@ -10,6 +10,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include "worker/contract/templates.h"
 #include "worker/parallel/internal.h"
 
 namespace orrery::parallel {
@@ -594,33 +595,40 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model
                                 "' (gpipe, 1f1b)");
   }
   StrategyConfig c = config;
-  const std::string& n = c.name;
-  if (n == "single") {
-    if (world != 1)
-      return InvalidArgumentError("template single runs on one rank, not " + std::to_string(world));
-    ORRERY_ASSIGN_OR_RETURN(model::Model m, internal::BuildOn(model_config, config.device));
-    return std::unique_ptr<Strategy>(std::make_unique<internal::SingleStrategy>(
-        std::move(m), optimizer, config.device, model::TiedParameters(model_config),
-        config.precision));
+  // The template table (worker/contract/templates.h) says along which axis the
+  // ranks lie and how the state divides; that picks the strategy.
+  const contract::TemplateTraits* traits = contract::FindTemplate(c.name);
+  if (traits == nullptr) {
+    return InvalidArgumentError("unknown template '" + c.name + "' (" +
+                                contract::TemplateNames(/*plannable_only=*/false) + ")");
   }
-  if (n == "ddp" || n == "fsdp" || n == "spill") {
-    c.layout = {world, 1, 1};
-  } else if (n == "tensor") {
-    c.layout = {1, world, 1};
-  } else if (n == "pipeline") {
-    c.layout = {1, 1, world};
-  } else if (n == "hybrid") {
-    if (c.layout.world_size() != world) {
-      return InvalidArgumentError("layout " + dist::LayoutToString(c.layout) + " needs " +
-                                  std::to_string(c.layout.world_size()) + " ranks, the world has " +
-                                  std::to_string(world));
+  switch (traits->axis) {
+    case contract::WorldAxis::kNone: {
+      if (world != 1) {
+        return InvalidArgumentError("template " + c.name + " runs on one rank, not " +
+                                    std::to_string(world));
+      }
+      ORRERY_ASSIGN_OR_RETURN(model::Model m, internal::BuildOn(model_config, config.device));
+      return std::unique_ptr<Strategy>(std::make_unique<internal::SingleStrategy>(
+          std::move(m), optimizer, config.device, model::TiedParameters(model_config),
+          config.precision));
     }
-  } else {
-    return InvalidArgumentError("unknown template '" + n +
-                                "' (single, ddp, fsdp, tensor, pipeline, hybrid, spill)");
+    case contract::WorldAxis::kData: c.layout = {world, 1, 1}; break;
+    case contract::WorldAxis::kTensor: c.layout = {1, world, 1}; break;
+    case contract::WorldAxis::kPipeline: c.layout = {1, 1, world}; break;
+    case contract::WorldAxis::kLayout:
+      if (c.layout.world_size() != world) {
+        return InvalidArgumentError("layout " + dist::LayoutToString(c.layout) + " needs " +
+                                    std::to_string(c.layout.world_size()) +
+                                    " ranks, the world has " + std::to_string(world));
+      }
+      break;
   }
-  if (n == "fsdp") return internal::MakeFsdp(model_config, c, optimizer, rendezvous);
-  if (n == "spill") return internal::MakeSpill(model_config, c, optimizer, rendezvous);
+  if (traits->memory == contract::MemoryModel::kShardedFlat)
+    return internal::MakeFsdp(model_config, c, optimizer, rendezvous);
+  if (traits->memory == contract::MemoryModel::kSpilled)
+    return internal::MakeSpill(model_config, c, optimizer, rendezvous);
+  // ddp, tensor, pipeline and hybrid are one strategy over the dp × tp × pp layout.
   return internal::MakeHybrid(model_config, c, optimizer, rendezvous);
 }
 

@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <torch/torch.h>
 
+#include "worker/contract/templates.h"
 #include "worker/dist/device.h"
 
 namespace orrery::profile {
@@ -148,8 +149,15 @@ class Profiler {
   std::vector<std::pair<Json, parallel::StrategyConfig>> Candidates() const {
     std::vector<std::pair<Json, parallel::StrategyConfig>> out;
     const parallel::StrategyConfig& base = task_.strategy;
-    int pp = base.name == "pipeline" ? world_ : (base.name == "hybrid" ? base.layout.pp : 1);
-    int dp = base.name == "hybrid" ? base.layout.dp : (base.name == "pipeline" ? 1 : world_);
+    const contract::TemplateTraits* traits = contract::FindTemplate(base.name);
+    const contract::WorldAxis axis = traits ? traits->axis : contract::WorldAxis::kNone;
+    const std::string_view knob = traits ? traits->tuned_knob : std::string_view();
+    int pp = axis == contract::WorldAxis::kPipeline ? world_
+             : axis == contract::WorldAxis::kLayout ? base.layout.pp
+                                                    : 1;
+    int dp = axis == contract::WorldAxis::kLayout ? base.layout.dp
+             : axis == contract::WorldAxis::kData ? world_
+                                                  : 1;
     if (pp > 1) {
       int64_t local = task_.global_batch / std::max(1, dp);
       for (int m : {pp, 2 * pp, 4 * pp}) {
@@ -158,13 +166,13 @@ class Profiler {
         c.micro_batches = m;
         out.push_back({{{"micro_batches", m}}, c});
       }
-    } else if (base.name == "ddp" || (base.name == "hybrid" && dp > 1)) {
+    } else if (knob == "bucket_bytes" || (axis == contract::WorldAxis::kLayout && dp > 1)) {
       for (int64_t b : {int64_t{256} << 10, int64_t{1} << 20, int64_t{25} << 20}) {
         parallel::StrategyConfig c = base;
         c.bucket_bytes = b;
         out.push_back({{{"bucket_bytes", b}}, c});
       }
-    } else if (base.name == "spill") {
+    } else if (knob == "spill_double_buffer") {
       for (bool db : {true, false}) {
         parallel::StrategyConfig c = base;
         c.spill_double_buffer = db;

@@ -1,9 +1,9 @@
 // A worker rank's /metrics endpoint: the registry with the worker's metric
-// families (operator/metrics), this rank's TrainRecorder for Train to record
+// families (common/metrics), this rank's TrainRecorder for Train to record
 // into, and the HTTP exposer. It lives as long as the process, so a scrape
 // after the last step still sees the final values. Torch-free.
 //
-// Besides operator/metrics' WorkerMetrics it exports one series only the trainer
+// Besides common/metrics' WorkerMetrics it exports one series only the trainer
 // can give, registered here:
 //   orrery_worker_checkpoint_samples{msj, task}  gauge, rank 0: the samples
 //     consumed (since step 0, across resumes and batch changes) at the last
@@ -19,8 +19,8 @@
 #include <ostream>
 #include <string>
 
+#include "common/metrics/metrics.h"
 #include "common/status.h"
-#include "operator/metrics/metrics.h"
 #include "worker/train/task.h"
 
 namespace orrery::train {

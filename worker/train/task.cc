@@ -9,11 +9,10 @@
 #include <filesystem>
 #include <functional>
 #include <numbers>
-#include <set>
-#include <sstream>
 
 #include <torch/torch.h>
 
+#include "worker/contract/worker_args.h"
 #include "worker/data/bpe.h"
 #include "worker/data/source.h"
 #include "worker/data/tokenizer.h"
@@ -22,38 +21,18 @@
 namespace orrery::train {
 namespace {
 
-StatusOr<int64_t> ToInt(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0')
-    return InvalidArgumentError("--" + flag + ": '" + v + "' is not an integer");
-  return static_cast<int64_t>(x);
-}
-
-StatusOr<double> ToDouble(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || !std::isfinite(x))
-    return InvalidArgumentError("--" + flag + ": '" + v + "' is not a number");
-  return x;
-}
-
-}  // namespace
-
-namespace {
-
 // The transformer's shape: a pre-trained model's config.json, or the family's
 // presets (model.h ApplyFamilyDefaults) under the flags. A flag that disagrees
 // with config.json is an error rather than silently ignored.
-Status ResolveArchitecture(TaskConfig& t, const std::set<std::string>& given) {
+Status ResolveArchitecture(TaskConfig& t, const contract::WorkerArgs& given) {
   model::GptConfig& g = t.model.gpt;
   if (t.model.pretrained.empty()) {
     if (t.model.kind != "gpt") return OkStatus();
     model::GptConfig flags = g;
     ORRERY_RETURN_IF_ERROR(model::ApplyFamilyDefaults(g).WithContext("--family"));
     // Flags the user gave win over the family's presets.
-    if (given.count("intermediate")) g.intermediate = flags.intermediate;
-    if (given.count("tie-embeddings")) g.tie_embeddings = true;
+    if (given.intermediate) g.intermediate = flags.intermediate;
+    if (given.tie_embeddings) g.tie_embeddings = true;
     return OkStatus();
   }
   if (t.model.kind != "gpt") {
@@ -62,22 +41,23 @@ Status ResolveArchitecture(TaskConfig& t, const std::set<std::string>& given) {
   }
   ORRERY_ASSIGN_OR_RETURN(model::GptConfig from,
                           model::ConfigFromPretrained(t.model.pretrained, g.seq));
-  const std::vector<std::pair<const char*, std::pair<int, int>>> checks = {
-      {"layers", {g.layers, from.layers}},
-      {"hidden", {g.hidden, from.hidden}},
-      {"heads", {g.heads, from.heads}},
-      {"vocab", {g.vocab, from.vocab}},
-      {"kv-heads", {g.kv_heads, from.KvHeads()}},
-      {"intermediate", {g.intermediate, from.Intermediate()}},
-      {"head-dim", {g.head_dim, from.HeadDim()}}};
-  for (const auto& [flag, values] : checks) {
-    if (given.count(flag) && values.first != values.second) {
+  const std::vector<std::pair<const char*, std::pair<bool, std::pair<int, int>>>> checks = {
+      {"layers", {given.layers.has_value(), {g.layers, from.layers}}},
+      {"hidden", {given.hidden.has_value(), {g.hidden, from.hidden}}},
+      {"heads", {given.heads.has_value(), {g.heads, from.heads}}},
+      {"vocab", {given.vocab.has_value(), {g.vocab, from.vocab}}},
+      {"kv-heads", {given.kv_heads.has_value(), {g.kv_heads, from.KvHeads()}}},
+      {"intermediate", {given.intermediate.has_value(), {g.intermediate, from.Intermediate()}}},
+      {"head-dim", {given.head_dim.has_value(), {g.head_dim, from.HeadDim()}}}};
+  for (const auto& [flag, check] : checks) {
+    const auto& [was_given, values] = check;
+    if (was_given && values.first != values.second) {
       return InvalidArgumentError("--" + std::string(flag) + "=" + std::to_string(values.first) +
                                   " disagrees with " + t.model.pretrained + "/config.json (" +
                                   std::to_string(values.second) + "); drop the flag");
     }
   }
-  if (given.count("family") && g.family != from.family) {
+  if (given.family && g.family != from.family) {
     return InvalidArgumentError("--family=" + g.family + " disagrees with " + t.model.pretrained +
                                 "/config.json (" + from.family + "); drop the flag");
   }
@@ -85,166 +65,94 @@ Status ResolveArchitecture(TaskConfig& t, const std::set<std::string>& given) {
   return OkStatus();
 }
 
+// Copies what the command line set into the task's fields; what it left unset
+// keeps TaskConfig's default.
+template <typename T, typename V>
+void Take(T& field, const std::optional<V>& value) {
+  if (value) field = static_cast<T>(*value);
+}
+
+TaskConfig FromArgs(const contract::WorkerArgs& a) {
+  TaskConfig t;
+  model::ModelConfig& m = t.model;
+  Take(m.kind, a.model);
+  Take(m.gpt.layers, a.layers);
+  Take(m.gpt.hidden, a.hidden);
+  Take(m.gpt.heads, a.heads);
+  Take(m.gpt.seq, a.seq);
+  Take(m.gpt.vocab, a.vocab);
+  Take(m.gpt.family, a.family);
+  Take(m.gpt.kv_heads, a.kv_heads);
+  Take(m.gpt.head_dim, a.head_dim);
+  Take(m.gpt.intermediate, a.intermediate);
+  if (a.tie_embeddings) m.gpt.tie_embeddings = true;
+  Take(m.pretrained, a.pretrained);
+  Take(m.mlp.input, a.mlp_input);
+  Take(m.mlp.hidden, a.mlp_hidden);
+  Take(m.mlp.layers, a.mlp_layers);
+  Take(m.mlp.classes, a.classes);
+  Take(m.torchscript_path, a.torchscript);
+  Take(m.torchscript_like, a.torchscript_like);
+  Take(m.seed, a.seed);
+  if (a.freeze_embeddings) m.finetune.freeze_embeddings = true;
+  Take(m.finetune.freeze_blocks, a.freeze_blocks);
+  Take(m.finetune.lora_rank, a.lora_rank);
+  Take(m.finetune.lora_alpha, a.lora_alpha);
+  Take(m.finetune.lora_targets, a.lora_targets);
+  parallel::StrategyConfig& s = t.strategy;
+  Take(s.name, a.template_name);
+  Take(s.micro_batches, a.micro_batches);
+  if (a.stage_starts) s.stage_starts.assign(a.stage_starts->begin(), a.stage_starts->end());
+  Take(s.pipeline_schedule, a.pipeline_schedule);
+  Take(s.bucket_bytes, a.bucket_bytes);
+  Take(s.spill_budget_bytes, a.spill_budget_bytes);
+  if (a.no_double_buffer) s.spill_double_buffer = false;
+  Take(s.precision, a.precision);
+  Take(t.optimizer.kind, a.optimizer);
+  Take(t.optimizer.lr, a.lr);
+  Take(t.optimizer.momentum, a.momentum);
+  Take(t.optimizer.weight_decay, a.weight_decay);
+  Take(t.schedule.warmup_steps, a.warmup_steps);
+  Take(t.schedule.decay, a.decay);
+  Take(t.schedule.lr_scaling, a.lr_scaling);
+  Take(t.schedule.min_lr_ratio, a.min_lr_ratio);
+  Take(t.data.kind, a.data);
+  Take(t.data.path, a.data_path);
+  Take(t.data.tokenizer, a.tokenizer);
+  Take(t.data.token_bytes, a.token_bytes);
+  Take(t.data.samples, a.data_samples);
+  Take(t.global_batch, a.batch);
+  Take(t.steps, a.steps);
+  Take(t.epochs, a.epochs);
+  Take(t.samples, a.samples);
+  Take(t.report_every, a.report_every);
+  Take(t.checkpoint_dir, a.checkpoint_dir);
+  Take(t.checkpoint_every, a.checkpoint_every);
+  Take(t.keep, a.keep);
+  if (a.no_resume) t.resume = false;
+  Take(t.export_dir, a.export_dir);
+  Take(t.export_dtype, a.export_dtype);
+  if (a.export_merged) t.export_merged = true;
+  Take(t.profile_warmup, a.profile_warmup);
+  Take(t.profile_steps, a.profile_steps);
+  if (a.tune) t.tune = true;
+  Take(t.termination_message_path, a.termination_message_path);
+  Take(t.threads, a.threads);
+  Take(t.metrics.address, a.metrics_address);
+  Take(t.metrics.msj, a.msj);
+  Take(t.metrics.task, a.task);
+  return t;
+}
+
 }  // namespace
 
 StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
-  TaskConfig t;
-  // Boolean flags take no value.
-  const std::map<std::string, std::function<void()>> switches = {
-      {"no-double-buffer", [&] { t.strategy.spill_double_buffer = false; }},
-      {"no-resume", [&] { t.resume = false; }},
-      {"tune", [&] { t.tune = true; }},
-      {"tie-embeddings", [&] { t.model.gpt.tie_embeddings = true; }},
-      {"freeze-embeddings", [&] { t.model.finetune.freeze_embeddings = true; }},
-      {"export-merged", [&] { t.export_merged = true; }},
-  };
-  using Setter = std::function<Status(const std::string&, const std::string&)>;
-  auto int_into = [](auto* field) -> Setter {
-    return [field](const std::string& f, const std::string& v) -> Status {
-      ORRERY_ASSIGN_OR_RETURN(int64_t x, ToInt(f, v));
-      if (x < 0) return InvalidArgumentError("--" + f + " must not be negative");
-      *field = static_cast<std::remove_pointer_t<decltype(field)>>(x);
-      return OkStatus();
-    };
-  };
-  auto double_into = [](double* field) -> Setter {
-    return [field](const std::string& f, const std::string& v) -> Status {
-      ORRERY_ASSIGN_OR_RETURN(*field, ToDouble(f, v));
-      return OkStatus();
-    };
-  };
-  auto string_into = [](std::string* field) -> Setter {
-    return [field](const std::string&, const std::string& v) -> Status {
-      *field = v;
-      return OkStatus();
-    };
-  };
-  std::map<std::string, Setter> setters = {
-      {"model", string_into(&t.model.kind)},
-      {"layers", int_into(&t.model.gpt.layers)},
-      {"hidden", int_into(&t.model.gpt.hidden)},
-      {"heads", int_into(&t.model.gpt.heads)},
-      {"seq", int_into(&t.model.gpt.seq)},
-      {"vocab", int_into(&t.model.gpt.vocab)},
-      {"mlp-input", int_into(&t.model.mlp.input)},
-      {"mlp-hidden", int_into(&t.model.mlp.hidden)},
-      {"mlp-layers", int_into(&t.model.mlp.layers)},
-      {"classes", int_into(&t.model.mlp.classes)},
-      {"torchscript", string_into(&t.model.torchscript_path)},
-      {"torchscript-like", string_into(&t.model.torchscript_like)},
-      {"seed", int_into(&t.model.seed)},
-      {"family", string_into(&t.model.gpt.family)},
-      {"kv-heads", int_into(&t.model.gpt.kv_heads)},
-      {"head-dim", int_into(&t.model.gpt.head_dim)},
-      {"intermediate", int_into(&t.model.gpt.intermediate)},
-      {"pretrained", string_into(&t.model.pretrained)},
-      {"tokenizer", string_into(&t.data.tokenizer)},
-      {"export-dir", string_into(&t.export_dir)},
-      {"export-dtype", string_into(&t.export_dtype)},
-      {"freeze-blocks", int_into(&t.model.finetune.freeze_blocks)},
-      {"lora-rank", int_into(&t.model.finetune.lora_rank)},
-      {"lora-alpha", double_into(&t.model.finetune.lora_alpha)},
-      {"lora-targets",
-       [&](const std::string&, const std::string& v) -> Status {
-         t.model.finetune.lora_targets.clear();
-         std::stringstream in(v);
-         for (std::string item; std::getline(in, item, ',');) {
-           if (!item.empty()) t.model.finetune.lora_targets.push_back(item);
-         }
-         return OkStatus();
-       }},
-      {"template", string_into(&t.strategy.name)},
-      {"layout",
-       [&](const std::string& f, const std::string& v) -> Status {
-         auto l = dist::ParseLayout(v);
-         if (!l.ok()) return l.status().WithContext("--" + f);
-         t.strategy.layout = *l;
-         return OkStatus();
-       }},
-      {"micro-batches", int_into(&t.strategy.micro_batches)},
-      {"pipeline-schedule",
-       [&](const std::string& f, const std::string& v) -> Status {
-         if (v != "gpipe" && v != "1f1b")
-           return InvalidArgumentError("--" + f + " must be gpipe or 1f1b, not '" + v + "'");
-         t.strategy.pipeline_schedule = v;
-         return OkStatus();
-       }},
-      {"stage-starts",
-       [&](const std::string& f, const std::string& v) -> Status {
-         t.strategy.stage_starts.clear();
-         size_t pos = 0;
-         while (pos <= v.size() && !v.empty()) {
-           size_t comma = v.find(',', pos);
-           std::string item =
-               v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-           ORRERY_ASSIGN_OR_RETURN(int64_t x, ToInt(f, item));
-           t.strategy.stage_starts.push_back(static_cast<int>(x));
-           if (comma == std::string::npos) break;
-           pos = comma + 1;
-         }
-         return OkStatus();
-       }},
-      {"bucket-bytes", int_into(&t.strategy.bucket_bytes)},
-      {"precision",
-       [&](const std::string& f, const std::string& v) -> Status {
-         if (v != "fp32" && v != "bf16")
-           return InvalidArgumentError("--" + f + " must be fp32 or bf16, not '" + v + "'");
-         t.strategy.precision = v;
-         return OkStatus();
-       }},
-      {"spill-budget-bytes", int_into(&t.strategy.spill_budget_bytes)},
-      {"optimizer", string_into(&t.optimizer.kind)},
-      {"lr", double_into(&t.optimizer.lr)},
-      {"momentum", double_into(&t.optimizer.momentum)},
-      {"weight-decay", double_into(&t.optimizer.weight_decay)},
-      {"warmup-steps", int_into(&t.schedule.warmup_steps)},
-      {"decay", string_into(&t.schedule.decay)},
-      {"lr-scaling", string_into(&t.schedule.lr_scaling)},
-      {"min-lr-ratio", double_into(&t.schedule.min_lr_ratio)},
-      {"data", string_into(&t.data.kind)},
-      {"data-path", string_into(&t.data.path)},
-      {"token-bytes", int_into(&t.data.token_bytes)},
-      {"data-samples", int_into(&t.data.samples)},
-      {"batch", int_into(&t.global_batch)},
-      {"steps", int_into(&t.steps)},
-      {"epochs", int_into(&t.epochs)},
-      {"samples", int_into(&t.samples)},
-      {"report-every", int_into(&t.report_every)},
-      {"checkpoint-dir", string_into(&t.checkpoint_dir)},
-      {"checkpoint-every", int_into(&t.checkpoint_every)},
-      {"keep", int_into(&t.keep)},
-      {"threads", int_into(&t.threads)},
-      {"profile-warmup", int_into(&t.profile_warmup)},
-      {"profile-steps", int_into(&t.profile_steps)},
-      {"termination-message-path", string_into(&t.termination_message_path)},
-      {"metrics-address", string_into(&t.metrics.address)},
-      {"msj", string_into(&t.metrics.msj)},
-      {"task", string_into(&t.metrics.task)},
-  };
-  std::set<std::string> given;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) return InvalidArgumentError("unexpected argument '" + a + "'");
-    std::string name = a.substr(2), value;
-    bool has_value = false;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    if (auto sw = switches.find(name); sw != switches.end()) {
-      if (has_value) return InvalidArgumentError("--" + name + " takes no value");
-      sw->second();
-      continue;
-    }
-    auto it = setters.find(name);
-    if (it == setters.end()) return InvalidArgumentError("unknown flag --" + name);
-    if (!has_value) {
-      if (i + 1 >= args.size()) return InvalidArgumentError("--" + name + " needs a value");
-      value = args[++i];
-    }
-    ORRERY_RETURN_IF_ERROR(it->second(name, value));
-    given.insert(name);
+  ORRERY_ASSIGN_OR_RETURN(contract::WorkerArgs given, contract::ParseWorkerArgs(args));
+  TaskConfig t = FromArgs(given);
+  if (given.layout) {
+    auto l = dist::ParseLayout(*given.layout);
+    if (!l.ok()) return l.status().WithContext("--layout");
+    t.strategy.layout = *l;
   }
   ORRERY_RETURN_IF_ERROR(ResolveArchitecture(t, given));
   const model::FineTuneConfig& ft = t.model.finetune;
@@ -254,21 +162,9 @@ StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args) {
     Status s = model::CheckFineTune(t.model);
     if (!s.ok()) return s.WithContext("--lora-* / --freeze-blocks");
   }
-  if (t.export_dtype != "float32" && t.export_dtype != "bfloat16" && t.export_dtype != "float16")
-    return InvalidArgumentError("--export-dtype must be float32, bfloat16 or float16");
   if (t.global_batch < 1) return InvalidArgumentError("--batch must be at least 1");
   if (t.threads < 1) return InvalidArgumentError("--threads must be at least 1");
   if (t.keep < 1) return InvalidArgumentError("--keep must be at least 1");
-  if (t.data.token_bytes != 2 && t.data.token_bytes != 4)
-    return InvalidArgumentError("--token-bytes must be 2 or 4");
-  if (t.schedule.lr_scaling != "none" && t.schedule.lr_scaling != "linear" &&
-      t.schedule.lr_scaling != "sqrt") {
-    return InvalidArgumentError("--lr-scaling must be none, linear or sqrt");
-  }
-  if (t.schedule.decay != "constant" && t.schedule.decay != "cosine" &&
-      t.schedule.decay != "linear") {
-    return InvalidArgumentError("--decay must be constant, cosine or linear");
-  }
   return t;
 }
 

@@ -1,7 +1,8 @@
 // What one worker process runs, as parsed from its command line: the model, the
 // template and layout, the optimizer, the data, and the training or profiling
 // budget. The operator, the local runner and the profiler all launch
-// `orrery-worker` with these flags (every flag is --name=value or --name value):
+// `orrery-worker` with these flags (every flag is --name=value or --name value),
+// written and parsed by one table, worker/contract/worker_args.h:
 //
 //   model      --model gpt|mlp|torchscript  --layers --hidden --heads --seq --vocab
 //              --family gpt|gpt2|llama --kv-heads --head-dim --intermediate --tie-embeddings
@@ -75,7 +76,7 @@ struct DataConfig {
 };
 
 // Where a rank serves /metrics and the labels of its series (see
-// operator/metrics/metrics.h and the README's metric list).
+// common/metrics/metrics.h and the README's metric list).
 struct MetricsConfig {
   std::string address;  // "" = no exporter; "HOST:PORT" or ":PORT" (every interface)
   std::string msj;      // label msj, "namespace/name" of the ModelSelectionJob
@@ -116,8 +117,9 @@ struct TaskConfig {
   bool export_only = false;
 };
 
-// Parses flags (argv without the program and subcommand). Unknown flags and bad
-// values are INVALID_ARGUMENT naming the flag.
+// Parses flags (argv without the program and subcommand) with
+// contract::ParseWorkerArgs and resolves the model's architecture. Unknown
+// flags and bad values are INVALID_ARGUMENT naming the flag.
 StatusOr<TaskConfig> ParseTaskFlags(const std::vector<std::string>& args);
 
 // Fills what the metrics flags left empty from ORRERY_METRICS_ADDRESS, ORRERY_MSJ

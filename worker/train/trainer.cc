@@ -12,10 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "operator/metrics/metrics.h"
+#include "common/metrics/metrics.h"
 #include "worker/checkpoint/store.h"
 #include "worker/checkpoint/torch_adapter.h"
 #include "worker/checkpoint/writer.h"
+#include "worker/contract/templates.h"
 #include "worker/model/pretrained.h"
 #include "worker/train/live_state.h"
 #include "worker/train/metrics_export.h"
@@ -302,7 +303,8 @@ class Run {
   checkpoint::Layout CheckpointLayout() const {
     const dist::Layout l = strategy_->Info().layout;
     checkpoint::Layout out{l.dp, l.tp, l.pp, 1};
-    if (task_.strategy.name == "fsdp") out.fsdp = l.dp;
+    const contract::TemplateTraits* traits = contract::FindTemplate(task_.strategy.name);
+    if (traits != nullptr && traits->memory == contract::MemoryModel::kShardedFlat) out.fsdp = l.dp;
     if (out.World() != world_) out = checkpoint::Layout{world_, 1, 1, 1};
     return out;
   }

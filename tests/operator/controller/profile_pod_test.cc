@@ -35,7 +35,7 @@ class ProfilePodTest : public ::testing::Test {
 };
 
 TEST_F(ProfilePodTest, KeyIsTheCacheKey) {
-  local::ProfileEntry k = ProfileKey(Request());
+  contract::ProfileEntry k = ProfileKey(Request());
   EXPECT_EQ(k.signature, engine::ModelSignature(loaded_.tasks[0].task));
   EXPECT_EQ(k.template_name, "ddp");
   EXPECT_EQ(k.gpus, 2);

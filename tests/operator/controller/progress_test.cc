@@ -10,10 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include "common/metrics/metrics.h"
 #include "operator/controller/names.h"
 #include "operator/controller/probe_server.h"
 #include "operator/kube/store.h"
-#include "operator/metrics/metrics.h"
 
 namespace orrery::controller {
 namespace {

@@ -81,18 +81,6 @@ TEST(CandidateBatches, NearestPowersOfTwoWithinBoundsAtMostThreeOwnFirst) {
   EXPECT_EQ(CandidateBatches(spec, 80), (std::vector<int64_t>{80, 160}));
 }
 
-TEST(BatchSplits, PerRankSharesAndPipelineMicroBatches) {
-  EXPECT_TRUE(BatchSplits("single", 1, 7));
-  EXPECT_TRUE(BatchSplits("ddp", 4, 8));
-  EXPECT_FALSE(BatchSplits("ddp", 4, 6));
-  EXPECT_FALSE(BatchSplits("fsdp", 3, 8));
-  EXPECT_FALSE(BatchSplits("spill", 2, 5));
-  EXPECT_TRUE(BatchSplits("tensor", 4, 6));
-  EXPECT_TRUE(BatchSplits("pipeline", 2, 8));
-  EXPECT_FALSE(BatchSplits("pipeline", 2, 6));  // 2 ranks, 4 micro-batches
-  EXPECT_FALSE(BatchSplits("ddp", 2, 0));
-}
-
 TEST(BuildTaskConfigs, NotElasticIsOneBatchWithInterpolation) {
   api::LoadedJob job = Load(kJob);
   const api::ModelSelectionJobSpec& spec = job.job.spec;

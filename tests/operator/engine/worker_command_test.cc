@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "operator/api/load.h"
 #include "operator/api/yaml.h"
 #include "operator/engine/estimate.h"
+#include "worker/contract/worker_args.h"
 
 namespace orrery::engine {
 namespace {
@@ -338,6 +342,47 @@ TEST(Estimate, ScalesWithDevicesAndRespectsTemplateLimits) {
   auto spill = EstimateConfig(gpt, "spill", 1, gpu);
   ASSERT_TRUE(spill);
   EXPECT_LT(spill->throughput, one->throughput);
+}
+
+}  // namespace
+}  // namespace orrery::engine
+
+namespace orrery::engine {
+namespace {
+
+// What the launchers write for every example job, trained or profiled, in any
+// template on 1 and 4 ranks, is a command line the worker reads back whole
+// (worker/contract/worker_args.h is the one parser).
+TEST(WorkerCommand, EveryExampleJobsFlagsParseBack) {
+  int parsed = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(ORRERY_SOURCE_DIR) + "/examples")) {
+    if (entry.path().extension() != ".yaml") continue;
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    auto job = api::LoadJobText(text.str());
+    ASSERT_TRUE(job.ok()) << entry.path() << ": " << job.status();
+    for (const api::ExpandedTask& task : job->tasks) {
+      for (std::string_view tmpl : contract::kPlannableTemplates) {
+        for (int gpus : {1, 4}) {
+          LaunchConfig c;
+          c.template_name = std::string(tmpl);
+          c.gpus = gpus;
+          c.checkpoint_dir = "/ckpt/" + task.name;
+          c.device = "cpu";
+          for (const auto& flags : {TrainFlags(task, c), ProfileFlags(task, c, 6)}) {
+            auto args = contract::ParseWorkerArgs(flags);
+            ASSERT_TRUE(args.ok()) << entry.path() << " " << task.name << ": " << args.status();
+            EXPECT_EQ(contract::ToArgs(*args), flags);
+            EXPECT_EQ(args->template_name, contract::WorkerTemplate(tmpl, gpus));
+            ++parsed;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(parsed, 100);
 }
 
 }  // namespace

@@ -1,5 +1,4 @@
-// The profile cache file: round trip, keys, corrupt files, and the profiler's
-// document.
+// The profile cache file: round trip, keys, corrupt files.
 #include "operator/local/profile_cache.h"
 
 #include <filesystem>
@@ -10,8 +9,8 @@
 namespace orrery::local {
 namespace {
 
-ProfileEntry Entry(const std::string& tmpl, int gpus, double rate) {
-  ProfileEntry e;
+contract::ProfileEntry Entry(const std::string& tmpl, int gpus, double rate) {
+  contract::ProfileEntry e;
   e.signature = "gpt-l2-h64-a4-s64-v256/text/b8";
   e.template_name = tmpl;
   e.gpus = gpus;
@@ -39,11 +38,11 @@ TEST(ProfileCache, MissingFileIsEmptyAndSaveLoadRoundTrips) {
   auto again = ProfileCache::Load(path);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->size(), 2u);
-  const ProfileEntry* hit = again->Find(Entry("ddp", 2, 0));
+  const contract::ProfileEntry* hit = again->Find(Entry("ddp", 2, 0));
   ASSERT_NE(hit, nullptr);
   EXPECT_DOUBLE_EQ(hit->samples_per_s, 750);
   EXPECT_EQ(hit->measured_at, "2026-11-23T00:00:00Z");
-  ProfileEntry other = Entry("ddp", 2, 0);
+  contract::ProfileEntry other = Entry("ddp", 2, 0);
   other.device = "cuda";
   EXPECT_EQ(again->Find(other), nullptr);
   other = Entry("ddp", 2, 0);
@@ -62,23 +61,6 @@ TEST(ProfileCache, CorruptFileIsAnErrorNamingIt) {
   cache = ProfileCache::Load(path);
   ASSERT_FALSE(cache.ok());
   EXPECT_NE(cache.status().message().find("remove"), std::string::npos);
-}
-
-TEST(ParseProfileDocument, ReadsTheProfilersFields) {
-  auto e =
-      ParseProfileDocument(R"({"event":"profile","template":"ddp","world_size":2,"global_batch":8,)"
-                           R"("step_time_s":{"median":0.012,"p90":0.014},"samples_per_s":666.7,)"
-                           R"("peak_memory_bytes":{"device_parameters":40960,"host_rss":1}})");
-  ASSERT_TRUE(e.ok()) << e.status();
-  EXPECT_EQ(e->gpus, 2);
-  EXPECT_EQ(e->batch_size, 8);
-  EXPECT_DOUBLE_EQ(e->samples_per_s, 666.7);
-  EXPECT_DOUBLE_EQ(e->step_time_s, 0.012);
-  EXPECT_DOUBLE_EQ(e->step_time_p90_s, 0.014);
-  EXPECT_DOUBLE_EQ(e->peak_memory_bytes, 40960);
-  EXPECT_FALSE(ParseProfileDocument(R"({"event":"progress"})").ok());
-  EXPECT_FALSE(
-      ParseProfileDocument(R"({"event":"profile","samples_per_s":0,"step_time_s":{}})").ok());
 }
 
 }  // namespace

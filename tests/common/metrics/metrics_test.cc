@@ -1,5 +1,5 @@
 // The metrics follow Prometheus conventions and are really served over HTTP.
-#include "operator/metrics/metrics.h"
+#include "common/metrics/metrics.h"
 
 #include <regex>
 #include <set>

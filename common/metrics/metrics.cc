@@ -1,5 +1,5 @@
 // Metric definitions, the worker's recorder and the /metrics HTTP server.
-#include "operator/metrics/metrics.h"
+#include "common/metrics/metrics.h"
 
 #include <fcntl.h>
 #include <netdb.h>
