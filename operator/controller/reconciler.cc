@@ -14,6 +14,7 @@
 #include "operator/controller/profile_pod.h"
 #include "operator/engine/worker_command.h"
 #include "operator/kube/api_error.h"
+#include "worker/contract/templates.h"
 
 namespace orrery::controller {
 namespace {
@@ -54,12 +55,6 @@ int Quantity(const Json& v) {
 
 bool IsOrreryGangPod(const Json& pod) {
   return Label(pod, kManagedByLabel) == kManagedByValue && !Label(pod, kGangLabel).empty();
-}
-
-std::string CapacityText(const std::vector<NodeCapacity>& nodes) {
-  std::string s;
-  for (const NodeCapacity& n : nodes) s += n.name + "=" + std::to_string(n.Free()) + ";";
-  return s;
 }
 
 }  // namespace
@@ -263,49 +258,18 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
   return w;
 }
 
-std::vector<LaunchPlan> SelectLaunches(const planner::Plan& plan,
-                                       const std::vector<std::string>& plan_nodes,
-                                       const std::vector<api::ExpandedTask>& tasks,
-                                       const std::set<std::string>& blocked,
-                                       std::map<std::string, int> free_now, int gpu_budget) {
-  std::vector<size_t> waiting;
-  for (size_t t = 0; t < tasks.size() && t < plan.assignments.size(); ++t) {
-    if (blocked.count(tasks[t].name) > 0 || plan.assignments[t].config < 0) continue;
-    waiting.push_back(t);
+std::optional<double> MeasuredSpeedFactor(const TaskProgress& p, int generation,
+                                          const planner::Config& config) {
+  // The first report covers warm-up (compilation, allocator): wait for more.
+  if (p.generation != generation || p.step < 2 || p.samples_per_second <= 0 ||
+      config.throughput <= 0) {
+    return std::nullopt;
   }
-  std::stable_sort(waiting.begin(), waiting.end(), [&](size_t a, size_t b) {
-    return plan.assignments[a].start < plan.assignments[b].start;
-  });
-  std::vector<LaunchPlan> out;
-  for (size_t t : waiting) {
-    const planner::Assignment& a = plan.assignments[t];
-    LaunchPlan l;
-    l.task = t;
-    l.config = a.config;
-    std::map<std::string, int> need;
-    bool valid = !a.gpus.empty();
-    std::vector<planner::GpuSlot> slots = a.gpus;
-    std::sort(slots.begin(), slots.end());
-    for (const planner::GpuSlot& s : slots) {
-      if (s.node < 0 || static_cast<size_t>(s.node) >= plan_nodes.size()) {
-        valid = false;
-        break;
-      }
-      l.placement.push_back(plan_nodes[static_cast<size_t>(s.node)]);
-      ++need[l.placement.back()];
-    }
-    if (!valid) continue;  // made for nodes that are gone; a re-plan follows
-    int gpus = static_cast<int>(slots.size());
-    if (gpu_budget >= 0 && gpus > gpu_budget) break;  // the quota: wait for GPUs to come back
-    bool fits = true;
-    for (const auto& [node, n] : need) fits = fits && free_now[node] >= n;
-    for (const auto& [node, n] : need) free_now[node] -= n;  // claimed either way
-    if (fits) {
-      out.push_back(std::move(l));
-      if (gpu_budget >= 0) gpu_budget -= gpus;
-    }
-  }
-  return out;
+  // Each rank reports its data-parallel share of every global batch.
+  const contract::TemplateTraits* traits = contract::FindTemplate(config.template_name);
+  const int replicas =
+      traits != nullptr && traits->axis == contract::WorldAxis::kData ? config.gpus : 1;
+  return p.samples_per_second * replicas / config.throughput;
 }
 
 // ---- the reconciler ---------------------------------------------------------
@@ -505,7 +469,7 @@ StatusOr<kube::Result> Reconciler::Suspend(JobContext& ctx) {
   for (const auto& [service, pods] : by_service)
     ORRERY_RETURN_IF_ERROR(DeleteGang(ns, service, pods));
   ctx.state->expected.clear();
-  ctx.state->plan.reset();
+  ctx.state->engine->Forget();  // resumed, it plans afresh
   std::vector<Json> kept;
   for (const Json& p : ctx.job_pods) {
     if (PodFinished(p) && Label(p, kProfileLabel).empty()) kept.push_back(p);
@@ -513,6 +477,71 @@ StatusOr<kube::Result> Reconciler::Suspend(JobContext& ctx) {
   auto observed = ObserveTasks(kept);
   ORRERY_RETURN_IF_ERROR(WriteStatus(ctx, observed, {}));
   return kube::Result{};
+}
+
+Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConfigs& tc, int config,
+                              const std::vector<std::string>& placement,
+                              const std::map<std::string, TaskObservation>& observed,
+                              bool* launched_before) {
+  JobState& st = *ctx.state;
+  const api::ModelSelectionJob& job = ctx.loaded.job;
+  const api::ExpandedTask& task = ctx.loaded.tasks[task_index];
+  const planner::Config& c = tc.configs[static_cast<size_t>(config)];
+  // The next generation: past every one created, seen, or in the status.
+  int generation = 0;
+  auto lg = st.last_generation.find(task.name);
+  if (lg != st.last_generation.end()) generation = lg->second + 1;
+  auto obs = observed.find(task.name);
+  if (obs != observed.end() && obs->second.gang) {
+    generation = std::max(generation, obs->second.gang->generation + 1);
+  }
+  if (job.status) {
+    for (const api::TaskStatus& ts : job.status->tasks) {
+      if (ts.name == task.name && ts.config) generation = std::max(generation, ts.restarts + 1);
+    }
+  }
+  GangRequest r;
+  r.job = &job;
+  r.task = &task;
+  r.config.template_ = tc.templates[static_cast<size_t>(config)];
+  r.config.gpus = c.gpus;
+  r.config.nodes = 0;
+  r.config.batch_size = c.batch_size;
+  r.placement = placement;
+  r.generation = generation;
+  r.options = options_.gang;
+  ORRERY_ASSIGN_OR_RETURN(Gang gang, BuildGang(r));
+  ORRERY_RETURN_IF_ERROR(CreateObjects(job.metadata.namespace_, gang.service, gang.pods));
+  LiveGang created;
+  created.generation = generation;
+  created.config.template_ = r.config.template_;
+  created.config.gpus = c.gpus;
+  created.config.batch_size = c.batch_size;
+  created.config.nodes = placement;
+  st.expected[task.name] =
+      Expected{created, clock_->Now(), ctx.job_label, GangLabelValue(task.name, generation)};
+  st.last_generation[task.name] = generation;
+  std::string where;
+  for (const std::string& n : placement) where += (where.empty() ? "" : ",") + n;
+  const std::string config_text = c.template_name + "x" + std::to_string(c.gpus);
+  Log(LogLevel::kInfo, "Created gang",
+      {{"job", ctx.key},
+       {"task", task.name},
+       {"generation", std::to_string(generation)},
+       {"config", config_text},
+       {"nodes", where}});
+  Event(ctx, kube::EventType::kNormal, generation == 0 ? "GangCreated" : "GangRelaunched", "Launch",
+        task.name + " as " + config_text + " on " + where + " (generation " +
+            std::to_string(generation) + ")");
+  if (!*launched_before) {
+    *launched_before = true;
+    Event(ctx, kube::EventType::kNormal, "CheckpointLocation", "Launch",
+          CheckpointLocationNote(job));
+  }
+  for (const std::string& w : gang.warnings) {
+    Event(ctx, kube::EventType::kWarning, "NoCheckpointClaim", "Launch", w);
+  }
+  return OkStatus();
 }
 
 StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
@@ -789,7 +818,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
               ns, GangServiceName(job.metadata.name, name, g->generation), g->pod_names));
           rescale_started(name, g->generation, "timeout");
           st.last_generation[name] = std::max(st.last_generation[name], g->generation);
-          st.plan.reset();  // its placement did not work out: plan again
+          st.replan_now = true;  // its placement did not work out: plan again
           blocked.insert(name);
           break;
         }
@@ -995,206 +1024,144 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
       }
     }
   }
-  std::set<std::string> arrived;
-  bool unplanned = false;
-  for (size_t t = 0; t < world.tasks.size(); ++t) {
-    const engine::TaskView& v = world.tasks[t];
-    if (!v.arrived || v.done) continue;
-    arrived.insert(v.name);
-    bool in_plan =
-        st.plan && t < st.plan->assignments.size() && st.plan->assignments[t].config >= 0;
-    if (!in_plan && !v.running && blocked.count(v.name) == 0) unplanned = true;
-  }
-  std::optional<engine::Trigger> trigger;
-  // A new cap (the job's cluster share) is a capacity change too.
-  std::string cap_text = CapacityText(capacity) + " cap " + std::to_string(world.gpu_cap);
-  if (!st.plan) {
-    trigger = engine::Trigger::kStart;
-  } else if (cap_text != st.capacity || share_stopped_now) {
-    trigger = engine::Trigger::kCapacityChanged;
-  } else if (unplanned ||
-             !std::includes(st.arrived.begin(), st.arrived.end(), arrived.begin(), arrived.end())) {
-    trigger = engine::Trigger::kTaskArrived;
-  } else if (done != st.done) {
-    trigger = engine::Trigger::kTaskFinished;
-  } else if (ToSeconds(now_tp - st.last_solve) >= options_.engine.replan_interval_s) {
-    trigger = engine::Trigger::kInterval;
-  }
-  // With every GPU held by other jobs there is nothing to plan onto: wait for
-  // a capacity change rather than log a plan that cannot exist.
-  int visible_gpus = 0;
-  for (const engine::NodeView& n : world.nodes) visible_gpus += n.gpus;
-  if (trigger && !arrived.empty() && visible_gpus > 0 && st.engine->ShouldSolve(*trigger)) {
-    st.last_solve = now_tp;
-    st.capacity = cap_text;
-    st.arrived = arrived;
-    st.done = done;
-    auto decision = st.engine->Decide(world, *trigger);
-    if (decision.ok() && decision->solved && options_.metrics != nullptr) {
-      static const prometheus::Histogram::BucketBoundaries kSolveBuckets = {
-          0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120};
-      std::string planner = decision->adopted ? decision->plan.planner : std::string("orrery");
-      options_.metrics->solve_seconds.Add({{"planner", planner}}, kSolveBuckets)
-          .Observe(decision->solver_seconds);
-      options_.metrics->replans
-          .Add({{"msj", key}, {"adopted", decision->adopted ? "true" : "false"}})
-          .Increment();
+  // 3b. The engine's step over the job's world: it finds what changed since it
+  // last planned (capacity, the cap, arrivals, finishes, measured speed, the
+  // interval), re-plans when that calls for it, and says which gangs stop and
+  // which launch. This reconciler applies exactly that.
+  engine::StepInput in;
+  in.world = world;
+  // Measured speed: what a live gang reports against its configuration's
+  // profile, kept across the task's gangs (a new gang has not reported yet).
+  const std::map<std::string, TaskProgress> reported = options_.progress != nullptr
+                                                           ? options_.progress->ForJob(key)
+                                                           : std::map<std::string, TaskProgress>{};
+  for (size_t t = 0; t < in.world.tasks.size(); ++t) {
+    engine::TaskView& v = in.world.tasks[t];
+    auto lv = live.find(v.name);
+    auto rp = reported.find(LabelValue(v.name));
+    if (v.running && v.running->config >= 0 && lv != live.end() && rp != reported.end()) {
+      const planner::Config& c = configs[t].configs[static_cast<size_t>(v.running->config)];
+      if (auto f = MeasuredSpeedFactor(rp->second, lv->second.generation, c)) st.speed[v.name] = *f;
     }
-    if (!decision.ok()) {
-      Log(LogLevel::kWarning, "Planning failed",
-          {{"job", key},
-           {"trigger", engine::TriggerName(*trigger)},
-           {"error", decision.status().ToString()}});
-    } else if (decision->adopted) {
-      st.plan = decision->plan;
-      st.plan_nodes.clear();
-      for (const engine::NodeView& n : world.nodes) st.plan_nodes.push_back(n.name);
-      api::PlanStatus ps;
-      ps.makespan_seconds = std::max(0.0, decision->plan.makespan - now);
-      ps.lower_bound_seconds = std::max(0.0, decision->plan.lower_bound - now);
-      ps.gap = decision->plan.gap;
-      ps.solve_seconds = decision->solver_seconds;
-      ps.revision = st.engine->adoptions();
-      st.plan_status = ps;
-      Log(LogLevel::kInfo, "Adopted plan",
-          {{"job", key},
-           {"trigger", engine::TriggerName(*trigger)},
-           {"planner", decision->plan.planner}});
-      char note[200];
-      std::snprintf(note, sizeof(note), "plan %lld (%s): makespan %.0f s, gap %.1f%%",
-                    static_cast<long long>(ps.revision), engine::TriggerName(*trigger),
-                    ps.makespan_seconds, 100 * ps.gap);
-      Event(ctx, kube::EventType::kNormal, "PlanAdopted", "Plan", note);
-      // The running gangs the engine stops (the plan moves them, or the job
-      // holds more GPUs than its quota or share allows) are stopped gracefully:
-      // their ranks checkpoint on SIGTERM and each task waits for them, then
-      // relaunches as planned from that checkpoint. The engine moves a running
-      // task only when that beats keeping it by its threshold, or to keep the
-      // job within its cap.
-      for (const engine::StopAction& stop : decision->stops) {
-        if (stop.task >= world.tasks.size() || stop.task >= st.plan->assignments.size()) continue;
-        const engine::TaskView& v = world.tasks[stop.task];
-        auto lv = live.find(v.name);
-        auto ob = observed.find(v.name);
-        if (lv == live.end() || ob == observed.end() || !ob->second.gang ||
-            ob->second.gang->generation != lv->second.generation) {
-          continue;  // created and not yet in the cache
-        }
-        const planner::Assignment& a = st.plan->assignments[stop.task];
-        const GangObservation& g = *ob->second.gang;
-        const TaskConfigs& tc = configs[stop.task];
-        std::string to = "queued";
-        if (a.config >= 0 && static_cast<size_t>(a.config) < tc.configs.size()) {
-          const planner::Config& c = tc.configs[static_cast<size_t>(a.config)];
-          to = c.template_name + "x" + std::to_string(c.gpus);
-          if (a.start > now) to += " later";
-        }
-        const char* why = engine::StopReasonName(stop.reason);
-        Log(LogLevel::kInfo, "Stopping gang the plan moves",
-            {{"job", key},
-             {"task", v.name},
-             {"generation", std::to_string(g.generation)},
-             {"to", to},
-             {"reason", why}});
-        std::string stop_note = "stopping " + GangLabelValue(v.name, g.generation) +
-                                " to run it as " + to + " (plan " + std::to_string(ps.revision) +
-                                ")";
-        if (stop.reason == engine::StopReason::kQuota) {
-          stop_note +=
-              ": the job holds more GPUs than its quota of " + std::to_string(quota) + " allows";
-        }
-        Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale",
-              stop_note + "; it checkpoints first");
-        ORRERY_RETURN_IF_ERROR(stop_for_rescale(v.name, g, why));
+    if (auto it = st.speed.find(v.name); it != st.speed.end()) v.speed_factor = it->second;
+  }
+  for (size_t t = 0; t < world.tasks.size(); ++t) {
+    if (blocked.count(world.tasks[t].name) > 0) in.blocked.insert(t);
+  }
+  // GPUs free for launches now: each node's, less what the job's live gangs
+  // hold there (the world counts them as the job's own).
+  in.free_gpus.assign(world.nodes.size(), 0);
+  for (size_t n = 0; n < capacity.size() && n < in.free_gpus.size(); ++n) {
+    in.free_gpus[n] = capacity[n].Free();
+    for (const auto& [task, g] : live) {
+      for (const std::string& node : g.config.nodes) {
+        if (node == capacity[n].name) --in.free_gpus[n];
       }
     }
+  }
+  // Every GPU the job's gang pods hold (until they are gone) or will hold
+  // (created, not yet in the cache) counts against its cap.
+  int held = 0;
+  for (const Json& p : gang_pods) {
+    if (!PodFinished(p)) held += PodGpuRequest(p, resource);
+  }
+  for (const auto& [task, e] : st.expected) held += static_cast<int>(e.gang.config.nodes.size());
+  in.launch_budget = std::max(0, launch_cap - held);
+  if (share_stopped_now || st.replan_now) in.also = engine::Trigger::kCapacityChanged;
+  st.replan_now = false;
+  engine::StepResult step = st.engine->Step(in);
+  const char* trigger = step.trigger ? engine::TriggerName(*step.trigger) : "none";
+  if (!step.error.ok()) {
+    Log(LogLevel::kWarning, "Planning failed",
+        {{"job", key}, {"trigger", trigger}, {"error", step.error.ToString()}});
+  }
+  if (step.decision && step.decision->solved && options_.metrics != nullptr) {
+    static const prometheus::Histogram::BucketBoundaries kSolveBuckets = {
+        0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120};
+    const engine::Decision& d = *step.decision;
+    std::string planner = d.adopted ? d.plan.planner : std::string("orrery");
+    options_.metrics->solve_seconds.Add({{"planner", planner}}, kSolveBuckets)
+        .Observe(d.solver_seconds);
+    options_.metrics->replans.Add({{"msj", key}, {"adopted", d.adopted ? "true" : "false"}})
+        .Increment();
+  }
+  const std::optional<planner::Plan>& plan = st.engine->current_plan();
+  if (step.decision && step.decision->adopted) {
+    const engine::Decision& d = *step.decision;
+    api::PlanStatus ps;
+    ps.makespan_seconds = std::max(0.0, d.plan.makespan - now);
+    ps.lower_bound_seconds = std::max(0.0, d.plan.lower_bound - now);
+    ps.gap = d.plan.gap;
+    ps.solve_seconds = d.solver_seconds;
+    ps.revision = st.engine->adoptions();
+    st.plan_status = ps;
+    Log(LogLevel::kInfo, "Adopted plan",
+        {{"job", key}, {"trigger", trigger}, {"planner", d.plan.planner}});
+    char note[200];
+    std::snprintf(note, sizeof(note), "plan %lld (%s): makespan %.0f s, gap %.1f%%",
+                  static_cast<long long>(ps.revision), trigger, ps.makespan_seconds, 100 * ps.gap);
+    Event(ctx, kube::EventType::kNormal, "PlanAdopted", "Plan", note);
+  }
+  // The running gangs the engine stops (the plan moves them, or the job holds
+  // more GPUs than its quota or share allows) are stopped gracefully: their
+  // ranks checkpoint on SIGTERM and each task waits for them, then relaunches
+  // as planned from that checkpoint.
+  for (const engine::StopAction& stop : step.stops) {
+    if (stop.task >= world.tasks.size() || !plan || stop.task >= plan->assignments.size()) continue;
+    const engine::TaskView& v = world.tasks[stop.task];
+    auto lv = live.find(v.name);
+    auto ob = observed.find(v.name);
+    if (lv == live.end() || ob == observed.end() || !ob->second.gang ||
+        ob->second.gang->generation != lv->second.generation) {
+      continue;  // created and not yet in the cache
+    }
+    const planner::Assignment& a = plan->assignments[stop.task];
+    const GangObservation& g = *ob->second.gang;
+    const TaskConfigs& tc = configs[stop.task];
+    std::string to = "queued";
+    if (a.config >= 0 && static_cast<size_t>(a.config) < tc.configs.size()) {
+      const planner::Config& c = tc.configs[static_cast<size_t>(a.config)];
+      to = c.template_name + "x" + std::to_string(c.gpus);
+      if (a.start > now) to += " later";
+    }
+    const char* why = engine::StopReasonName(stop.reason);
+    Log(LogLevel::kInfo, "Stopping gang the plan moves",
+        {{"job", key},
+         {"task", v.name},
+         {"generation", std::to_string(g.generation)},
+         {"to", to},
+         {"reason", why}});
+    std::string stop_note = "stopping " + GangLabelValue(v.name, g.generation) + " to run it as " +
+                            to + " (plan " + std::to_string(st.engine->adoptions()) + ")";
+    if (stop.reason == engine::StopReason::kQuota) {
+      stop_note +=
+          ": the job holds more GPUs than its quota of " + std::to_string(quota) + " allows";
+    }
+    Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale",
+          stop_note + "; it checkpoints first");
+    ORRERY_RETURN_IF_ERROR(stop_for_rescale(v.name, g, why));
   }
 
-  // 4. Launch gangs whose planned nodes are free now, in planned order, within
-  // the job's quota: every GPU its gang pods hold (until they are gone) or will
-  // hold (created, not yet in the cache) counts against it.
-  if (st.plan) {
-    int held = 0;
-    for (const Json& p : gang_pods) {
-      if (!PodFinished(p)) held += PodGpuRequest(p, resource);
+  // 4. Launch the gangs the step chose, on the nodes it chose.
+  // The job's first gang says where its state lives, once: a gang seen, made,
+  // or recorded in the status (a restarted operator, a resumed suspend) means
+  // an earlier pass said it already.
+  bool launched_before = !st.last_generation.empty() || !st.expected.empty();
+  for (const auto& [name, o] : observed) launched_before = launched_before || o.gang.has_value();
+  if (job.status) {
+    for (const api::TaskStatus& ts : job.status->tasks) {
+      launched_before = launched_before || ts.config.has_value() || ts.restarts > 0;
     }
-    for (const auto& [task, e] : st.expected) held += static_cast<int>(e.gang.config.nodes.size());
-    int budget = std::max(0, launch_cap - held);
-    std::map<std::string, int> free_now;
-    for (const NodeCapacity& n : capacity) free_now[n.name] = n.Free();
-    for (const auto& [task, g] : live) {
-      for (const std::string& node : g.config.nodes) --free_now[node];
+  }
+  for (const engine::LaunchAction& l : step.launches) {
+    const TaskConfigs& tc = configs[l.task];
+    if (l.config < 0 || static_cast<size_t>(l.config) >= tc.configs.size()) continue;
+    std::vector<std::string> placement;
+    for (const planner::GpuSlot& g : l.gpus) {
+      placement.push_back(world.nodes[static_cast<size_t>(g.node)].name);
     }
-    // The job's first gang says where its state lives, once: a gang seen, made,
-    // or recorded in the status (a restarted operator, a resumed suspend) means
-    // an earlier pass said it already.
-    bool launched_before = !st.last_generation.empty() || !st.expected.empty();
-    for (const auto& [name, o] : observed) launched_before = launched_before || o.gang.has_value();
-    if (job.status) {
-      for (const api::TaskStatus& ts : job.status->tasks) {
-        launched_before = launched_before || ts.config.has_value() || ts.restarts > 0;
-      }
-    }
-    for (const LaunchPlan& l :
-         SelectLaunches(*st.plan, st.plan_nodes, ctx.loaded.tasks, blocked, free_now, budget)) {
-      const api::ExpandedTask& task = ctx.loaded.tasks[l.task];
-      const TaskConfigs& tc = configs[l.task];
-      if (l.config < 0 || static_cast<size_t>(l.config) >= tc.configs.size()) continue;
-      const planner::Config& c = tc.configs[static_cast<size_t>(l.config)];
-      int generation = 0;
-      auto lg = st.last_generation.find(task.name);
-      if (lg != st.last_generation.end()) generation = lg->second + 1;
-      auto obs = observed.find(task.name);
-      if (obs != observed.end() && obs->second.gang) {
-        generation = std::max(generation, obs->second.gang->generation + 1);
-      }
-      if (job.status) {
-        for (const api::TaskStatus& ts : job.status->tasks) {
-          if (ts.name == task.name && ts.config) generation = std::max(generation, ts.restarts + 1);
-        }
-      }
-      GangRequest r;
-      r.job = &job;
-      r.task = &task;
-      r.config.template_ = tc.templates[static_cast<size_t>(l.config)];
-      r.config.gpus = c.gpus;
-      r.config.nodes = 0;
-      r.config.batch_size = c.batch_size;
-      r.placement = l.placement;
-      r.generation = generation;
-      r.options = options_.gang;
-      ORRERY_ASSIGN_OR_RETURN(Gang gang, BuildGang(r));
-      ORRERY_RETURN_IF_ERROR(CreateObjects(ns, gang.service, gang.pods));
-      LiveGang created;
-      created.generation = generation;
-      created.config.template_ = r.config.template_;
-      created.config.gpus = c.gpus;
-      created.config.batch_size = c.batch_size;
-      created.config.nodes = l.placement;
-      st.expected[task.name] =
-          Expected{created, now_tp, ctx.job_label, GangLabelValue(task.name, generation)};
-      st.last_generation[task.name] = generation;
-      std::string where;
-      for (const std::string& n : l.placement) where += (where.empty() ? "" : ",") + n;
-      Log(LogLevel::kInfo, "Created gang",
-          {{"job", key},
-           {"task", task.name},
-           {"generation", std::to_string(generation)},
-           {"config", c.template_name + "x" + std::to_string(c.gpus)},
-           {"nodes", where}});
-      Event(ctx, kube::EventType::kNormal, generation == 0 ? "GangCreated" : "GangRelaunched",
-            "Launch",
-            task.name + " as " + c.template_name + "x" + std::to_string(c.gpus) + " on " + where +
-                " (generation " + std::to_string(generation) + ")");
-      if (!launched_before) {
-        launched_before = true;
-        Event(ctx, kube::EventType::kNormal, "CheckpointLocation", "Launch",
-              CheckpointLocationNote(job));
-      }
-      for (const std::string& w : gang.warnings) {
-        Event(ctx, kube::EventType::kWarning, "NoCheckpointClaim", "Launch", w);
-      }
-    }
+    ORRERY_RETURN_IF_ERROR(
+        LaunchGang(ctx, l.task, tc, l.config, placement, observed, &launched_before));
   }
 
   // 5. Status from what the cache shows now (the next reconcile sees new pods).
@@ -1208,7 +1175,16 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   }
   bool finished = true;
   for (const api::ExpandedTask& t : ctx.loaded.tasks) finished = finished && done.count(t.name) > 0;
-  if (!finished) result.requeue_after = kRequeueWhileActive;
+  if (!finished) {
+    // Back when the engine wants to be asked again (its next periodic
+    // re-plan), and at least every kRequeueWhileActive for progress.
+    result.requeue_after = kRequeueWhileActive;
+    const double wait_s = step.next_step_at - now;
+    if (wait_s >= 0 && wait_s < ToSeconds(kRequeueWhileActive)) {
+      result.requeue_after = std::chrono::duration_cast<std::chrono::seconds>(
+          std::chrono::duration<double>(std::ceil(std::max(1.0, wait_s))));
+    }
+  }
   return result;
 }
 

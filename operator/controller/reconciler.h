@@ -118,23 +118,12 @@ struct WorldInput {
 // running. Tasks still profiling have not arrived.
 engine::WorldView BuildWorldView(const WorldInput& in);
 
-// A gang to create: task index, configuration index, node per rank.
-struct LaunchPlan {
-  size_t task = 0;
-  int config = -1;
-  std::vector<std::string> placement;
-};
-// Tasks of `plan` without a live gang and not done, in planned start order, whose
-// planned nodes have the GPUs free now (`free_now` by node name, already net of
-// live gangs); a task that cannot start still claims its nodes, so a later task
-// does not take GPUs an earlier one waits for (the local runner's rule).
-// `gpu_budget` is what the job's quota leaves (-1: no quota); the first task
-// over it stops the launches, so later tasks never overtake it on the quota.
-std::vector<LaunchPlan> SelectLaunches(const planner::Plan& plan,
-                                       const std::vector<std::string>& plan_nodes,
-                                       const std::vector<api::ExpandedTask>& tasks,
-                                       const std::set<std::string>& blocked,
-                                       std::map<std::string, int> free_now, int gpu_budget = -1);
+// A live gang's measured throughput over its configuration's profiled one:
+// rank 0's samples/s (its data-parallel share) times the replicas the
+// template's ranks form; nullopt until gang `generation` has reported past
+// its first steps.
+std::optional<double> MeasuredSpeedFactor(const TaskProgress& progress, int generation,
+                                          const planner::Config& config);
 
 // ---- the reconciler ---------------------------------------------------------
 
@@ -201,12 +190,12 @@ class Reconciler {
   };
   struct JobState {
     std::string uid;
+    // The engine holds the adopted plan and what the job looked like when it
+    // last planned (its triggers are what differs now).
     std::unique_ptr<engine::Engine> engine;
-    std::optional<planner::Plan> plan;
-    std::vector<std::string> plan_nodes;  // world node index -> name, at adoption
-    std::string capacity;                 // node capacities at the last solve
-    std::set<std::string> arrived, done;
-    TimePoint last_solve{};
+    bool replan_now = false;  // a gang's placement failed: the next step plans again
+    // Measured over profiled throughput by task, kept across the task's gangs.
+    std::map<std::string, double> speed;
     std::map<std::string, Expected> expected;        // by task
     std::map<std::string, TimePoint> pending_since;  // gang label -> first seen Pending
     std::map<std::string, int> last_generation;      // by task: newest created
@@ -243,6 +232,11 @@ class Reconciler {
   Status WriteStatus(JobContext& ctx, const std::map<std::string, TaskObservation>& observed,
                      const std::set<std::string>& profiling);
   StatusOr<kube::Result> Suspend(JobContext& ctx);
+  // Creates the gang of task `task_index` in `config` on `placement` (a node
+  // per rank) with the next generation, and records the expectation.
+  Status LaunchGang(JobContext& ctx, size_t task_index, const TaskConfigs& configs, int config,
+                    const std::vector<std::string>& placement,
+                    const std::map<std::string, TaskObservation>& observed, bool* launched_before);
 
   kube::Client* client_;
   Caches caches_;

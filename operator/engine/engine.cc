@@ -3,6 +3,7 @@
 #include "operator/engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 
@@ -18,13 +19,15 @@ const char* TriggerName(Trigger trigger) {
     case Trigger::kTaskArrived: return "task-arrived";
     case Trigger::kCapacityChanged: return "capacity-changed";
     case Trigger::kThroughputDrift: return "throughput-drift";
+    case Trigger::kQuotaChanged: return "quota-changed";
   }
   return "unknown";
 }
 
 namespace {
 bool Forced(Trigger t) {
-  return t == Trigger::kStart || t == Trigger::kTaskArrived || t == Trigger::kCapacityChanged;
+  return t == Trigger::kStart || t == Trigger::kTaskArrived || t == Trigger::kCapacityChanged ||
+         t == Trigger::kQuotaChanged;
 }
 
 // Whether the plan stops a running task: another configuration, or other nodes.
@@ -141,6 +144,14 @@ Engine::Engine(EngineOptions options, const Clock* clock)
   planner_ = p.ok() ? std::move(p).value() : planner::MakeGreedyPlanner();
 }
 
+void Engine::Forget() {
+  current_.reset();
+  plan_nodes_.clear();
+  solved_.reset();
+  pending_.reset();
+  stale_resolved_at_.clear();
+}
+
 bool Engine::ShouldSolve(Trigger trigger) const {
   if (Forced(trigger) || !current_) return true;
   return options_.introspect;
@@ -223,11 +234,191 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
   world_plan.makespan += world.now;
   d.stops = RunningStops(world, world_plan, rp.task_index);
   current_ = world_plan;
+  plan_nodes_.clear();
+  for (const NodeView& n : world.nodes) plan_nodes_.push_back(n.name);
   d.adopted = true;
   d.plan = world_plan;
   d.reason = std::string("adopted on ") + TriggerName(trigger);
   ++adoptions_;
   return d;
+}
+
+// ---- the step ------------------------------------------------------------------
+
+namespace {
+
+bool Waiting(const TaskView& v) { return v.arrived && !v.done && v.remaining_work > 0; }
+
+bool PlannedIn(const std::optional<planner::Plan>& plan, size_t t) {
+  return plan && t < plan->assignments.size() && plan->assignments[t].config >= 0;
+}
+
+}  // namespace
+
+Engine::Snapshot Engine::Observe(const StepInput& in) const {
+  const WorldView& w = in.world;
+  Snapshot s;
+  for (const NodeView& n : w.nodes) {
+    s.nodes += n.name + ":" + std::to_string(n.gpus) + (n.alive ? "" : ":down") + " ";
+  }
+  s.cap = w.gpu_cap;
+  s.at = w.now;
+  for (size_t t = 0; t < w.tasks.size(); ++t) {
+    const TaskView& v = w.tasks[t];
+    if (v.done) s.done.insert(v.name);
+    if (!Waiting(v)) continue;
+    s.arrived.insert(v.name);
+    s.speed[v.name] = v.speed_factor;
+    if (!v.running && in.blocked.count(t) == 0 && !PlannedIn(current_, t)) {
+      s.unplanned.insert(v.name);
+    }
+  }
+  return s;
+}
+
+std::optional<Trigger> Engine::DetectTrigger(const StepInput& in) const {
+  if (!current_ || !solved_) return Trigger::kStart;
+  const Snapshot now = Observe(in);
+  const Snapshot& then = *solved_;
+  if (now.nodes != then.nodes) return Trigger::kCapacityChanged;
+  if (now.cap != then.cap) return Trigger::kQuotaChanged;
+  const bool new_arrival = !std::includes(then.arrived.begin(), then.arrived.end(),
+                                          now.arrived.begin(), now.arrived.end());
+  // A task waiting outside the plan (it arrived when the plan had no room, or
+  // the plan was made without it) asks for a plan once per such set.
+  if (new_arrival || (!now.unplanned.empty() && now.unplanned != then.unplanned)) {
+    return Trigger::kTaskArrived;
+  }
+  if (now.done != then.done) return Trigger::kTaskFinished;
+  for (const auto& [task, factor] : now.speed) {
+    auto it = then.speed.find(task);
+    const double planned_with = it == then.speed.end() ? 1.0 : it->second;
+    if (planned_with > 0 && std::abs(factor / planned_with - 1) > options_.drift_tolerance) {
+      return Trigger::kThroughputDrift;
+    }
+  }
+  if (in.world.now - then.at >= options_.replan_interval_s) return Trigger::kInterval;
+  return std::nullopt;
+}
+
+std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Plan& plan,
+                                         const std::vector<std::string>& plan_nodes,
+                                         const std::vector<StopAction>& stops) {
+  const WorldView& w = in.world;
+  std::map<std::string, size_t> node_of;  // current world index by name
+  for (size_t n = 0; n < w.nodes.size(); ++n) node_of[w.nodes[n].name] = n;
+  std::vector<int> free = in.free_gpus;
+  if (free.empty()) {
+    for (const NodeView& n : w.nodes) free.push_back(n.alive ? n.gpus : 0);
+    for (const TaskView& v : w.tasks) {
+      if (!v.running || v.done) continue;
+      for (const planner::GpuSlot& g : v.running->gpus) {
+        if (g.node >= 0 && static_cast<size_t>(g.node) < free.size()) --free[g.node];
+      }
+    }
+  }
+  free.resize(w.nodes.size(), 0);
+  int budget = in.launch_budget;
+  std::set<size_t> stopped;
+  if (in.stops_free_at_once) {
+    for (const StopAction& s : stops) {
+      if (s.task >= w.tasks.size() || !w.tasks[s.task].running) continue;
+      stopped.insert(s.task);
+      for (const planner::GpuSlot& g : w.tasks[s.task].running->gpus) {
+        if (g.node >= 0 && static_cast<size_t>(g.node) < free.size()) ++free[g.node];
+        if (budget >= 0) ++budget;
+      }
+    }
+  }
+  std::vector<size_t> waiting;
+  for (size_t t = 0; t < w.tasks.size() && t < plan.assignments.size(); ++t) {
+    const TaskView& v = w.tasks[t];
+    if (!v.arrived || v.done || in.blocked.count(t) > 0 || plan.assignments[t].config < 0) continue;
+    if (v.running && stopped.count(t) == 0) continue;
+    waiting.push_back(t);
+  }
+  std::stable_sort(waiting.begin(), waiting.end(), [&](size_t a, size_t b) {
+    return plan.assignments[a].start < plan.assignments[b].start;
+  });
+  std::vector<LaunchAction> out;
+  for (size_t t : waiting) {
+    const planner::Assignment& a = plan.assignments[t];
+    LaunchAction l{t, a.config, {}};
+    std::map<size_t, int> need;
+    bool valid = !a.gpus.empty();
+    for (const planner::GpuSlot& g : a.gpus) {
+      auto it = g.node >= 0 && static_cast<size_t>(g.node) < plan_nodes.size()
+                    ? node_of.find(plan_nodes[static_cast<size_t>(g.node)])
+                    : node_of.end();
+      if (it == node_of.end() || !w.nodes[it->second].alive) {
+        valid = false;
+        break;
+      }
+      l.gpus.push_back({static_cast<int>(it->second), g.gpu});
+      ++need[it->second];
+    }
+    if (!valid) continue;  // planned on a node that is gone: the next plan places it
+    const int gpus = static_cast<int>(l.gpus.size());
+    if (budget >= 0 && gpus > budget) break;
+    bool fits = true;
+    for (const auto& [node, n] : need) fits = fits && free[node] >= n;
+    for (const auto& [node, n] : need) free[node] -= n;  // claimed either way
+    if (!fits) continue;
+    std::sort(l.gpus.begin(), l.gpus.end());
+    out.push_back(std::move(l));
+    if (budget >= 0) budget -= gpus;
+  }
+  return out;
+}
+
+StepResult Engine::Step(const StepInput& in) {
+  StepResult r;
+  const WorldView& w = in.world;
+  // A change only the world saw waits, like any other, until a solve can use it.
+  if (in.also) pending_ = in.also;
+  r.trigger = pending_ ? pending_ : DetectTrigger(in);
+  int alive_gpus = 0;
+  for (const NodeView& n : w.nodes) alive_gpus += n.alive ? n.gpus : 0;
+  bool any_waiting = false;
+  for (const TaskView& v : w.tasks) any_waiting = any_waiting || Waiting(v);
+  // With nothing left to plan, or no GPU to plan onto, a step only launches:
+  // the trigger stays until a solve can use it.
+  auto solve = [&](Trigger trigger) {
+    if (!any_waiting || alive_gpus == 0 || !ShouldSolve(trigger)) return;
+    pending_.reset();
+    solved_ = Observe(in);
+    StatusOr<Decision> d = Decide(w, trigger);
+    if (!d.ok()) {
+      r.error = d.status();
+      return;
+    }
+    if (d->adopted) {
+      r.stops = d->stops;
+      // Observed against the adopted plan: tasks it leaves out are known.
+      solved_ = Observe(in);
+    }
+    r.decision = std::move(d).value();
+  };
+  if (r.trigger) solve(*r.trigger);
+  if (current_) r.launches = SelectLaunches(in, *current_, plan_nodes_, r.stops);
+  // A plan under which nothing runs and nothing can start is stale (made for
+  // GPUs that are gone, or under a cap since lifted): plan again, once for
+  // this capacity.
+  if (current_ && r.launches.empty() && !r.decision) {
+    bool active = !in.blocked.empty();
+    for (const TaskView& v : w.tasks) active = active || (v.running && !v.done);
+    const std::string nodes = Observe(in).nodes;
+    if (!active && any_waiting && nodes != stale_resolved_at_) {
+      stale_resolved_at_ = nodes;
+      r.trigger = Trigger::kCapacityChanged;
+      solve(Trigger::kCapacityChanged);
+      if (current_) r.launches = SelectLaunches(in, *current_, plan_nodes_, r.stops);
+    }
+  }
+  if (options_.introspect && solved_ && any_waiting) {
+    r.next_step_at = solved_->at + options_.replan_interval_s;
+  }
+  return r;
 }
 
 }  // namespace orrery::engine

@@ -7,8 +7,11 @@
 // cost (checkpoint plus restart). Pure: no I/O, time comes in the view.
 #pragma once
 
+#include <limits>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,7 +39,8 @@ enum class Trigger {
   kTaskFinished,
   kTaskArrived,
   kCapacityChanged,
-  kThroughputDrift
+  kThroughputDrift,
+  kQuotaChanged,  // the job's GPU cap (gpuQuota, or its cluster share) moved
 };
 const char* TriggerName(Trigger trigger);
 
@@ -102,6 +106,67 @@ struct Decision {
   std::vector<StopAction> stops;
 };
 
+// ---- one step of a world ------------------------------------------------------
+//
+// Every world runs the same loop: observe, Engine::Step, apply. The step finds
+// what changed since the engine last planned (the trigger), re-plans when that
+// calls for it, and says which running tasks stop and which waiting tasks
+// launch now, on which nodes. A world applies exactly these actions: it never
+// launches or stops a task on its own judgement (a failed gang or a lost node
+// ends by itself; the world reports that in the next view).
+
+struct StepInput {
+  WorldView world;
+  // GPUs free for this job's launches now, by world node: net of every gang
+  // that still holds GPUs there (the job's own running and stopping gangs
+  // included). Empty: each alive node's GPUs less what its running tasks hold.
+  std::vector<int> free_gpus;
+  // GPUs the job may still take now (its quota or share less what it holds);
+  // < 0: no limit beyond the plan's.
+  int launch_budget = -1;
+  // Tasks (world indices) that must not launch now although the view shows
+  // them waiting: a gang of theirs is still going away, or was just created.
+  std::set<size_t> blocked;
+  // Whether a stopped task's GPUs are free at once (the simulator: the switch
+  // is charged as lost progress) or only once its ranks are gone (processes
+  // and pods, which checkpoint first).
+  bool stops_free_at_once = false;
+  // A change the view cannot show (a gang the cluster share stopped, a gang
+  // whose placement failed): the step plans again on it.
+  std::optional<Trigger> also;
+};
+
+struct LaunchAction {
+  size_t task = 0;  // world index
+  int config = -1;  // index into the task's profile
+  // One slot per rank, nodes as world indices of this step's view (the plan's
+  // GPU indices; a world may give a rank any free GPU of that node).
+  std::vector<planner::GpuSlot> gpus;
+};
+
+struct StepResult {
+  std::optional<Trigger> trigger;    // what changed, when anything did
+  std::optional<Decision> decision;  // when the step solved
+  Status error;                      // a solve that failed (the old plan stays)
+  std::vector<StopAction> stops;     // the adopted plan's stops
+  std::vector<LaunchAction> launches;
+  // The world time at which the engine wants to be asked again even if nothing
+  // changes (the next periodic re-plan); infinity when it does not.
+  double next_step_at = std::numeric_limits<double>::infinity();
+};
+
+// The tasks of `plan` to launch now: those waiting (arrived, not done, not
+// running or stopped with `stops_free_at_once`, not blocked) in planned start
+// order, each when its planned nodes (`plan_nodes`: names of the nodes the
+// plan's indices meant) have the GPUs free now. A task that cannot start still
+// claims its GPUs, so a later task does not take what an earlier one waits
+// for; the first task over the launch budget stops the launches, so later
+// tasks never overtake it on the quota. A task planned on a node that is gone
+// waits for the next plan.
+std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Plan& plan,
+                                         const std::vector<std::string>& plan_nodes,
+                                         const std::vector<StopAction>& stops);
+
 class Engine {
  public:
   // `clock` measures solver time and may be null.
@@ -114,7 +179,23 @@ class Engine {
   // Solves the remaining problem if ShouldSolve, and adopts per the rules.
   StatusOr<Decision> Decide(const WorldView& world, Trigger trigger);
 
+  // One step of a world (see StepInput): the trigger, a decision when it
+  // calls for one, the stops and the launches.
+  StepResult Step(const StepInput& in);
+
+  // What changed since the last solve, most urgent first: no plan yet (start),
+  // the nodes, the cap, a task that arrived (or waits outside the plan), a
+  // task that finished, a measured speed that drifted past the tolerance from
+  // the one planned with, or the re-plan interval passed; nullopt: nothing.
+  std::optional<Trigger> DetectTrigger(const StepInput& in) const;
+
+  // Drops the plan and what the job looked like when it was made: the next
+  // step plans from scratch (kStart). Counters stay.
+  void Forget();
+
   const std::optional<planner::Plan>& current_plan() const { return current_; }
+  // Names of the nodes the current plan's node indices refer to.
+  const std::vector<std::string>& plan_nodes() const { return plan_nodes_; }
   int solves() const { return solves_; }
   int adoptions() const { return adoptions_; }
   const EngineOptions& options() const { return options_; }
@@ -123,7 +204,23 @@ class Engine {
   EngineOptions options_;
   const Clock* clock_;
   std::unique_ptr<planner::Planner> planner_;
+  // What the world looked like at the last solve: triggers are what differs.
+  struct Snapshot {
+    std::string nodes;  // name:gpus:alive of each node
+    int cap = 0;
+    std::set<std::string> arrived, done, unplanned;
+    std::map<std::string, double> speed;  // speed factor by task
+    double at = 0;
+  };
+  Snapshot Observe(const StepInput& in) const;
+
   std::optional<planner::Plan> current_;
+  std::vector<std::string> plan_nodes_;
+  std::optional<Snapshot> solved_;
+  std::optional<Trigger> pending_;  // a StepInput::also not yet solved on
+  // The node text at which a stale plan (nothing runs, nothing can start) was
+  // last re-solved, so one capacity gets one such re-solve.
+  std::string stale_resolved_at_;
   int solves_ = 0;
   int adoptions_ = 0;
 };

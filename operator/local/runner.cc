@@ -172,8 +172,13 @@ class Runner {
   bool Elastic() const { return job_.job.spec.elasticity.enabled; }
   void BuildConfigs();
   engine::WorldView World() const;
-  void Decide(engine::Trigger trigger);
-  void LaunchReady();
+  // Observe, engine::Engine::Step, apply: the engine's plan, stops and
+  // launches. The runner launches and stops nothing on its own judgement.
+  void Step();
+  void ApplyPlan(const engine::Decision& d, engine::Trigger trigger);
+  // The devices for a launch: the planned ones where they are free, else any
+  // free device (the local node's devices are alike).
+  std::vector<int> DevicesFor(const engine::LaunchAction& launch, std::set<int>& busy) const;
   Status Launch(size_t t, int config, const std::vector<int>& devices);
   void ReadProgress(size_t t);
   void Reap(size_t t);
@@ -201,7 +206,6 @@ class Runner {
   std::unique_ptr<engine::Engine> engine_;
   std::optional<planner::Plan> plan_;  // absolute run times, world indices
   std::vector<int> plan_devices_;      // slot k of plan_ is device plan_devices_[k]
-  double last_solve_ = 0;
   bool launched_any_ = false;
   double launch_time_ = 0;
   size_t next_device_event_ = 0;
@@ -536,46 +540,108 @@ engine::WorldView Runner::World() const {
   return w;
 }
 
-void Runner::Decide(engine::Trigger trigger) {
-  bool any_left = false;
-  for (const TaskRun& t : tasks_) any_left = any_left || !(t.done || t.failed);
-  if (!any_left || AliveDevices().empty()) return;
-  if (!engine_->ShouldSolve(trigger)) return;
-  last_solve_ = Now();
-  auto d = engine_->Decide(World(), trigger);
-  if (!d.ok()) {
-    Event(std::string("plan (") + engine::TriggerName(trigger) +
-          ") failed: " + d.status().ToString());
-    return;
+void Runner::Step() {
+  engine::StepInput in;
+  in.world = World();
+  std::set<int> busy;  // devices a gang holds, stopping ones included
+  for (size_t t = 0; t < tasks_.size(); ++t) {
+    const TaskRun& task = tasks_[t];
+    if (!task.gang) continue;
+    busy.insert(task.gang->devices.begin(), task.gang->devices.end());
+    // A gang on its way out (rescaled, lost a device) holds its task back
+    // until its processes are gone.
+    if (!in.world.tasks[t].running) in.blocked.insert(t);
   }
-  if (!d->adopted) {
-    if (trigger != engine::Trigger::kInterval) {
-      char buf[200];
-      std::snprintf(buf, sizeof(buf), "re-plan (%s): %s", engine::TriggerName(trigger),
-                    d->reason.c_str());
-      Event(buf);
+  int free = 0;
+  for (int d : AliveDevices()) free += busy.count(d) == 0 ? 1 : 0;
+  in.free_gpus = {free};
+  // The job's gpuQuota caps the devices its gangs hold at once.
+  const int quota = job_.job.spec.resources.gpu_quota;
+  if (quota > 0) in.launch_budget = std::max(0, quota - static_cast<int>(busy.size()));
+  engine::StepResult r = engine_->Step(in);
+  const char* trigger = r.trigger ? engine::TriggerName(*r.trigger) : "";
+  if (!r.error.ok()) Event(std::string("plan (") + trigger + ") failed: " + r.error.ToString());
+  if (r.decision && r.decision->adopted) {
+    ApplyPlan(*r.decision, *r.trigger);
+  } else if (r.decision && r.trigger != engine::Trigger::kInterval) {
+    char buf[200];
+    std::snprintf(buf, sizeof(buf), "re-plan (%s): %s", trigger, r.decision->reason.c_str());
+    Event(buf);
+  }
+  // The running tasks the engine stops are rescaled: each checkpoints, stops,
+  // and starts again as planned (or waits, when the cap left it no room now).
+  for (const engine::StopAction& stop : r.stops) {
+    if (stop.task >= tasks_.size()) continue;
+    TaskRun& task = tasks_[stop.task];
+    if (!task.gang || !task.gang->stop_reason.empty()) continue;
+    const planner::Assignment& a = plan_->assignments[stop.task];
+    std::string to = "the queue";
+    if (a.config >= 0) {
+      const planner::Config& c = task.configs[static_cast<size_t>(a.config)];
+      to = ConfigText(c.template_name, c.gpus, c.batch_size, task.batch);
+      if (a.start > Now()) to += " later";
     }
-    return;
+    Event("rescale " + task.spec.name + " (" + engine::StopReasonName(stop.reason) +
+          "): " + TaskConfigText(task) + " -> " + to);
+    StopGang(stop.task, "rescaled", SIGTERM);
   }
-  plan_ = d->plan;
+  for (const engine::LaunchAction& l : r.launches) {
+    std::vector<int> devices = DevicesFor(l, busy);
+    if (devices.size() != l.gpus.size()) continue;  // the engine counted the same devices
+    Status s = Launch(l.task, l.config, devices);
+    if (!s.ok()) {
+      Event("launch " + tasks_[l.task].spec.name + " failed: " + s.ToString());
+      tasks_[l.task].failed = true;
+      report_.tasks[l.task].state = "failed";
+    }
+  }
+  if (r.decision && r.decision->adopted) WriteReport();
+}
+
+std::vector<int> Runner::DevicesFor(const engine::LaunchAction& l, std::set<int>& busy) const {
+  std::vector<int> devices;
+  auto usable = [&](int d) {
+    return d >= 0 && static_cast<size_t>(d) < alive_.size() && alive_[static_cast<size_t>(d)] &&
+           busy.count(d) == 0;
+  };
+  for (const planner::GpuSlot& s : l.gpus) {
+    if (s.gpu < 0 || static_cast<size_t>(s.gpu) >= plan_devices_.size()) continue;
+    int d = plan_devices_[static_cast<size_t>(s.gpu)];
+    if (usable(d)) {
+      devices.push_back(d);
+      busy.insert(d);
+    }
+  }
+  for (int d : AliveDevices()) {
+    if (devices.size() >= l.gpus.size()) break;
+    if (usable(d)) {
+      devices.push_back(d);
+      busy.insert(d);
+    }
+  }
+  return devices;
+}
+
+void Runner::ApplyPlan(const engine::Decision& d, engine::Trigger trigger) {
+  plan_ = d.plan;
   std::vector<int> alive = AliveDevices();
   plan_devices_ = alive;  // the plan's GPU slots are indices into this list
   ReportPlan rp;
   rp.at_s = Now();
   rp.trigger = engine::TriggerName(trigger);
-  rp.planner = d->plan.planner;
-  rp.makespan_s = d->plan.makespan;
-  rp.lower_bound_s = d->plan.lower_bound;
-  rp.gap = d->plan.gap;
-  rp.solve_s = d->solver_seconds;
+  rp.planner = d.plan.planner;
+  rp.makespan_s = d.plan.makespan;
+  rp.lower_bound_s = d.plan.lower_bound;
+  rp.gap = d.plan.gap;
+  rp.solve_s = d.solver_seconds;
   report_.plans.push_back(rp);
   report_.planned.clear();
   char buf[240];
   std::snprintf(buf, sizeof(buf),
                 "plan %zu (%s, %s): finishes at %s, lower bound %s, gap %.1f%%, solved in %.2f s",
-                report_.plans.size(), engine::TriggerName(trigger), d->plan.planner.c_str(),
-                FormatDuration(d->plan.makespan).c_str(),
-                FormatDuration(d->plan.lower_bound).c_str(), 100 * d->plan.gap, d->solver_seconds);
+                report_.plans.size(), engine::TriggerName(trigger), d.plan.planner.c_str(),
+                FormatDuration(d.plan.makespan).c_str(), FormatDuration(d.plan.lower_bound).c_str(),
+                100 * d.plan.gap, d.solver_seconds);
   Event(buf);
   for (size_t t = 0; t < tasks_.size(); ++t) {
     const planner::Assignment& a = plan_->assignments[t];
@@ -595,80 +661,12 @@ void Runner::Decide(engine::Trigger trigger) {
     report_.tasks[t].gpus = c.gpus;
     report_.tasks[t].batch_size = c.batch_size;
   }
-  // The running tasks the engine stops are rescaled: each checkpoints, stops,
-  // and starts again as planned (or waits, when the cap left it no room now).
-  for (const engine::StopAction& stop : d->stops) {
-    if (stop.task >= tasks_.size()) continue;
-    TaskRun& task = tasks_[stop.task];
-    if (!task.gang || !task.gang->stop_reason.empty()) continue;
-    const planner::Assignment& a = plan_->assignments[stop.task];
-    std::string to = "the queue";
-    if (a.config >= 0) {
-      const planner::Config& c = task.configs[static_cast<size_t>(a.config)];
-      to = ConfigText(c.template_name, c.gpus, c.batch_size, task.batch);
-      if (a.start > Now()) to += " later";
-    }
-    Event("rescale " + task.spec.name + " (" + engine::StopReasonName(stop.reason) +
-          "): " + TaskConfigText(task) + " -> " + to);
-    StopGang(stop.task, "rescaled", SIGTERM);
-  }
-  WriteReport();
 }
 
 std::string Runner::TaskConfigText(const TaskRun& t) const {
   if (!t.gang || t.gang->config < 0) return "";
   const planner::Config& c = t.configs[static_cast<size_t>(t.gang->config)];
   return ConfigText(c.template_name, c.gpus, c.batch_size, t.batch);
-}
-
-void Runner::LaunchReady() {
-  if (!plan_) return;
-  std::set<int> busy;
-  for (const TaskRun& t : tasks_) {
-    if (t.gang) busy.insert(t.gang->devices.begin(), t.gang->devices.end());
-  }
-  // Tasks waiting to start, in planned start order.
-  std::vector<size_t> waiting;
-  for (size_t t = 0; t < tasks_.size(); ++t) {
-    if (tasks_[t].done || tasks_[t].failed || tasks_[t].gang) continue;
-    if (plan_->assignments[t].config < 0) continue;
-    waiting.push_back(t);
-  }
-  std::sort(waiting.begin(), waiting.end(), [&](size_t a, size_t b) {
-    return plan_->assignments[a].start < plan_->assignments[b].start;
-  });
-  std::set<int> claimed;  // devices an earlier waiting task goes to first
-  // The job's gpuQuota caps the devices its gangs hold at once; the first task
-  // over it waits, and later ones do not overtake it.
-  int budget = job_.job.spec.resources.gpu_quota - static_cast<int>(busy.size());
-  for (size_t t : waiting) {
-    const planner::Assignment& a = plan_->assignments[t];
-    std::vector<int> devices;
-    bool valid = true;
-    for (const planner::GpuSlot& s : a.gpus) {
-      if (s.gpu < 0 || static_cast<size_t>(s.gpu) >= plan_devices_.size() ||
-          !alive_[static_cast<size_t>(plan_devices_[static_cast<size_t>(s.gpu)])]) {
-        valid = false;
-        break;
-      }
-      devices.push_back(plan_devices_[static_cast<size_t>(s.gpu)]);
-    }
-    if (!valid) continue;  // made for devices that are gone; a re-plan follows
-    if (static_cast<int>(devices.size()) > budget) break;
-    bool free = true;
-    for (int d : devices) free = free && !busy.count(d) && !claimed.count(d);
-    claimed.insert(devices.begin(), devices.end());
-    if (!free) continue;
-    Status s = Launch(t, a.config, devices);
-    if (!s.ok()) {
-      Event("launch " + tasks_[t].spec.name + " failed: " + s.ToString());
-      tasks_[t].failed = true;
-      report_.tasks[t].state = "failed";
-      continue;
-    }
-    busy.insert(devices.begin(), devices.end());
-    budget -= static_cast<int>(devices.size());
-  }
 }
 
 Status Runner::Launch(size_t t, int config, const std::vector<int>& devices) {
@@ -816,8 +814,7 @@ void Runner::ReadProgress(size_t t) {
           char buf[200];
           std::snprintf(buf, sizeof(buf), "%s runs at %.0f%% of its profiled speed",
                         task.spec.name.c_str(), 100 * task.speed_factor);
-          Event(buf);
-          Decide(engine::Trigger::kThroughputDrift);
+          Event(buf);  // the next step re-plans with the measured speed
         }
       }
     } else if (ev == "restore") {
@@ -911,7 +908,6 @@ void Runner::Reap(size_t t) {
                   task.spec.name.c_str(), task.loss, static_cast<long long>(task.step));
     Event(buf);
     report_.actual.push_back(bar);
-    Decide(engine::Trigger::kTaskFinished);
     return;
   }
   if (reason == "rescaled" || reason == "interrupted") {
@@ -951,7 +947,6 @@ void Runner::Reap(size_t t) {
     rt.state = "failed";
     Event(task.spec.name + " failed " + std::to_string(task.failures) + " times (exit " +
           std::to_string(code) + "), giving up: " + why + " (logs: " + log0 + ")");
-    Decide(engine::Trigger::kTaskFinished);
   } else {
     ++rt.restarts;
     rt.state = "pending";
@@ -974,7 +969,6 @@ void Runner::LoseDevice(int device, const std::string& why) {
     tasks_[t].gang->stop_reason.clear();
     StopGang(t, "device-lost", SIGKILL);
   }
-  Decide(engine::Trigger::kCapacityChanged);
 }
 
 void Runner::RestoreDevice(int device) {
@@ -983,7 +977,6 @@ void Runner::RestoreDevice(int device) {
     return;
   alive_[static_cast<size_t>(device)] = true;
   Event("device " + opt_.devices.kind + ":" + std::to_string(device) + " is back");
-  Decide(engine::Trigger::kCapacityChanged);
 }
 
 void Runner::ApplyDeviceEvents() {
@@ -1122,7 +1115,7 @@ int Runner::Run() {
   for (auto& rt : report_.tasks) {
     if (rt.state == "profiling") rt.state = "pending";
   }
-  Decide(engine::Trigger::kStart);
+  Step();
   if (!plan_) {
     err_ << "orrery run: no plan could be made (see the events above)\n";
     report_.outcome = "failed";
@@ -1154,10 +1147,7 @@ int Runner::Run() {
     if (interrupted && !running) break;
     if (!left) break;
     if (!interrupted) {
-      if (Now() - last_solve_ >= engine_->options().replan_interval_s) {
-        Decide(engine::Trigger::kInterval);
-      }
-      LaunchReady();
+      Step();
       bool any_running = false;
       for (const TaskRun& t : tasks_) any_running = any_running || t.gang.has_value();
       if (!any_running && AliveDevices().empty()) {
@@ -1165,12 +1155,6 @@ int Runner::Run() {
               "/control) or run again to resume");
         interrupted = true;
         break;
-      }
-      if (!any_running && plan_) {
-        // Nothing runs and nothing could start: the plan is stale (devices it
-        // names are gone). Force a new one.
-        Decide(engine::Trigger::kCapacityChanged);
-        LaunchReady();
       }
     }
     if (Elapsed() - last_display >= (opt_.tty ? 0.5 : 1.0)) {

@@ -87,8 +87,10 @@ class Sim {
         {t.spec->name, t.start, now_, c.template_name, c.gpus, c.batch_size, t.gpus, why});
   }
   engine::WorldView View() const;
-  Status Trigger(engine::Trigger trigger);
-  void Dispatch();
+  // Observe, step, apply: the engine's stops and launches, and a wake-up for
+  // its next periodic re-plan. The simulator decides nothing itself.
+  Status Step();
+  void Start(const engine::LaunchAction& launch);
   bool GpuUsable(const planner::GpuSlot& g) const {
     if (g.node < 0 || g.node >= static_cast<int>(alive_.size()) ||
         !alive_[static_cast<size_t>(g.node)])
@@ -107,7 +109,7 @@ class Sim {
   std::vector<bool> alive_;
   std::vector<planner::Node> nodes_;
   std::map<planner::GpuSlot, int> owner_;
-  std::optional<planner::Plan> plan_;
+  double tick_at_ = -1;  // the wake-up already queued for the engine
   SimResult result_;
   // GPU-seconds alive, integrated as nodes come and go.
   double alive_gpu_seconds_ = 0;
@@ -138,57 +140,69 @@ engine::WorldView Sim::View() const {
   return v;
 }
 
-Status Sim::Trigger(engine::Trigger trigger) {
+Status Sim::Step() {
   for (SimTask& t : tasks_) Advance(t);
-  ORRERY_ASSIGN_OR_RETURN(engine::Decision d, engine_.Decide(View(), trigger));
-  result_.solver_seconds += d.solver_seconds;
-  if (!d.adopted) return OkStatus();
-  plan_ = d.plan;
-  // The running tasks the engine stops are checkpointed now and restarted by
-  // Dispatch, paying the switching cost.
-  for (const engine::StopAction& stop : d.stops) {
+  engine::StepInput in;
+  in.world = View();
+  // A switch is charged as lost progress (switch_cost_s), so a stopped task's
+  // GPUs are free at once.
+  in.stops_free_at_once = true;
+  in.free_gpus.assign(nodes_.size(), 0);
+  int held = 0;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    for (int g = 0; g < nodes_[n].gpus; ++g) {
+      if (GpuUsable({static_cast<int>(n), g})) ++in.free_gpus[n];
+    }
+  }
+  for (const SimTask& t : tasks_) held += t.running ? static_cast<int>(t.gpus.size()) : 0;
+  if (w_.problem.gpu_cap > 0) in.launch_budget = std::max(0, w_.problem.gpu_cap - held);
+  engine::StepResult r = engine_.Step(in);
+  ORRERY_RETURN_IF_ERROR(r.error);
+  if (r.decision) result_.solver_seconds += r.decision->solver_seconds;
+  for (const engine::StopAction& stop : r.stops) {
     if (stop.task >= tasks_.size() || !tasks_[stop.task].running) continue;
     Stop(stop.task, "preempted");
     ++result_.switches;
   }
+  for (const engine::LaunchAction& l : r.launches) Start(l);
+  if (std::isfinite(r.next_step_at) && r.next_step_at > now_ && r.next_step_at != tick_at_) {
+    tick_at_ = r.next_step_at;
+    Push(r.next_step_at, Kind::kTick, 0);
+  }
   return OkStatus();
 }
 
-void Sim::Dispatch() {
-  if (!plan_) return;
-  // Waiting tasks in planned start order; a task may start when its GPUs are
-  // free and no earlier-planned waiting task claims any of them.
-  std::vector<size_t> waiting;
-  for (size_t i = 0; i < tasks_.size(); ++i) {
-    const SimTask& t = tasks_[i];
-    if (t.arrived && !t.done && !t.running && plan_->assignments[i].config >= 0)
-      waiting.push_back(i);
+void Sim::Start(const engine::LaunchAction& l) {
+  SimTask& t = tasks_[l.task];
+  // The planned GPUs where they are free, else any free GPU of the same node.
+  std::vector<planner::GpuSlot> gpus;
+  std::set<planner::GpuSlot> taken;
+  for (const planner::GpuSlot& g : l.gpus) {
+    if (GpuUsable(g) && taken.insert(g).second) gpus.push_back(g);
   }
-  std::stable_sort(waiting.begin(), waiting.end(), [&](size_t a, size_t b) {
-    return plan_->assignments[a].start < plan_->assignments[b].start;
-  });
-  std::set<planner::GpuSlot> claimed;
-  for (size_t i : waiting) {
-    const planner::Assignment& a = plan_->assignments[i];
-    bool ok = true;
-    for (const planner::GpuSlot& g : a.gpus) ok = ok && GpuUsable(g) && !claimed.count(g);
-    for (const planner::GpuSlot& g : a.gpus) claimed.insert(g);
-    if (!ok) continue;
-    SimTask& t = tasks_[i];
-    t.running = true;
-    t.config = a.config;
-    t.gpus = a.gpus;
-    t.start = now_;
-    t.progress_from = now_ + (t.ever_started ? o_.engine.switch_cost_s : 0);
-    t.last_advance = now_;
-    t.ever_started = true;
-    ++t.epoch;
-    for (const planner::GpuSlot& g : t.gpus) owner_[g] = static_cast<int>(i);
-    Push(t.progress_from + t.remaining / TrueThroughput(t), Kind::kFinish, static_cast<int>(i),
-         t.epoch);
-    if (!t.measured)
-      Push(t.progress_from + o_.measure_after_s, Kind::kMeasure, static_cast<int>(i), t.epoch);
+  for (const planner::GpuSlot& g : l.gpus) {
+    if (std::find(gpus.begin(), gpus.end(), g) != gpus.end()) continue;
+    for (int k = 0; k < nodes_[static_cast<size_t>(g.node)].gpus; ++k) {
+      planner::GpuSlot other{g.node, k};
+      if (GpuUsable(other) && taken.insert(other).second) {
+        gpus.push_back(other);
+        break;
+      }
+    }
   }
+  t.running = true;
+  t.config = l.config;
+  t.gpus = gpus;
+  t.start = now_;
+  t.progress_from = now_ + (t.ever_started ? o_.engine.switch_cost_s : 0);
+  t.last_advance = now_;
+  t.ever_started = true;
+  ++t.epoch;
+  for (const planner::GpuSlot& g : t.gpus) owner_[g] = static_cast<int>(l.task);
+  Push(t.progress_from + t.remaining / TrueThroughput(t), Kind::kFinish, static_cast<int>(l.task),
+       t.epoch);
+  if (!t.measured)
+    Push(t.progress_from + o_.measure_after_s, Kind::kMeasure, static_cast<int>(l.task), t.epoch);
 }
 
 StatusOr<SimResult> Sim::Run() {
@@ -213,9 +227,7 @@ StatusOr<SimResult> Sim::Run() {
     Push(e.time,
          e.kind == planner::ClusterEvent::Kind::kNodeLost ? Kind::kNodeLost : Kind::kNodeJoined,
          e.node);
-  if (o_.engine.introspect) Push(o_.engine.replan_interval_s, Kind::kTick, 0);
-  ORRERY_RETURN_IF_ERROR(Trigger(engine::Trigger::kStart));
-  Dispatch();
+  ORRERY_RETURN_IF_ERROR(Step());
   size_t done = 0;
   while (!queue_.empty() && done < tasks_.size()) {
     Event e = queue_.top();
@@ -224,10 +236,7 @@ StatusOr<SimResult> Sim::Run() {
     now_ = e.time;
     size_t i = static_cast<size_t>(std::max(0, e.index));
     switch (e.kind) {
-      case Kind::kArrival:
-        tasks_[i].arrived = true;
-        ORRERY_RETURN_IF_ERROR(Trigger(engine::Trigger::kTaskArrived));
-        break;
+      case Kind::kArrival: tasks_[i].arrived = true; break;
       case Kind::kFinish: {
         SimTask& t = tasks_[i];
         if (!t.running || e.epoch != t.epoch) break;
@@ -239,7 +248,6 @@ StatusOr<SimResult> Sim::Run() {
         t.remaining = 0;
         t.completion = now_;
         ++done;
-        ORRERY_RETURN_IF_ERROR(Trigger(engine::Trigger::kTaskFinished));
         break;
       }
       case Kind::kMeasure: {
@@ -247,8 +255,6 @@ StatusOr<SimResult> Sim::Run() {
         if (!t.running || e.epoch != t.epoch || t.measured) break;
         t.measured = true;
         t.speed_factor = t.true_speed;
-        if (std::abs(t.true_speed - 1) > o_.engine.drift_tolerance)
-          ORRERY_RETURN_IF_ERROR(Trigger(engine::Trigger::kThroughputDrift));
         break;
       }
       case Kind::kNodeLost: {
@@ -265,7 +271,6 @@ StatusOr<SimResult> Sim::Run() {
           if (hit) Stop(k, "node-lost");
         }
         ++result_.node_events;
-        ORRERY_RETURN_IF_ERROR(Trigger(engine::Trigger::kCapacityChanged));
         break;
       }
       case Kind::kNodeJoined: {
@@ -276,15 +281,14 @@ StatusOr<SimResult> Sim::Run() {
         alive_.push_back(true);
         alive_gpus_ += w_.gpus_per_node;
         ++result_.node_events;
-        ORRERY_RETURN_IF_ERROR(Trigger(engine::Trigger::kCapacityChanged));
         break;
       }
-      case Kind::kTick:
-        ORRERY_RETURN_IF_ERROR(Trigger(engine::Trigger::kInterval));
-        if (done < tasks_.size()) Push(now_ + o_.engine.replan_interval_s, Kind::kTick, 0);
+      case Kind::kTick:  // the engine asked to be asked again now
         break;
     }
-    Dispatch();
+    // Events at the same instant are observed together: one step for all.
+    if (!queue_.empty() && queue_.top().time == now_) continue;
+    ORRERY_RETURN_IF_ERROR(Step());
   }
   if (done < tasks_.size())
     return InternalError("simulation stalled with tasks left (no plan places them)");

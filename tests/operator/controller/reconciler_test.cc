@@ -232,61 +232,6 @@ TEST_F(ReconcilerPureTest, WorldViewMarksLiveGangsRunningAndProfilingTasksNotArr
   EXPECT_FALSE(BuildWorldView(in).tasks[0].running.has_value());
 }
 
-// Task 2 starts first on a:2; task 0 next on a:2 + b:1; task 1 last on b:1.
-planner::Plan ThreeTaskPlan() {
-  planner::Plan plan;
-  plan.assignments.resize(3);
-  plan.assignments[2] = {0, {{0, 0}, {0, 1}}, 0, 10};
-  plan.assignments[0] = {0, {{0, 2}, {0, 3}, {1, 0}}, 5, 20};
-  plan.assignments[1] = {0, {{1, 1}}, 8, 30};
-  return plan;
-}
-
-TEST_F(ReconcilerPureTest, LaunchesFollowPlannedOrderAndEarlierTasksKeepTheirClaim) {
-  const planner::Plan plan = ThreeTaskPlan();
-  std::vector<std::string> plan_nodes = {"a", "b"};
-
-  auto launches = SelectLaunches(plan, plan_nodes, loaded_.tasks, {}, {{"a", 4}, {"b", 2}});
-  ASSERT_EQ(launches.size(), 3u);
-  EXPECT_EQ(launches[0].task, 2u);
-  EXPECT_EQ(launches[0].placement, (std::vector<std::string>{"a", "a"}));
-  EXPECT_EQ(launches[1].task, 0u);
-  EXPECT_EQ(launches[1].placement, (std::vector<std::string>{"a", "a", "b"}));
-  EXPECT_EQ(launches[2].task, 1u);
-
-  // a has only 3 free: task 2 starts, task 0 cannot and keeps its claim on b, so
-  // task 1 (later) does not take the GPU task 0 waits for.
-  launches = SelectLaunches(plan, plan_nodes, loaded_.tasks, {}, {{"a", 3}, {"b", 1}});
-  ASSERT_EQ(launches.size(), 1u);
-  EXPECT_EQ(launches[0].task, 2u);
-
-  // A task with a live gang (blocked) does not start again, and claims nothing.
-  launches = SelectLaunches(plan, plan_nodes, loaded_.tasks, {loaded_.tasks[2].name},
-                            {{"a", 1}, {"b", 2}});
-  ASSERT_EQ(launches.size(), 1u);
-  EXPECT_EQ(launches[0].task, 1u);
-
-  // A plan made for nodes that are gone starts nothing there.
-  launches = SelectLaunches(plan, {"a"}, loaded_.tasks, {}, {{"a", 8}});
-  ASSERT_EQ(launches.size(), 1u);
-  EXPECT_EQ(launches[0].task, 2u);
-}
-
-TEST_F(ReconcilerPureTest, LaunchesStopAtTheFirstTaskOverTheQuota) {
-  const planner::Plan plan = ThreeTaskPlan();
-  std::vector<std::string> plan_nodes = {"a", "b"};
-  // 3 GPUs of quota left: task 2 (2 GPUs) starts; task 0 (3) is over what is
-  // left, and task 1 (1 GPU, planned after it) does not overtake it.
-  auto launches =
-      SelectLaunches(plan, plan_nodes, loaded_.tasks, {}, {{"a", 4}, {"b", 2}}, /*gpu_budget=*/3);
-  ASSERT_EQ(launches.size(), 1u);
-  EXPECT_EQ(launches[0].task, 2u);
-  launches = SelectLaunches(plan, plan_nodes, loaded_.tasks, {}, {{"a", 4}, {"b", 2}}, 6);
-  EXPECT_EQ(launches.size(), 3u);
-  launches = SelectLaunches(plan, plan_nodes, loaded_.tasks, {}, {{"a", 4}, {"b", 2}}, 0);
-  EXPECT_TRUE(launches.empty());
-}
-
 // An in-memory API server for the reconciler's writes: objects by resource and
 // key, every create and delete recorded. Reads go to the caches the test fills,
 // never here, except the profile ConfigMap the reconciler re-reads to merge.
@@ -989,6 +934,55 @@ TEST_F(ReconcileTest, AQuotaEditedDownStopsWhatExceedsItInOnePassAndUpLaunchesAg
   SyncNewPods(client_, &pods_);
   EXPECT_GT(PodsCreated(), created);
   EXPECT_EQ(held(), 4);
+}
+
+// Measured speed reaches the engine: a gang that trains at half its profiled
+// speed makes the next pass plan again with what was measured, once.
+TEST_F(ReconcileTest, AGangSlowerThanItsProfilePlansAgainOnce) {
+  ProgressBoard board;
+  options_.progress = &board;
+  Reconciler reconciler(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  SyncPods("Running");
+  clock_.Advance(std::chrono::seconds(30));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  ASSERT_EQ(reconciler.Solves(key_), 1);
+  // Every running gang reports: ddp ranks each train their share of the batch,
+  // the profile says 100 samples/s per GPU, the gangs make half of that.
+  std::map<std::string, int> ranks;
+  for (const kube::ObjectPtr& p : pods_.List()) ++ranks[(*p)["metadata"]["labels"][kTaskLabel]];
+  ASSERT_FALSE(ranks.empty());
+  for (const auto& [task, n] : ranks) {
+    TaskProgress p;
+    p.generation = 0;
+    p.step = 10;
+    p.samples_per_second = 50;  // per rank: 50 × n of the 100 × n profiled
+    ASSERT_TRUE(board.Set(key_, task, p));
+  }
+  clock_.Advance(std::chrono::seconds(30));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  EXPECT_EQ(reconciler.Solves(key_), 2) << "the drift is a trigger";
+  clock_.Advance(std::chrono::seconds(30));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  EXPECT_EQ(reconciler.Solves(key_), 2) << "the plan already knows the measured speed";
+}
+
+TEST(MeasuredSpeedFactor, ScalesRankZerosShareByTheReplicas) {
+  planner::Config ddp;
+  ddp.template_name = "ddp";
+  ddp.gpus = 4;
+  ddp.throughput = 400;
+  TaskProgress p;
+  p.generation = 3;
+  p.step = 5;
+  p.samples_per_second = 50;  // a quarter of the batch each
+  EXPECT_DOUBLE_EQ(*MeasuredSpeedFactor(p, 3, ddp), 0.5);
+  planner::Config tensor = ddp;
+  tensor.template_name = "tensor";  // every rank sees the whole batch
+  EXPECT_DOUBLE_EQ(*MeasuredSpeedFactor(p, 3, tensor), 0.125);
+  EXPECT_FALSE(MeasuredSpeedFactor(p, 2, ddp).has_value()) << "another gang's reading";
+  p.step = 1;
+  EXPECT_FALSE(MeasuredSpeedFactor(p, 3, ddp).has_value()) << "still warming up";
 }
 
 TEST_F(ReconcilerPureTest, ElasticConfigsCarryTheirBatchAndSoDoMissingKeys) {

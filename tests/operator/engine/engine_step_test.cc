@@ -1,0 +1,333 @@
+// Engine::Step, the loop every world runs: which change triggers a plan, when
+// a step solves, and which tasks launch on which nodes, checked without any
+// world.
+#include <gtest/gtest.h>
+
+#include "operator/engine/engine.h"
+
+namespace orrery::engine {
+namespace {
+
+planner::Config Cfg(int gpus, double thr) {
+  planner::Config c;
+  c.template_name = "ddp";
+  c.gpus = gpus;
+  c.batch_size = 8 * gpus;
+  c.throughput = thr;
+  c.memory_gib = 10;
+  return c;
+}
+
+// Two nodes of 2 GPUs, three tasks that each run on 1 or 2 GPUs.
+StepInput TwoNodes() {
+  StepInput in;
+  WorldView& w = in.world;
+  w.now = 1000;
+  w.nodes = {{"a", 2, 40, true}, {"b", 2, 40, true}};
+  for (int i = 0; i < 3; ++i) {
+    TaskView t;
+    t.name = "t" + std::to_string(i);
+    t.remaining_work = 100.0 * (i + 1);
+    t.profile = {Cfg(1, 1), Cfg(2, 1.8)};
+    w.tasks.push_back(t);
+  }
+  return in;
+}
+
+EngineOptions Options() {
+  EngineOptions o;
+  o.solver_time_limit_s = 2;
+  o.switch_cost_s = 50;
+  o.replan_interval_s = 600;
+  return o;
+}
+
+// Marks the step's launches running in the view, as a world would.
+void Apply(StepInput& in, const StepResult& r) {
+  for (const LaunchAction& l : r.launches) in.world.tasks[l.task].running = {l.config, l.gpus};
+}
+
+int Gpus(const StepResult& r) {
+  int n = 0;
+  for (const LaunchAction& l : r.launches) n += static_cast<int>(l.gpus.size());
+  return n;
+}
+
+TEST(EngineStep, FirstStepPlansAndLaunchesWhatFits) {
+  Engine engine(Options(), nullptr);
+  StepInput in = TwoNodes();
+  StepResult r = engine.Step(in);
+  ASSERT_TRUE(r.trigger.has_value());
+  EXPECT_EQ(*r.trigger, Trigger::kStart);
+  ASSERT_TRUE(r.decision && r.decision->adopted);
+  EXPECT_TRUE(r.error.ok());
+  EXPECT_FALSE(r.launches.empty());
+  EXPECT_LE(Gpus(r), 4);
+  for (const LaunchAction& l : r.launches) {
+    const planner::Config& c = in.world.tasks[l.task].profile[static_cast<size_t>(l.config)];
+    EXPECT_EQ(static_cast<int>(l.gpus.size()), c.gpus);
+  }
+  EXPECT_DOUBLE_EQ(r.next_step_at, 1000 + 600);
+}
+
+TEST(EngineStep, NothingChangedNothingHappens) {
+  Engine engine(Options(), nullptr);
+  StepInput in = TwoNodes();
+  StepResult first = engine.Step(in);
+  Apply(in, first);
+  in.world.now += 10;
+  StepResult r = engine.Step(in);
+  EXPECT_FALSE(r.trigger.has_value());
+  EXPECT_FALSE(r.decision.has_value());
+  // What the first step launched runs; nothing launches twice.
+  for (const LaunchAction& l : r.launches) {
+    for (const LaunchAction& f : first.launches) EXPECT_NE(l.task, f.task);
+  }
+}
+
+TEST(EngineStep, EachChangeIsItsTrigger) {
+  Engine engine(Options(), nullptr);
+  StepInput in = TwoNodes();
+  in.world.tasks[2].arrived = false;
+  Apply(in, engine.Step(in));
+  auto next = [&](auto change) {
+    StepInput copy = in;
+    change(copy);
+    return engine.DetectTrigger(copy);
+  };
+  EXPECT_EQ(next([](StepInput&) {}), std::nullopt);
+  EXPECT_EQ(next([](StepInput& s) { s.world.nodes[1].alive = false; }), Trigger::kCapacityChanged);
+  EXPECT_EQ(next([](StepInput& s) {
+              s.world.nodes.push_back({"c", 2, 40, true});
+            }),
+            Trigger::kCapacityChanged);
+  EXPECT_EQ(next([](StepInput& s) { s.world.gpu_cap = 2; }), Trigger::kQuotaChanged);
+  EXPECT_EQ(next([](StepInput& s) { s.world.tasks[2].arrived = true; }), Trigger::kTaskArrived);
+  EXPECT_EQ(next([](StepInput& s) { s.world.tasks[0].done = true; }), Trigger::kTaskFinished);
+  // A measured speed 20% off the profile drifts past the 10% tolerance; 5% does not.
+  EXPECT_EQ(next([](StepInput& s) { s.world.tasks[0].speed_factor = 0.8; }),
+            Trigger::kThroughputDrift);
+  EXPECT_EQ(next([](StepInput& s) { s.world.tasks[0].speed_factor = 0.95; }), std::nullopt);
+  EXPECT_EQ(next([](StepInput& s) { s.world.now += 600; }), Trigger::kInterval);
+  // The most urgent wins when several change at once.
+  EXPECT_EQ(next([](StepInput& s) {
+              s.world.tasks[0].done = true;
+              s.world.gpu_cap = 2;
+            }),
+            Trigger::kQuotaChanged);
+}
+
+TEST(EngineStep, ADriftIsPlannedWithOnce) {
+  Engine engine(Options(), nullptr);
+  StepInput in = TwoNodes();
+  Apply(in, engine.Step(in));
+  in.world.tasks[0].speed_factor = 0.5;
+  in.world.now += 5;
+  StepResult r = engine.Step(in);
+  ASSERT_EQ(r.trigger, Trigger::kThroughputDrift);
+  EXPECT_TRUE(r.decision.has_value());
+  in.world.now += 5;
+  EXPECT_EQ(engine.DetectTrigger(in), std::nullopt);  // the plan knows the new speed
+}
+
+TEST(EngineStep, QuotaDownStopsWhatExceedsItAndUpLaunchesMore) {
+  Engine engine(Options(), nullptr);
+  StepInput in = TwoNodes();
+  in.world.gpu_cap = 4;
+  Apply(in, engine.Step(in));
+  int held = 0;
+  for (const TaskView& v : in.world.tasks)
+    held += v.running ? static_cast<int>(v.running->gpus.size()) : 0;
+  ASSERT_GT(held, 1);
+  // 4 -> 1: the step says which running tasks stop, in one pass.
+  in.world.gpu_cap = 1;
+  in.world.now += 1;
+  in.launch_budget = 0;  // the job holds more than its cap: a world gives it no room
+  StepResult down = engine.Step(in);
+  ASSERT_EQ(down.trigger, Trigger::kQuotaChanged);
+  ASSERT_TRUE(down.decision && down.decision->adopted);
+  int stopped = 0;
+  for (const StopAction& s : down.stops) {
+    EXPECT_EQ(s.reason, StopReason::kQuota);
+    stopped += static_cast<int>(in.world.tasks[s.task].running->gpus.size());
+    in.world.tasks[s.task].running.reset();
+    in.blocked.insert(s.task);  // its ranks checkpoint and go away
+  }
+  EXPECT_GE(stopped, held - 1);
+  EXPECT_TRUE(down.launches.empty());  // the stopped ones still hold their GPUs
+  // Once they are gone, nothing over the cap launches.
+  in.blocked.clear();
+  in.world.now += 1;
+  int running = 0;
+  for (const TaskView& v : in.world.tasks)
+    running += v.running ? static_cast<int>(v.running->gpus.size()) : 0;
+  in.launch_budget = 1 - running;
+  StepResult after = engine.Step(in);
+  EXPECT_LE(Gpus(after) + running, 1);
+  Apply(in, after);
+  // 1 -> 4: a re-plan, and launches up to the new cap.
+  in.world.gpu_cap = 4;
+  running = 0;
+  for (const TaskView& v : in.world.tasks)
+    running += v.running ? static_cast<int>(v.running->gpus.size()) : 0;
+  in.launch_budget = 4 - running;
+  in.world.now += 1;
+  StepResult up = engine.Step(in);
+  EXPECT_EQ(up.trigger, Trigger::kQuotaChanged);
+  EXPECT_TRUE(up.decision && up.decision->adopted);
+  EXPECT_GT(Gpus(up), 0);
+  EXPECT_LE(Gpus(up) + running, 4);
+}
+
+// SelectLaunches alone: planned order, claims, the budget, and nodes by name.
+planner::Plan PlanOf(std::vector<std::pair<int, std::vector<planner::GpuSlot>>> tasks) {
+  planner::Plan p;
+  double start = 0;
+  for (auto& [config, gpus] : tasks) {
+    planner::Assignment a;
+    a.config = config;
+    a.gpus = gpus;
+    a.start = start;
+    start += 10;
+    p.assignments.push_back(a);
+  }
+  return p;
+}
+
+TEST(SelectLaunches, PlannedOrderClaimsAndBudget) {
+  StepInput in = TwoNodes();
+  planner::Plan plan = PlanOf({{1, {{0, 0}, {0, 1}}}, {0, {{1, 0}}}, {1, {{1, 0}, {1, 1}}}});
+  std::vector<std::string> names = {"a", "b"};
+  auto l = SelectLaunches(in, plan, names, {});
+  ASSERT_EQ(l.size(), 2u);  // t2 wants b's GPUs that t1 claims first
+  EXPECT_EQ(l[0].task, 0u);
+  EXPECT_EQ(l[1].task, 1u);
+  // Node a busy: t0 waits and claims it; t1 still starts on b.
+  in.free_gpus = {1, 2};
+  l = SelectLaunches(in, plan, names, {});
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0].task, 1u);
+  // A budget of 1: t0 (2 GPUs) is over it and nothing overtakes it.
+  in.free_gpus = {};
+  in.launch_budget = 1;
+  EXPECT_TRUE(SelectLaunches(in, plan, names, {}).empty());
+  // Blocked, done and running tasks do not launch.
+  in.launch_budget = -1;
+  in.blocked = {0};
+  in.world.tasks[1].done = true;
+  l = SelectLaunches(in, plan, names, {});
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0].task, 2u);
+}
+
+TEST(SelectLaunches, NodesAreMatchedByNameAndGoneNodesWait) {
+  StepInput in = TwoNodes();
+  // The plan was made when the nodes were b, a (indices swapped since).
+  planner::Plan plan = PlanOf({{0, {{0, 0}}}, {0, {{1, 0}}}});
+  auto l = SelectLaunches(in, plan, {"b", "a"}, {});
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(l[0].gpus[0].node, 1);  // b is index 1 now
+  EXPECT_EQ(l[1].gpus[0].node, 0);
+  in.world.nodes[1].alive = false;  // b is gone: its task waits for a plan
+  l = SelectLaunches(in, plan, {"b", "a"}, {});
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0].task, 1u);
+  l = SelectLaunches(in, plan, {"gone", "a"}, {});
+  ASSERT_EQ(l.size(), 1u);
+}
+
+TEST(SelectLaunches, StopsFreeTheirGpusAtOnceOnlyWhenTheWorldSaysSo) {
+  StepInput in = TwoNodes();
+  in.world.tasks[0].running = RunningView{1, {{0, 0}, {0, 1}}};
+  planner::Plan plan = PlanOf({{0, {{0, 0}}}, {0, {{0, 1}}}});
+  std::vector<StopAction> stops = {{0, StopReason::kReplan}};
+  EXPECT_TRUE(SelectLaunches(in, plan, {"a", "b"}, stops).empty());
+  in.stops_free_at_once = true;
+  auto l = SelectLaunches(in, plan, {"a", "b"}, stops);
+  ASSERT_EQ(l.size(), 2u);  // t0 again on one GPU, t1 on the other
+}
+
+TEST(EngineStep, AStalePlanIsReplannedOncePerCapacity) {
+  Engine engine(Options(), nullptr);
+  StepInput in = TwoNodes();
+  StepResult first = engine.Step(in);
+  ASSERT_TRUE(first.decision);
+  // Nothing ran; the plan's nodes have no GPUs free for this job now (another
+  // job took them, which the view shows as fewer GPUs on node b only).
+  in.world.now += 1;
+  in.free_gpus = {0, 0};
+  StepResult r = engine.Step(in);
+  EXPECT_TRUE(r.launches.empty());
+  ASSERT_TRUE(r.trigger.has_value());
+  EXPECT_EQ(*r.trigger, Trigger::kCapacityChanged);
+  in.world.now += 1;
+  StepResult again = engine.Step(in);
+  EXPECT_FALSE(again.decision.has_value());  // once for this capacity
+}
+
+// Task 2 starts first on a:2; task 0 next on a:2 + b:1; task 1 last on b:1.
+planner::Plan ThreeTaskPlan() {
+  planner::Plan plan;
+  plan.assignments.resize(3);
+  plan.assignments[2] = {0, {{0, 0}, {0, 1}}, 0, 10};
+  plan.assignments[0] = {0, {{0, 2}, {0, 3}, {1, 0}}, 5, 20};
+  plan.assignments[1] = {0, {{1, 1}}, 8, 30};
+  return plan;
+}
+
+StepInput FourAndTwo(std::vector<int> free) {
+  StepInput in = TwoNodes();
+  in.world.nodes = {{"a", 4, 40, true}, {"b", 2, 40, true}};
+  in.free_gpus = std::move(free);
+  return in;
+}
+
+std::vector<std::string> Placement(const StepInput& in, const LaunchAction& l) {
+  std::vector<std::string> out;
+  for (const planner::GpuSlot& g : l.gpus) out.push_back(in.world.nodes[g.node].name);
+  return out;
+}
+
+TEST(SelectLaunches, PlannedOrderAndEarlierTasksKeepTheirClaim) {
+  const planner::Plan plan = ThreeTaskPlan();
+  const std::vector<std::string> nodes = {"a", "b"};
+  StepInput in = FourAndTwo({4, 2});
+  auto launches = SelectLaunches(in, plan, nodes, {});
+  ASSERT_EQ(launches.size(), 3u);
+  EXPECT_EQ(launches[0].task, 2u);
+  EXPECT_EQ(Placement(in, launches[0]), (std::vector<std::string>{"a", "a"}));
+  EXPECT_EQ(launches[1].task, 0u);
+  EXPECT_EQ(Placement(in, launches[1]), (std::vector<std::string>{"a", "a", "b"}));
+  EXPECT_EQ(launches[2].task, 1u);
+  // a has only 3 free: task 2 starts, task 0 cannot and keeps its claim on b, so
+  // task 1 (later) does not take the GPU task 0 waits for.
+  in = FourAndTwo({3, 1});
+  launches = SelectLaunches(in, plan, nodes, {});
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].task, 2u);
+  // A blocked task does not start again, and claims nothing.
+  in = FourAndTwo({1, 2});
+  in.blocked = {2};
+  launches = SelectLaunches(in, plan, nodes, {});
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].task, 1u);
+}
+
+TEST(SelectLaunches, StopAtTheFirstTaskOverTheBudget) {
+  const planner::Plan plan = ThreeTaskPlan();
+  const std::vector<std::string> nodes = {"a", "b"};
+  // 3 GPUs of quota left: task 2 (2 GPUs) starts; task 0 (3) is over what is
+  // left, and task 1 (1 GPU, planned after it) does not overtake it.
+  StepInput in = FourAndTwo({4, 2});
+  in.launch_budget = 3;
+  auto launches = SelectLaunches(in, plan, nodes, {});
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].task, 2u);
+  in.launch_budget = 6;
+  EXPECT_EQ(SelectLaunches(in, plan, nodes, {}).size(), 3u);
+  in.launch_budget = 0;
+  EXPECT_TRUE(SelectLaunches(in, plan, nodes, {}).empty());
+}
+
+}  // namespace
+}  // namespace orrery::engine
