@@ -4,33 +4,15 @@
 #include <gtest/gtest.h>
 
 #include "operator/engine/engine.h"
+#include "tests/operator/engine/two_nodes.h"
 
 namespace orrery::engine {
 namespace {
 
-planner::Config Cfg(int gpus, double thr) {
-  planner::Config c;
-  c.template_name = "ddp";
-  c.gpus = gpus;
-  c.batch_size = 8 * gpus;
-  c.throughput = thr;
-  c.memory_gib = 10;
-  return c;
-}
-
 // Two nodes of 2 GPUs, three tasks that each run on 1 or 2 GPUs.
 StepInput TwoNodes() {
   StepInput in;
-  WorldView& w = in.world;
-  w.now = 1000;
-  w.nodes = {{"a", 2, 40, true}, {"b", 2, 40, true}};
-  for (int i = 0; i < 3; ++i) {
-    TaskView t;
-    t.name = "t" + std::to_string(i);
-    t.remaining_work = 100.0 * (i + 1);
-    t.profile = {Cfg(1, 1), Cfg(2, 1.8)};
-    w.tasks.push_back(t);
-  }
+  in.world = testing::TwoNodes();
   return in;
 }
 
