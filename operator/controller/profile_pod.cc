@@ -25,18 +25,8 @@ StatusOr<contract::ProfileEntry> KeyFromAnnotation(const Json& pod) {
   }
   Json j = Json::parse((*meta)["annotations"][kProfileEntryAnnotation].get<std::string>(), nullptr,
                        /*allow_exceptions=*/false);
-  contract::ProfileEntry e;
-  try {
-    e.signature = j.at("signature").get<std::string>();
-    e.template_name = j.at("template").get<std::string>();
-    e.gpus = j.at("gpus").get<int>();
-    e.batch_size = j.at("batchSize").get<int64_t>();
-    e.device = j.at("device").get<std::string>();
-  } catch (const Json::exception& ex) {
-    return InvalidArgumentError("pod " + name + ": annotation " +
-                                std::string(kProfileEntryAnnotation) + ": " + ex.what());
-  }
-  return e;
+  return contract::ProfileKeyFromJson(
+      j, "pod " + name + ": annotation " + std::string(kProfileEntryAnnotation));
 }
 
 const Json* WorkerTerminated(const Json& pod) {

@@ -5,7 +5,7 @@ namespace orrery::contract {
 
 using Json = nlohmann::json;
 
-StatusOr<ProfileEntry> ProfileEntryFromJson(const Json& j, const std::string& where) {
+StatusOr<ProfileEntry> ProfileKeyFromJson(const Json& j, const std::string& where) {
   ProfileEntry e;
   try {
     e.signature = j.at("signature").get<std::string>();
@@ -13,6 +13,15 @@ StatusOr<ProfileEntry> ProfileEntryFromJson(const Json& j, const std::string& wh
     e.gpus = j.at("gpus").get<int>();
     e.batch_size = j.at("batchSize").get<int64_t>();
     e.device = j.at("device").get<std::string>();
+  } catch (const Json::exception& ex) {
+    return InvalidArgumentError(where + ": " + ex.what());
+  }
+  return e;
+}
+
+StatusOr<ProfileEntry> ProfileEntryFromJson(const Json& j, const std::string& where) {
+  ORRERY_ASSIGN_OR_RETURN(ProfileEntry e, ProfileKeyFromJson(j, where));
+  try {
     e.samples_per_s = j.at("samplesPerSecond").get<double>();
     e.step_time_s = j.value("stepTimeSeconds", 0.0);
     e.step_time_p90_s = j.value("stepTimeP90Seconds", 0.0);

@@ -35,6 +35,9 @@ struct ProfileEntry {
 nlohmann::json ProfileEntryToJson(const ProfileEntry& entry);
 // The inverse; `where` names the entry in errors (a file and index).
 StatusOr<ProfileEntry> ProfileEntryFromJson(const nlohmann::json& j, const std::string& where);
+// The key fields alone (signature, template, gpus, batchSize, device), as a
+// profile pod's annotation carries them; no measurement is read or required.
+StatusOr<ProfileEntry> ProfileKeyFromJson(const nlohmann::json& j, const std::string& where);
 
 // Parses the profiler's JSON document (worker/profile/profiler.h) into an entry
 // (signature, template and device are the caller's to fill).
