@@ -10,7 +10,13 @@
 // Prints a table, the ratios (goal >= 1.0) and one JSON line.
 //
 //   hf_model_bench [--smoke] [--steps N] [--warmup N] [--python PATH] [--worker PATH]
+//                  [--device cpu|cuda] [--precision fp32|bf16] [--seq N] [--batch N]
+//                  [--ranks 1,2] [--baseline PATH/hf_baseline.py]
 //   --smoke: tiny shapes, 2 steps (checks the bench runs; figures meaningless)
+//   --device cuda: both sides on the GPU (the worker built with the GPU path, the
+//     baseline's torch with CUDA); one rank by default (NCCL refuses two ranks on
+//     one GPU), sequences of 1024 and a batch of 8 unless --seq/--batch say else.
+//   --precision bf16: bfloat16 autocast on both sides, float32 master weights.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -40,7 +46,10 @@ struct Options {
   bool smoke = false;
   int steps = 3;
   int warmup = 1;
-  std::string python, worker;
+  std::string python, worker, baseline;
+  std::string device = "cpu", precision = "fp32";
+  int seq = 0, batch = 0;  // 0: the shape's own
+  std::vector<int> ranks;
 };
 
 std::string Capture(const std::string& cmd, int* rc) {
@@ -72,7 +81,8 @@ double RunOrrery(const Options& o, const Shape& s, int world, std::string* error
         << s.hidden << " --heads " << s.heads << " --vocab " << s.vocab << " --seq " << s.seq
         << " --batch " << s.batch << " --steps " << (o.warmup + o.steps)
         << " --report-every 1 --optimizer adamw --lr 1e-4 --threads 1 --data synthetic"
-        << " --template " << (world == 1 ? "single" : "ddp");
+        << " --template " << (world == 1 ? "single" : "ddp") << " --device " << o.device
+        << " --precision " << o.precision;
   if (s.family == "llama") {
     flags << " --kv-heads " << s.kv_heads << " --intermediate " << s.intermediate;
   }
@@ -98,22 +108,26 @@ double RunOrrery(const Options& o, const Shape& s, int world, std::string* error
     if (j.is_discarded() || j.value("event", "") != "progress") continue;
     if (j.value("step", 0) > o.warmup) times.push_back(j.value("step_time_s", 0.0));
   }
-  fs::remove_all(dir);
   if (rc != 0 || times.empty()) {
-    *error = "orrery-worker failed (exit " + std::to_string(rc) + ")";
+    std::ifstream err(dir / "rank0.err");
+    std::string tail, l;
+    while (std::getline(err, l)) tail = l;  // the last line: the worker's error
+    *error = "orrery-worker failed (exit " + std::to_string(rc) + "): " + tail;
+    fs::remove_all(dir);
     return 0.0;
   }
+  fs::remove_all(dir);
   return static_cast<double>(s.batch) / Median(times);
 }
 
 double RunPyTorch(const Options& o, const Shape& s, int world, std::string* error) {
   std::ostringstream cmd;
-  cmd << "OPENBLAS_NUM_THREADS=1 " << o.python << " " << ORRERY_SOURCE_DIR
-      << "/bench/worker/hf_baseline.py --family " << s.family << " --layers " << s.layers
-      << " --hidden " << s.hidden << " --heads " << s.heads << " --kv-heads " << s.kv_heads
-      << " --intermediate " << s.intermediate << " --vocab " << s.vocab << " --seq " << s.seq
-      << " --batch " << s.batch << " --world " << world << " --threads 1 --steps " << o.steps
-      << " --warmup " << o.warmup << " 2>/dev/null";
+  cmd << "OPENBLAS_NUM_THREADS=1 " << o.python << " " << o.baseline << " --family " << s.family
+      << " --layers " << s.layers << " --hidden " << s.hidden << " --heads " << s.heads
+      << " --kv-heads " << s.kv_heads << " --intermediate " << s.intermediate << " --vocab "
+      << s.vocab << " --seq " << s.seq << " --batch " << s.batch << " --world " << world
+      << " --threads 1 --steps " << o.steps << " --warmup " << o.warmup << " --device " << o.device
+      << " --precision " << o.precision;  // its errors (and warnings) go to this bench's stderr
   int rc = 0;
   std::string out = Capture(cmd.str(), &rc);
   Json j = Json::parse(out.empty() ? "x" : out.substr(out.rfind('{')), nullptr, false);
@@ -141,17 +155,40 @@ int main(int argc, char** argv) {
       o.python = next();
     } else if (a == "--worker") {
       o.worker = next();
+    } else if (a == "--baseline") {
+      o.baseline = next();
+    } else if (a == "--device" || a == "--precision") {
+      (a == "--device" ? o.device : o.precision) = next();
+    } else if (a == "--seq" || a == "--batch") {
+      (a == "--seq" ? o.seq : o.batch) = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--ranks") {
+      std::istringstream list(next());
+      std::string one;
+      while (std::getline(list, one, ',')) o.ranks.push_back(std::max(1, std::atoi(one.c_str())));
     } else {
       std::cerr << "usage: hf_model_bench [--smoke] [--steps N] [--warmup N] [--python PATH] "
-                   "[--worker PATH]\n";
+                   "[--worker PATH] [--baseline hf_baseline.py] [--device cpu|cuda] [--precision "
+                   "fp32|bf16] [--seq N] "
+                   "[--batch N] [--ranks 1,2]\n";
       return 2;
     }
   }
+  if ((o.device != "cpu" && o.device != "cuda") ||
+      (o.precision != "fp32" && o.precision != "bf16")) {
+    std::cerr << "hf_model_bench: --device must be cpu or cuda and --precision fp32 or bf16\n";
+    return 2;
+  }
+  const bool gpu = o.device == "cuda";
+  if (o.ranks.empty()) o.ranks = gpu ? std::vector<int>{1} : std::vector<int>{1, 2};
+  if (gpu && o.seq == 0) o.seq = 1024;
+  if (gpu && o.batch == 0) o.batch = 8;
   if (o.python.empty()) {
     const char* home = std::getenv("HOME");
     o.python = std::string(home != nullptr ? home : "") + "/.cache/orrery/bench-venv/bin/python";
   }
   if (o.worker.empty()) o.worker = std::string(ORRERY_BINARY_DIR) + "/bin/orrery-worker";
+  if (o.baseline.empty())
+    o.baseline = std::string(ORRERY_SOURCE_DIR) + "/bench/worker/hf_baseline.py";
   std::vector<Shape> shapes = {
       // GPT-2 small (Radford et al. 2019: 12 layers, 768 wide, 12 heads, 50257 tokens).
       {"gpt2-small", "gpt2", 12, 768, 12, 12, 3072, 50257, 64, 4},
@@ -164,11 +201,23 @@ int main(int argc, char** argv) {
     o.steps = 2;
     o.warmup = 1;
   }
-  const bool have_python = fs::exists(o.python);
+  for (Shape& s : shapes) {
+    if (o.seq > 0 && !o.smoke) s.seq = o.seq;
+    if (o.batch > 0 && !o.smoke) s.batch = o.batch;
+  }
+  // A bare name (python3) is looked up on PATH, as the shell that runs it would.
+  bool have_python = fs::exists(o.python);
+  if (!have_python && o.python.find('/') == std::string::npos) {
+    const char* path = std::getenv("PATH");
+    std::istringstream dirs(path != nullptr ? path : "");
+    for (std::string d; !have_python && std::getline(dirs, d, ':');)
+      have_python = !d.empty() && fs::exists(fs::path(d) / o.python);
+  }
   Json report = Json::array();
+  std::printf("device %s, precision %s\n", o.device.c_str(), o.precision.c_str());
   std::printf("%-12s %5s %14s %14s %7s\n", "model", "ranks", "orrery s/s", "pytorch s/s", "ratio");
   for (const Shape& s : shapes) {
-    for (int world : {1, 2}) {
+    for (int world : o.ranks) {
       std::string err_o, err_p;
       double ours = RunOrrery(o, s, world, &err_o);
       double theirs = have_python ? RunPyTorch(o, s, world, &err_p) : 0.0;
@@ -181,6 +230,10 @@ int main(int argc, char** argv) {
                         {"orrery_samples_per_s", ours},
                         {"pytorch_samples_per_s", theirs},
                         {"ratio", ratio},
+                        {"device", o.device},
+                        {"precision", o.precision},
+                        {"seq", s.seq},
+                        {"batch", s.batch},
                         {"errors", err_o + err_p}});
       if (!err_o.empty()) {
         std::cout << Json{{"hf_model_bench", report}}.dump() << "\n";

@@ -41,6 +41,16 @@ Status StatusFromException(const std::exception& e, const std::string& what) {
       lower.find("connection refused") != std::string::npos) {
     return UnavailableError(what + ": a peer rank closed its connection (did it die?): " + head);
   }
+  if (lower.find("nccl") != std::string::npos && lower.find("invalid usage") != std::string::npos) {
+    // What NCCL says when two ranks of a group share one GPU (seen on an H100
+    // with NCCL 2.28: two ranks, one device, "invalid usage" at the first
+    // collective).
+    return FailedPreconditionError(
+        what + ": " + head +
+        " (NCCL needs a GPU of its own for every rank of a group: two ranks on one GPU are "
+        "refused; give each rank its own device with LOCAL_RANK or CUDA_VISIBLE_DEVICES, or "
+        "run the ranks over ORRERY_BACKEND=gloo)");
+  }
   return InternalError(what + ": " + head);
 }
 
@@ -89,6 +99,45 @@ class C10dPendingOp final : public PendingOp {
   Status result_;
 };
 
+// An operation on a staged copy (a CUDA tensor under gloo: its host copy): the
+// collective runs asynchronously on the copy, and Wait() copies the result back
+// into the caller's tensor. Nothing blocks at launch, so a gradient hook that
+// launches it does not stall autograd's device thread (which, with ranks as
+// threads sharing one GPU, would deadlock: every rank's backward runs on that
+// one thread) and the copy-back overlaps nothing it must not.
+class StagedPendingOp final : public PendingOp {
+ public:
+  StagedPendingOp(std::unique_ptr<PendingOp> inner, at::Tensor staged, at::Tensor target,
+                  std::string what)
+      : inner_(std::move(inner)),
+        staged_(std::move(staged)),
+        target_(std::move(target)),
+        what_(std::move(what)) {}
+
+  Status Wait() override {
+    if (done_) return result_;
+    done_ = true;
+    result_ = inner_->Wait();
+    if (result_.ok()) {
+      try {
+        target_.copy_(staged_);
+      } catch (const std::exception& e) {
+        result_ = StatusFromException(e, what_);
+      }
+    }
+    staged_ = at::Tensor();
+    target_ = at::Tensor();
+    return result_;
+  }
+
+ private:
+  std::unique_ptr<PendingOp> inner_;
+  at::Tensor staged_, target_;
+  std::string what_;
+  bool done_ = false;
+  Status result_;
+};
+
 class C10dCommunicator final : public Communicator {
  public:
   C10dCommunicator(c10::intrusive_ptr<Group> group, std::string backend)
@@ -117,9 +166,8 @@ class C10dCommunicator final : public Communicator {
     if (!Native(tensor)) {
       try {
         at::Tensor staged = Staged(tensor);
-        Status s = AllReduceAsync(staged, op)->Wait();
-        if (s.ok()) tensor.copy_(staged);
-        return std::make_unique<C10dPendingOp>(s);
+        auto inner = AllReduceAsync(staged, op);
+        return std::make_unique<StagedPendingOp>(std::move(inner), staged, tensor, "all_reduce");
       } catch (const std::exception& e) {
         return std::make_unique<C10dPendingOp>(StatusFromException(e, "all_reduce"));
       }

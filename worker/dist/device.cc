@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include <ATen/ATen.h>
 #include <torch/cuda.h>
 
 #ifdef ORRERY_HAVE_CUDA
@@ -121,6 +122,11 @@ Status UseDevice(c10::Device device) {
 #ifdef ORRERY_HAVE_CUDA
   try {
     c10::cuda::set_device(device.index() < 0 ? 0 : device.index());
+    // One allocation initialises the CUDA context and the caching allocator now,
+    // so a broken driver is this clear error, not a throw mid-step, and the
+    // allocator's statistics (PeakDeviceMemory) exist before the first tensor:
+    // resetting them earlier throws "Invalid device argument" (seen on an H100).
+    (void)at::empty({1}, at::TensorOptions().device(device));
     return OkStatus();
   } catch (const std::exception& e) {
     std::string msg = e.what();
@@ -137,10 +143,28 @@ void SynchronizeDevice(c10::Device device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
+namespace {
+#ifdef ORRERY_HAVE_CUDA
+// The device's index (-1, "the current device", resolved) once the caching
+// allocator has state for it; -1 when it has none (nothing allocated there yet).
+c10::DeviceIndex AllocatorIndex(c10::Device device) {
+  c10::DeviceIndex index = device.index() < 0 ? c10::cuda::current_device() : device.index();
+  try {
+    (void)at::empty({1}, at::TensorOptions().device(c10::Device(c10::kCUDA, index)));
+  } catch (const std::exception&) {
+    return -1;
+  }
+  return index;
+}
+#endif
+}  // namespace
+
 int64_t PeakDeviceMemory(c10::Device device) {
 #ifdef ORRERY_HAVE_CUDA
   if (device.is_cuda()) {
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    c10::DeviceIndex index = AllocatorIndex(device);
+    if (index < 0) return -1;
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
     return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
         .peak;
   }
@@ -151,7 +175,10 @@ int64_t PeakDeviceMemory(c10::Device device) {
 
 void ResetPeakDeviceMemory(c10::Device device) {
 #ifdef ORRERY_HAVE_CUDA
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  if (device.is_cuda()) {
+    c10::DeviceIndex index = AllocatorIndex(device);
+    if (index >= 0) c10::cuda::CUDACachingAllocator::resetPeakStats(index);
+  }
 #endif
   (void)device;
 }

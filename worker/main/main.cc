@@ -17,6 +17,8 @@
 // ORRERY_METRICS_ADDRESS (or --metrics-address), with ORRERY_MSJ and ORRERY_TASK
 // for labels, makes `train` serve Prometheus metrics on /metrics (README, Metrics);
 // `profile` exports none.
+// On a CPU OpenBLAS does not recognise, the worker first runs itself again with
+// the OpenBLAS kernels the CPU's instructions allow (worker/main/blas_core.h).
 // Exit codes: 0 done (completed, or preempted after its checkpoint), 1 failed,
 // 2 usage error. SIGTERM and SIGINT ask for a checkpoint and a clean exit.
 #include <atomic>
@@ -30,6 +32,7 @@
 #include "worker/contract/worker_args.h"
 #include "worker/dist/communicator.h"
 #include "worker/dist/device.h"
+#include "worker/main/blas_core.h"
 #include "worker/profile/profiler.h"
 #include "worker/train/metrics_export.h"
 #include "worker/train/trainer.h"
@@ -134,6 +137,7 @@ int RunTask(const std::string& mode, std::vector<std::string> args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  orrery::worker::RetuneOpenBlasOrReturn(argv);
   if (argc < 2) {
     Usage(std::cerr);
     return 2;
@@ -150,5 +154,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<std::string> args(argv + 2, argv + argc);
-  return RunTask(mode, args);
+  try {
+    return RunTask(mode, args);
+  } catch (const std::exception& e) {
+    // A LibTorch or CUDA error no Status caught: one clear line and exit 1 (the
+    // operator reads the termination message), never std::terminate's abort.
+    std::string what = e.what();
+    std::cerr << "orrery-worker " << mode << ": INTERNAL: " << what.substr(0, what.find('\n'))
+              << "\n";
+    return 1;
+  }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -78,6 +79,8 @@ class ScriptLayer final : public Layer {
 
 }  // namespace
 
+bool Layer::ShareParameter(const std::string&, const at::Tensor&) { return false; }
+
 void Layer::To(c10::Device device) {
   torch::NoGradGuard no_grad;
   for (auto& [name, p] : NamedParameters()) {
@@ -110,10 +113,39 @@ NamedTensors Model::NamedParameters() const {
   return out;
 }
 
+NamedTensors Model::DistinctParameters() const {
+  NamedTensors out;
+  std::set<const c10::TensorImpl*> seen;
+  for (auto& [name, p] : NamedParameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) out.emplace_back(name, p);
+  }
+  return out;
+}
+
 int64_t Model::NumParameters() const {
   int64_t n = 0;
-  for (const auto& p : NamedParameters()) n += p.second.numel();
+  for (const auto& p : DistinctParameters()) n += p.second.numel();
   return n;
+}
+
+std::vector<std::pair<std::string, std::string>> ShareTiedParameters(
+    Model& model, const std::vector<std::pair<std::string, std::string>>& tied) {
+  std::vector<std::pair<std::string, std::string>> shared;
+  for (const auto& [first, second] : tied) {
+    at::Tensor value;
+    for (auto& [name, p] : model.NamedParameters())
+      if (name == first) value = p;
+    if (!value.defined()) continue;
+    for (auto& layer : model.layers) {
+      bool holds = false;
+      for (auto& [name, p] : layer->NamedParameters()) holds = holds || name == second;
+      if (holds && layer->ShareParameter(second, value)) {
+        shared.emplace_back(first, second);
+        break;
+      }
+    }
+  }
+  return shared;
 }
 
 at::Tensor Model::Forward(const at::Tensor& inputs) const {
@@ -254,7 +286,11 @@ StatusOr<std::vector<size_t>> ParameterLayers(const ModelConfig& config) {
 StatusOr<int64_t> CountParameters(const ModelConfig& config) {
   ORRERY_ASSIGN_OR_RETURN(auto shapes, ParameterShapes(config));
   int64_t n = 0;
+  // A tied head is the embedding: counted once, as transformers'
+  // num_parameters() counts it (GPT-2 small: 124,439,808).
+  const bool tied = config.kind == "gpt" && config.gpt.tie_embeddings;
   for (const auto& [name, shape] : shapes) {
+    if (tied && name == "head.proj.weight") continue;
     int64_t k = 1;
     for (int64_t d : shape) k *= d;
     n += k;

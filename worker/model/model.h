@@ -50,6 +50,10 @@ class Layer {
   // parallel collective failed); templates catch at their step boundary.
   virtual at::Tensor Forward(const at::Tensor& x) = 0;
   virtual NamedTensors NamedParameters() = 0;
+  // Makes the parameter named `name` (its full name) be `value` itself, the
+  // same autograd variable, from now on: a tied head sharing the embedding's
+  // tensor. False when this layer has no such parameter or cannot share.
+  virtual bool ShareParameter(const std::string& name, const at::Tensor& value);
   // Moves the layer's parameters (and buffers) to `device` in place: the same
   // autograd variables, their data on the device (Tensor::set_data, as
   // torch.nn.Module.to does), so every handle the layer holds follows.
@@ -169,9 +173,13 @@ struct TensorParallelSlice {
 };
 
 // Pairs of parameters that are one tensor in the model (GPT-2's head tied to its
-// token embedding): the templates keep both and sum their gradients before the
-// optimizer steps, so the two stay equal (Megatron-LM's treatment of the shared
-// embedding across pipeline stages, Narayanan et al. 2021, §2.2).
+// token embedding). Where both are in one process's layers, ShareTiedParameters
+// makes them one tensor (one gradient, one optimizer update, as transformers
+// ties them); where they are apart (a pipeline's first and last stages, fsdp's
+// and spill's flat units, tensor-parallel slices) the templates keep both and
+// sum their gradients before the optimizer steps, so the two stay equal
+// (Megatron-LM's treatment of the shared embedding across pipeline stages,
+// Narayanan et al. 2021, §2.2).
 std::vector<std::pair<std::string, std::string>> TiedParameters(const ModelConfig& config);
 
 struct Model {
@@ -182,11 +190,21 @@ struct Model {
   bool supports_surgery = true;
 
   NamedTensors NamedParameters() const;
+  // NamedParameters without repeats: a tensor shared under two names (a tied
+  // pair made one) is listed once, under its first name.
+  NamedTensors DistinctParameters() const;
   int64_t NumParameters() const;
   at::Tensor Forward(const at::Tensor& inputs) const;
 };
 
 StatusOr<Model> BuildModel(const ModelConfig& config);
+
+// Makes each pair of `tied` whose two parameters are both in `model` one tensor
+// (the second name's layer takes the first's tensor; their values must be
+// equal, as a tied model's are). Returns the pairs made one; the others (one
+// side elsewhere) are left to SumTiedGradients.
+std::vector<std::pair<std::string, std::string>> ShareTiedParameters(
+    Model& model, const std::vector<std::pair<std::string, std::string>>& tied);
 
 // Builds the model's layers one at a time, in order, from the same seeded
 // stream as BuildModel, handing each to `take`: a caller that keeps only its

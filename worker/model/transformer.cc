@@ -88,6 +88,16 @@ class TransformerLayer : public Layer {
   }
   std::string name() const override { return name_; }
   NamedTensors NamedParameters() override { return params_; }
+  bool ShareParameter(const std::string& name, const at::Tensor& value) override {
+    for (auto& [n, p] : params_) {
+      if (n != name) continue;
+      if (!p.sizes().equals(value.sizes()) || p.scalar_type() != value.scalar_type()) return false;
+      p = value;
+      p_[name.substr(name_.size() + 1)] = value;
+      return true;
+    }
+    return false;
+  }
 
  protected:
   at::Tensor P(const std::string& local) const {

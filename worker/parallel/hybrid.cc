@@ -362,6 +362,10 @@ class HybridStrategy final : public Strategy {
     model::NamedTensors named = stage_.NamedParameters();
     const int tp_replicas = layout_.dp * layout_.tp;
     const int tp_replica = coords_.dp * layout_.tp + coords_.tp;
+    // Every name gets its segment, a shared tensor's second name too; `param`
+    // indexes the optimizer's distinct tensors.
+    std::map<const c10::TensorImpl*, size_t> distinct;
+    for (size_t i = 0; i < params_.size(); ++i) distinct[params_[i].unsafeGetTensorImpl()] = i;
     for (size_t k = 0; k < named.size(); ++k) {
       const auto& [name, p] = named[k];
       auto it = global.find(name);
@@ -369,7 +373,7 @@ class HybridStrategy final : public Strategy {
       StateSegment seg;
       seg.name = name;
       seg.global_shape = it->second;
-      seg.param = k;
+      seg.param = distinct.at(p.unsafeGetTensorImpl());
       seg.region = checkpoint::FullRegion(it->second);
       const int dim = layout_.tp > 1 ? model::GptTensorParallelDim(name) : -1;
       const int replicas = dim >= 0 ? layout_.dp : tp_replicas;
@@ -398,10 +402,9 @@ class HybridStrategy final : public Strategy {
 
   std::vector<PlacedTensor> Placement() const override {
     std::vector<PlacedTensor> out;
-    model::NamedTensors named = stage_.NamedParameters();
-    AppendParameterPlacement(named, out);
-    std::vector<std::string> names;
-    for (const auto& [name, p] : named) names.push_back(name);
+    AppendParameterPlacement(stage_.NamedParameters(), out);
+    std::vector<std::string> names;  // the optimizer's: one per distinct tensor
+    for (const auto& [name, p] : stage_.DistinctParameters()) names.push_back(name);
     optimizer_->AppendPlacement(names, false, out);
     if (ddp_) ddp_->AppendPlacement(out);
     AppendBatchPlacement(last_batch_, out);
@@ -506,7 +509,14 @@ class HybridStrategy final : public Strategy {
       schedule_ = config.pipeline_schedule;
       info_.pipeline_schedule = schedule_;
     }
-    for (auto& [name, p] : stage_.NamedParameters()) params_.push_back(p);
+    // A tied pair on this stage, unsliced (tp = 1), is one tensor: one gradient,
+    // one update (and, under dp, one all-reduce). Pairs split across stages or
+    // sliced by tensor parallelism keep two copies (SumTiedGradients, folds).
+    if (layout_.tp == 1) {
+      for (const auto& pair : model::ShareTiedParameters(stage_, tied_))
+        tied_.erase(std::find(tied_.begin(), tied_.end(), pair));
+    }
+    for (auto& [name, p] : stage_.DistinctParameters()) params_.push_back(p);
     for (const auto& p : params_) info_.peak_device_parameter_bytes += 2 * Bytes(p);
     optimizer_ = std::make_unique<Optimizer>(opt, params_, std::vector<at::Tensor>{},
                                              Optimizer::FrozenByRequiresGrad(params_));
@@ -515,7 +525,7 @@ class HybridStrategy final : public Strategy {
       // (the pipeline's first and last stages) are summed after it.
       std::vector<std::pair<size_t, size_t>> folds;
       std::vector<std::string> names;
-      for (const auto& [name, p] : stage_.NamedParameters()) names.push_back(name);
+      for (const auto& [name, p] : stage_.DistinctParameters()) names.push_back(name);
       auto index = [&](const std::string& n) {
         return static_cast<size_t>(std::find(names.begin(), names.end(), n) - names.begin());
       };

@@ -413,10 +413,19 @@ class SingleStrategy final : public Strategy {
         device_(device),
         tied_(std::move(tied)),
         precision_(std::move(precision)) {
+    // A tied pair is one tensor here: one gradient (autograd adds both uses),
+    // one optimizer update, as transformers' tied model.
+    for (const auto& pair : model::ShareTiedParameters(model_, tied_))
+      tied_.erase(std::find(tied_.begin(), tied_.end(), pair));
+    std::map<const c10::TensorImpl*, size_t> index;
     for (auto& [name, p] : model_.NamedParameters()) {
-      params_.push_back(p);
-      names_.push_back(name);
       shapes_[name] = p.sizes().vec();
+      auto [it, fresh] = index.emplace(p.unsafeGetTensorImpl(), params_.size());
+      if (fresh) {
+        params_.push_back(p);
+        names_.push_back(name);
+      }
+      every_name_.emplace_back(name, it->second);
     }
     optimizer_ = std::make_unique<Optimizer>(opt, params_, std::vector<at::Tensor>{},
                                              Optimizer::FrozenByRequiresGrad(params_));
@@ -476,8 +485,10 @@ class SingleStrategy final : public Strategy {
   StatusOr<LocalState> State() override {
     LocalState state = optimizer_->View();
     std::vector<WholeTensor> whole;
-    for (size_t i = 0; i < params_.size(); ++i)
-      whole.push_back({names_[i], params_[i].sizes().vec(), i, 0});
+    // Every name, a shared tensor's too (a checkpoint holds both halves of a tie,
+    // so a template that keeps them apart can load it).
+    for (const auto& [name, i] : every_name_)
+      whole.push_back({name, params_[i].sizes().vec(), i, 0});
     state.segments = WholeSegments(whole, 1, 0);
     optimizer_->SetSlotOffsets(state.segments);
     return state;
@@ -506,9 +517,11 @@ class SingleStrategy final : public Strategy {
   std::vector<std::pair<std::string, std::string>> tied_;
   std::string precision_;
   std::map<std::string, std::vector<int64_t>> shapes_;
-  std::vector<std::string> names_;
+  std::vector<std::string> names_;  // names_[i] names params_[i]
+  // Every parameter name and its index in params_ (two names may share one).
+  std::vector<std::pair<std::string, size_t>> every_name_;
   model::Batch last_batch_;
-  std::vector<at::Tensor> params_;
+  std::vector<at::Tensor> params_;  // distinct tensors: what the optimizer steps
   std::unique_ptr<Optimizer> optimizer_;
 };
 

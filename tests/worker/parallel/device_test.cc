@@ -11,8 +11,11 @@
 // host memory: NCCL refuses two ranks on one device).
 #include "worker/dist/device.h"
 
+#include <cstdlib>
+#include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -57,7 +60,7 @@ std::vector<Case> Cases() {
   spill.spill_budget_bytes = 160 << 10;  // a third fits one TinyGpt block: 4 shards
   StrategyConfig spill_serial = spill;
   spill_serial.spill_double_buffer = false;
-  return {
+  std::vector<Case> all = {
       {"single", 1, named("single"), true},
       {"ddp", 2, ddp_buckets, false},
       {"fsdp", 2, named("fsdp"), true},
@@ -69,6 +72,28 @@ std::vector<Case> Cases() {
       {"spill", 2, spill, true},
       {"spill-no-double-buffer", 1, spill_serial, true},
   };
+  // ORRERY_DEVICE_TEST_CASES=ddp,fsdp runs only those labels (scripts/gpu-check
+  // runs each case on its own, under its own time limit, to tell which one hangs).
+  const char* only = std::getenv("ORRERY_DEVICE_TEST_CASES");
+  if (only == nullptr || *only == '\0') return all;
+  std::set<std::string> wanted;
+  std::stringstream list(only);
+  for (std::string one; std::getline(list, one, ',');) wanted.insert(one);
+  std::vector<Case> picked;
+  for (const Case& c : all)
+    if (wanted.count(c.label) > 0) picked.push_back(c);
+  return picked;
+}
+
+// Tensor parallelism all-reduces inside autograd's backward (Megatron's f and
+// g, worker/model/transformer.cc). On a GPU, autograd runs every backward on
+// its one thread per device, so with ranks as threads sharing cuda:0, rank 0's
+// backward blocks in that all-reduce while rank 1's waits behind it on the same
+// thread: a deadlock of this test's set-up, not of the template (seen on an
+// H100: tensor and both hybrids with tp=2 hung; as processes, one per rank as
+// in production, they match one process: scripts/gpu-check's gloo-* checks).
+bool AllReducesInsideBackward(const Case& c) {
+  return c.world > 1 && (c.config.name == "tensor" || c.config.layout.tp > 1);
 }
 
 bool GpuVisible() { return dist::BuiltWithCuda() && torch::cuda::device_count() > 0; }
@@ -105,6 +130,12 @@ void ExpectPlaced(const Case& c, int rank, const std::vector<PlacedTensor>& plac
 
 void CheckPlacementOn(c10::Device device) {
   for (const Case& c : Cases()) {
+    if (device.is_cuda() && AllReducesInsideBackward(c)) {
+      std::cout << "[   NOTE   ] " << c.label
+                << ": not run as threads on one GPU (all-reduce inside backward; see "
+                   "AllReducesInsideBackward); scripts/gpu-check runs it as processes\n";
+      continue;
+    }
     StrategyConfig sc = c.config;
     sc.device = device;
     auto ranks = RunTemplate(c.world, c.gpt ? TinyGpt() : TinyMlp(), sc);
@@ -131,6 +162,11 @@ TEST(CudaEquivalenceTest, EveryTemplateOnTheGpuEqualsOneProcessOnTheGpu) {
                                          {false, Reference(TinyMlp(), {}, gpu)}};
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.label);
+    if (AllReducesInsideBackward(c)) {
+      std::cout << "[   NOTE   ] " << c.label
+                << ": not run as threads on one GPU (see AllReducesInsideBackward)\n";
+      continue;
+    }
     StrategyConfig sc = c.config;
     sc.device = gpu;
     ExpectEquivalent(reference[c.gpt], RunTemplate(c.world, c.gpt ? TinyGpt() : TinyMlp(), sc));
