@@ -274,12 +274,39 @@ std::optional<double> MeasuredSpeedFactor(const TaskProgress& p, int generation,
 
 // ---- the reconciler ---------------------------------------------------------
 
+// One reconcile pass of one job: what it read of the cluster, and what each
+// phase of Reconcile builds for the next (profiles -> observed gangs -> the
+// engine's world and step -> stops, launches, status). Rebuilt every pass.
 struct Reconciler::JobContext {
   std::string key;
   api::LoadedJob loaded;
   JobState* state = nullptr;
   std::string job_label;
   std::vector<Json> job_pods;  // every pod of the job (gangs and profile gangs)
+  std::vector<Json> all_pods, nodes;
+  std::string ns, resource;  // the job's namespace, its GPU resource name
+  // 1. Capacity and profiles.
+  std::vector<NodeCapacity> capacity;
+  int total_gpus = 0;
+  std::vector<TaskConfigs> configs;
+  std::set<std::string> profiling;  // tasks still waiting for a profile
+  // 2. The job's gangs as the cache shows them.
+  std::set<std::string> lost;  // nodes gone
+  std::vector<Json> gang_pods;
+  std::map<std::string, TaskObservation> observed;
+  TimePoint now_tp;
+  double now = 0;
+  std::map<std::string, int64_t> steps_done;
+  std::set<std::string> done, prior_done;
+  std::map<std::string, LiveGang> live;
+  std::set<std::string> blocked;  // tasks that must not launch now
+  std::set<std::string> pending_seen;
+  // 3. The engine's world and step.
+  WorldInput wi;
+  engine::WorldView world;
+  int quota = 0, launch_cap = 0;
+  bool share_stopped_now = false;  // a running gang was stopped for the share: plan again
+  engine::StepResult step;
 };
 
 Reconciler::Reconciler(kube::Client* client, Caches caches, ReconcilerOptions options,
@@ -562,73 +589,98 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
         "invalid ModelSelectionJob " + loaded->job.metadata.name + " for a cluster");
     if (!cluster.ok()) loaded = cluster;
   }
-  if (!loaded.ok()) {
-    // An invalid spec is recorded, not retried: only a new spec can fix it.
-    shares_.Remove(key);
-    Log(LogLevel::kWarning, "Rejected invalid job",
-        {{"job", key}, {"error", loaded.status().ToString()}});
-    std::vector<api::FieldError> errors;
-    api::ModelSelectionJob job;
-    api::DecodeJob(ToApi(*object), &job, &errors);
-    api::ModelSelectionJobStatus status = job.status.value_or(api::ModelSelectionJobStatus{});
-    api::ModelSelectionJobStatus next = status;
-    next.phase = api::Phase::kFailed;
-    next.observed_generation = job.metadata.generation;
-    std::string message = loaded.status().message();
-    bool found = false;
-    for (api::Condition& c : next.conditions) {
-      if (c.type != "Degraded") continue;
-      found = true;
-      if (c.status != "True") c.last_transition_time = NowText();
-      c.status = "True";
-      c.reason = "InvalidSpec";
-      c.message = message;
-      c.observed_generation = job.metadata.generation;
-    }
-    if (!found) {
-      api::Condition c;
-      c.type = "Degraded";
-      c.status = "True";
-      c.reason = "InvalidSpec";
-      c.message = message;
-      c.observed_generation = job.metadata.generation;
-      c.last_transition_time = NowText();
-      next.conditions.push_back(c);
-    }
-    if (job.status && next == status) return kube::Result{};
-    auto stored = client_->UpdateStatus(ModelSelectionJobs(), job.metadata.namespace_,
-                                        ToKube(StatusUpdateObject(job, next)));
-    if (!stored.ok()) return stored.status();
-    return kube::Result{};
-  }
+  if (!loaded.ok()) return RejectInvalid(key, *object, loaded.status());
   ctx.loaded = std::move(*loaded);
   api::ModelSelectionJob& job = ctx.loaded.job;
   if (!options_.worker_image.empty() && job.spec.resources.image == api::kDefaultWorkerImage) {
     job.spec.resources.image = options_.worker_image;
   }
   ctx.state = StateFor(key, job.metadata.uid);
-  JobState& st = *ctx.state;
-  const std::string& ns = job.metadata.namespace_;
+  ctx.ns = job.metadata.namespace_;
+  ctx.resource = job.spec.resources.gpu_resource_name;
   ctx.job_label = LabelValue(job.metadata.name);
-
-  std::vector<Json> all_pods, nodes;
-  for (const kube::ObjectPtr& p : caches_.pods->List()) {
-    Json pod = ToApi(*p);
-    if (Str(pod, "metadata", "namespace") == ns && Label(pod, kJobLabel) == ctx.job_label &&
-        Label(pod, kManagedByLabel) == kManagedByValue) {
-      ctx.job_pods.push_back(pod);
-    }
-    all_pods.push_back(std::move(pod));
-  }
-  for (const kube::ObjectPtr& n : caches_.nodes->List()) nodes.push_back(ToApi(*n));
-
+  ReadCluster(ctx);
   if (job.spec.suspend) {
     shares_.Remove(key);  // a suspended job holds nothing and asks for nothing
     return Suspend(ctx);
   }
-
   // 1. Profiles: harvest finished profile gangs, then start the missing ones.
   ProfileTable table;
+  ORRERY_RETURN_IF_ERROR(ReadProfiles(ctx, &table));
+  CountCapacity(ctx);
+  ORRERY_RETURN_IF_ERROR(RequestProfiles(ctx, table));
+  // 2. Observe the job's gangs; tear down the failed and the timed out.
+  ObserveGangs(ctx);
+  for (size_t t = 0; t < ctx.loaded.tasks.size(); ++t) ORRERY_RETURN_IF_ERROR(ObserveTask(ctx, t));
+  SettleStoppedGangs(ctx);
+  // 3. The engine's step over the job's world (and the cluster share above it).
+  BuildWorld(ctx);
+  ORRERY_RETURN_IF_ERROR(ApplyClusterShare(ctx));
+  StepEngine(ctx);
+  ORRERY_RETURN_IF_ERROR(ApplyStops(ctx));
+  // 4. Launch the gangs the step chose, on the nodes it chose.
+  ORRERY_RETURN_IF_ERROR(ApplyLaunches(ctx));
+  // 5. Status, and when to come back.
+  return FinishPass(ctx);
+}
+
+// An invalid spec is recorded, not retried: only a new spec can fix it.
+StatusOr<kube::Result> Reconciler::RejectInvalid(const std::string& key, const kube::Object& object,
+                                                 const Status& why) {
+  shares_.Remove(key);
+  Log(LogLevel::kWarning, "Rejected invalid job", {{"job", key}, {"error", why.ToString()}});
+  std::vector<api::FieldError> errors;
+  api::ModelSelectionJob job;
+  api::DecodeJob(ToApi(object), &job, &errors);
+  api::ModelSelectionJobStatus status = job.status.value_or(api::ModelSelectionJobStatus{});
+  api::ModelSelectionJobStatus next = status;
+  next.phase = api::Phase::kFailed;
+  next.observed_generation = job.metadata.generation;
+  std::string message = why.message();
+  bool found = false;
+  for (api::Condition& c : next.conditions) {
+    if (c.type != "Degraded") continue;
+    found = true;
+    if (c.status != "True") c.last_transition_time = NowText();
+    c.status = "True";
+    c.reason = "InvalidSpec";
+    c.message = message;
+    c.observed_generation = job.metadata.generation;
+  }
+  if (!found) {
+    api::Condition c;
+    c.type = "Degraded";
+    c.status = "True";
+    c.reason = "InvalidSpec";
+    c.message = message;
+    c.observed_generation = job.metadata.generation;
+    c.last_transition_time = NowText();
+    next.conditions.push_back(c);
+  }
+  if (job.status && next == status) return kube::Result{};
+  auto stored = client_->UpdateStatus(ModelSelectionJobs(), job.metadata.namespace_,
+                                      ToKube(StatusUpdateObject(job, next)));
+  if (!stored.ok()) return stored.status();
+  return kube::Result{};
+}
+
+void Reconciler::ReadCluster(JobContext& ctx) {
+  for (const kube::ObjectPtr& p : caches_.pods->List()) {
+    Json pod = ToApi(*p);
+    if (Str(pod, "metadata", "namespace") == ctx.ns && Label(pod, kJobLabel) == ctx.job_label &&
+        Label(pod, kManagedByLabel) == kManagedByValue) {
+      ctx.job_pods.push_back(pod);
+    }
+    ctx.all_pods.push_back(std::move(pod));
+  }
+  for (const kube::ObjectPtr& n : caches_.nodes->List()) ctx.nodes.push_back(ToApi(*n));
+}
+
+// The shared profile cache, plus what this operator harvested that the cache
+// does not show yet, plus the job's finished profile gangs.
+Status Reconciler::ReadProfiles(JobContext& ctx, ProfileTable* table_out) {
+  ProfileTable& table = *table_out;
+  JobState& st = *ctx.state;
   if (caches_.configmaps != nullptr) {
     kube::ObjectPtr cm =
         caches_.configmaps->Get(kube::KeyFor(options_.profile_namespace, kProfileConfigMapName));
@@ -650,9 +702,16 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
     }
   }
   ORRERY_RETURN_IF_ERROR(HarvestProfiles(ctx, &table));
+  return OkStatus();
+}
 
-  const std::string& resource = job.spec.resources.gpu_resource_name;
-  std::vector<NodeCapacity> capacity = NodeCapacities(nodes, all_pods, resource, ctx.job_label);
+// Every node's GPUs as this job sees them: what other pods hold, and the gangs
+// other jobs created that the cache does not show yet.
+void Reconciler::CountCapacity(JobContext& ctx) {
+  const std::string& key = ctx.key;
+  std::vector<NodeCapacity>& capacity = ctx.capacity;
+  const std::vector<Json>& all_pods = ctx.all_pods;
+  capacity = NodeCapacities(ctx.nodes, all_pods, ctx.resource, ctx.job_label);
   {
     // Gangs other jobs created that the pod cache does not show yet hold their
     // GPUs too (serial_ keeps the other states still while this pass reads them).
@@ -675,11 +734,22 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   }
   // Configurations are bounded by the cluster's size, not by what is free now, so
   // a busy cluster does not hide a running gang's configuration from the planner.
-  int total_gpus = 0;
-  for (const NodeCapacity& n : capacity) total_gpus += n.allocatable;
+  ctx.total_gpus = 0;
+  for (const NodeCapacity& n : capacity) ctx.total_gpus += n.allocatable;
+}
 
-  std::vector<TaskConfigs> configs;
-  std::set<std::string> profiling;
+// Each task's configurations from the profiles; a profile gang for each one
+// missing, on GPUs free now.
+Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
+  const std::string& key = ctx.key;
+  const std::string& ns = ctx.ns;
+  const std::string& resource = ctx.resource;
+  api::ModelSelectionJob& job = ctx.loaded.job;
+  JobState& st = *ctx.state;
+  std::vector<NodeCapacity>& capacity = ctx.capacity;
+  std::vector<TaskConfigs>& configs = ctx.configs;
+  std::set<std::string>& profiling = ctx.profiling;
+  const int total_gpus = ctx.total_gpus;
   std::set<std::string> running_profiles;
   for (const Json& p : ctx.job_pods) {
     if (!Label(p, kProfileLabel).empty()) running_profiles.insert(Label(p, kProfileLabel));
@@ -725,184 +795,221 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
           {{"job", key}, {"task", task.name}, {"key", pg.key.Key()}});
     }
   }
+  return OkStatus();
+}
 
-  // 2. Observe the job's gangs.
-  std::set<std::string> lost = LostNodes(nodes, ctx.job_pods);
-  std::vector<Json> gang_pods;
+void Reconciler::ObserveGangs(JobContext& ctx) {
+  const api::ModelSelectionJob& job = ctx.loaded.job;
+  ctx.lost = LostNodes(ctx.nodes, ctx.job_pods);
   for (const Json& p : ctx.job_pods) {
-    if (Label(p, kProfileLabel).empty()) gang_pods.push_back(p);
+    if (Label(p, kProfileLabel).empty()) ctx.gang_pods.push_back(p);
   }
-  std::map<std::string, TaskObservation> observed = ObserveTasks(gang_pods, lost);
-  TimePoint now_tp = clock_->Now();
-  double now = NowSeconds();
+  ctx.observed = ObserveTasks(ctx.gang_pods, ctx.lost);
+  ctx.now_tp = clock_->Now();
+  ctx.now = NowSeconds();
 
-  std::map<std::string, int64_t> steps_done;
-  std::set<std::string> done, prior_done;
   if (job.status) {
     for (const api::TaskStatus& t : job.status->tasks) {
-      steps_done[t.name] = t.steps_done;
+      ctx.steps_done[t.name] = t.steps_done;
       if (t.state == api::TaskState::kSucceeded || t.state == api::TaskState::kFailed) {
-        prior_done.insert(t.name);
+        ctx.prior_done.insert(t.name);
       }
     }
   }
-  // A rescale starts when a gang is torn down (counted once per generation) and
-  // ends when a newer generation of the task runs.
-  auto rescale_started = [&](const std::string& task, int generation, const char* reason) {
-    auto it = st.rescaling.find(task);
-    if (it != st.rescaling.end() && it->second.second >= generation) return;
-    st.rescaling[task] = {clock_->Now(), generation};
-    if (options_.metrics != nullptr) {
-      options_.metrics->rescales.Add({{"msj", key}, {"reason", reason}}).Increment();
-    }
-  };
-  std::map<std::string, LiveGang> live;
-  std::set<std::string> blocked;  // tasks that must not launch now
-  // Stops a running gang for a rescale (a re-plan moved it, or the cluster
-  // share shrank it): its ranks get SIGTERM and checkpoint, end as deleted
-  // rather than failed, and keep their GPUs until they are gone.
-  auto stop_for_rescale = [&](const std::string& task, const GangObservation& g,
-                              const char* reason) -> Status {
-    ORRERY_RETURN_IF_ERROR(
-        DeleteGang(ns, GangServiceName(job.metadata.name, task, g.generation), g.pod_names));
-    rescale_started(task, g.generation, reason);
-    st.replanned.insert(GangLabelValue(task, g.generation));
-    st.last_generation[task] = std::max(st.last_generation[task], g.generation);
-    blocked.insert(task);
+}
+
+// A rescale starts when a gang is torn down (counted once per generation) and
+// ends when a newer generation of the task runs.
+void Reconciler::RescaleStarted(JobContext& ctx, const std::string& task, int generation,
+                                const char* reason) {
+  JobState& st = *ctx.state;
+  auto it = st.rescaling.find(task);
+  if (it != st.rescaling.end() && it->second.second >= generation) return;
+  st.rescaling[task] = {clock_->Now(), generation};
+  if (options_.metrics != nullptr) {
+    options_.metrics->rescales.Add({{"msj", ctx.key}, {"reason", reason}}).Increment();
+  }
+}
+
+// Stops a running gang for a rescale (a re-plan moved it, or the cluster share
+// shrank it): its ranks get SIGTERM and checkpoint, end as deleted rather than
+// failed, and keep their GPUs until they are gone.
+Status Reconciler::StopForRescale(JobContext& ctx, const std::string& task,
+                                  const GangObservation& g, const char* reason) {
+  JobState& st = *ctx.state;
+  ORRERY_RETURN_IF_ERROR(DeleteGang(
+      ctx.ns, GangServiceName(ctx.loaded.job.metadata.name, task, g.generation), g.pod_names));
+  RescaleStarted(ctx, task, g.generation, reason);
+  st.replanned.insert(GangLabelValue(task, g.generation));
+  st.last_generation[task] = std::max(st.last_generation[task], g.generation);
+  ctx.blocked.insert(task);
+  return OkStatus();
+}
+
+// What one task's gang is doing now, and what follows: a finished task is done,
+// a live gang is the world's, a failed or timed-out gang is torn down.
+Status Reconciler::ObserveTask(JobContext& ctx, size_t task_index) {
+  const api::ExpandedTask& task = ctx.loaded.tasks[task_index];
+  const std::string& key = ctx.key;
+  const std::string& ns = ctx.ns;
+  const api::ModelSelectionJob& job = ctx.loaded.job;
+  JobState& st = *ctx.state;
+  const TimePoint now_tp = ctx.now_tp;
+  std::map<std::string, TaskObservation>& observed = ctx.observed;
+  std::map<std::string, LiveGang>& live = ctx.live;
+  std::set<std::string>& blocked = ctx.blocked;
+  std::set<std::string>& done = ctx.done;
+  const std::set<std::string>& prior_done = ctx.prior_done;
+  const std::string& name = task.name;
+  auto it = observed.find(name);
+  const GangObservation* g = it != observed.end() && it->second.gang ? &*it->second.gang : nullptr;
+  if (it != observed.end() && !it->second.stale_pods.empty()) {
+    ORRERY_RETURN_IF_ERROR(DeleteGang(ns, "", it->second.stale_pods));
+  }
+  int newest = g != nullptr ? g->generation : -1;
+  auto ex = st.expected.find(name);
+  if (ex != st.expected.end() &&
+      (newest >= ex->second.gang.generation ||
+       ToSeconds(now_tp - ex->second.created) > options_.expectation_timeout_s)) {
+    st.expected.erase(ex);
+    ex = st.expected.end();
+  }
+  if (ex != st.expected.end()) {  // created, not yet in the cache
+    live[name] = ex->second.gang;
+    blocked.insert(name);
     return OkStatus();
-  };
-  std::set<std::string> pending_seen;
-  for (const api::ExpandedTask& task : ctx.loaded.tasks) {
-    const std::string& name = task.name;
-    auto it = observed.find(name);
-    const GangObservation* g =
-        it != observed.end() && it->second.gang ? &*it->second.gang : nullptr;
-    if (it != observed.end() && !it->second.stale_pods.empty()) {
-      ORRERY_RETURN_IF_ERROR(DeleteGang(ns, "", it->second.stale_pods));
-    }
-    int newest = g != nullptr ? g->generation : -1;
-    auto ex = st.expected.find(name);
-    if (ex != st.expected.end() &&
-        (newest >= ex->second.gang.generation ||
-         ToSeconds(now_tp - ex->second.created) > options_.expectation_timeout_s)) {
-      st.expected.erase(ex);
-      ex = st.expected.end();
-    }
-    if (ex != st.expected.end()) {  // created, not yet in the cache
-      live[name] = ex->second.gang;
-      blocked.insert(name);
-      continue;
-    }
-    if (prior_done.count(name) > 0) {
+  }
+  if (prior_done.count(name) > 0) {
+    done.insert(name);
+    blocked.insert(name);
+    return OkStatus();
+  }
+  if (g == nullptr) return OkStatus();
+  std::string gang_label = GangLabelValue(name, g->generation);
+  switch (g->phase) {
+    case GangPhase::kSucceeded:
       done.insert(name);
       blocked.insert(name);
-      continue;
-    }
-    if (g == nullptr) continue;
-    std::string gang_label = GangLabelValue(name, g->generation);
-    switch (g->phase) {
-      case GangPhase::kSucceeded:
-        done.insert(name);
-        blocked.insert(name);
-        break;
-      case GangPhase::kPending: {
-        pending_seen.insert(gang_label);
-        auto [since, inserted] = st.pending_since.emplace(gang_label, now_tp);
-        if (!inserted && ToSeconds(now_tp - since->second) > options_.gang_timeout_s) {
-          Log(LogLevel::kWarning, "Tore down gang pending too long",
-              {{"job", key}, {"task", name}, {"gang", gang_label}});
-          Event(ctx, kube::EventType::kWarning, "GangTimedOut", "TearDown",
-                "gang " + gang_label + " did not start within " +
-                    std::to_string(static_cast<int>(options_.gang_timeout_s)) + " s");
-          ORRERY_RETURN_IF_ERROR(DeleteGang(
-              ns, GangServiceName(job.metadata.name, name, g->generation), g->pod_names));
-          rescale_started(name, g->generation, "timeout");
-          st.last_generation[name] = std::max(st.last_generation[name], g->generation);
-          st.replan_now = true;  // its placement did not work out: plan again
-          blocked.insert(name);
-          break;
-        }
-        [[fallthrough]];
-      }
-      case GangPhase::kRunning:
-        if (auto rs = st.rescaling.find(name); g->phase == GangPhase::kRunning &&
-                                               rs != st.rescaling.end() &&
-                                               rs->second.second < g->generation) {
-          if (options_.metrics != nullptr) {
-            static const prometheus::Histogram::BucketBoundaries kRescaleBuckets = {
-                1, 5, 10, 30, 60, 120, 300, 600, 1800};
-            options_.metrics->rescale_seconds.Add({{"msj", key}}, kRescaleBuckets)
-                .Observe(ToSeconds(now_tp - rs->second.first));
-          }
-          st.rescaling.erase(rs);
-        }
-        if (g->config) live[name] = LiveGang{g->generation, *g->config};
-        blocked.insert(name);
-        break;
-      case GangPhase::kFailed:
-      case GangPhase::kPartial:
+      break;
+    case GangPhase::kPending: {
+      ctx.pending_seen.insert(gang_label);
+      auto [since, inserted] = st.pending_since.emplace(gang_label, now_tp);
+      if (!inserted && ToSeconds(now_tp - since->second) > options_.gang_timeout_s) {
+        Log(LogLevel::kWarning, "Tore down gang pending too long",
+            {{"job", key}, {"task", name}, {"gang", gang_label}});
+        Event(ctx, kube::EventType::kWarning, "GangTimedOut", "TearDown",
+              "gang " + gang_label + " did not start within " +
+                  std::to_string(static_cast<int>(options_.gang_timeout_s)) + " s");
+        ORRERY_RETURN_IF_ERROR(
+            DeleteGang(ns, GangServiceName(job.metadata.name, name, g->generation), g->pod_names));
+        RescaleStarted(ctx, name, g->generation, "timeout");
         st.last_generation[name] = std::max(st.last_generation[name], g->generation);
-        if (g->generation >= options_.max_restarts && st.replanned.count(gang_label) == 0) {
-          done.insert(name);  // Failed for good: its pods stay as the record
-          blocked.insert(name);
-          break;
-        }
-        if (st.replanned.count(gang_label) == 0 &&
-            !(st.rescaling.count(name) > 0 && st.rescaling[name].second >= g->generation)) {
-          // Once per gang: later passes only wait for its ranks to go.
-          Log(LogLevel::kInfo, "Tore down gang",
-              {{"job", key},
-               {"task", name},
-               {"gang", gang_label},
-               {"phase", GangPhaseName(g->phase)},
-               {"reason", g->reason}});
-          Event(ctx, kube::EventType::kWarning, "GangFailed", "TearDown",
-                "gang " + gang_label + " " + GangPhaseName(g->phase) + ": " + g->reason);
-        }
-        {
-          // Ranks on lost nodes are deleted at once: no kubelet will confirm a
-          // graceful delete there. Ranks still alive elsewhere get SIGTERM and
-          // checkpoint on their way out; the task waits for them, so its next
-          // gang resumes from that checkpoint rather than an older one.
-          bool alive = false;
-          for (const Json& p : gang_pods) {
-            if (Label(p, kGangLabel) != gang_label || PodFinished(p)) continue;
-            if (lost.count(PodNode(p)) > 0) {
-              kube::DeleteOptions force;
-              force.grace_period_seconds = 0;
-              Status s = client_->Delete(kube::Pods(), ns, Str(p, "metadata", "name"), force);
-              if (!s.ok() && !kube::IsNotFound(s)) return s;
-            } else {
-              alive = true;
-            }
-          }
-          ORRERY_RETURN_IF_ERROR(DeleteGang(
-              ns, GangServiceName(job.metadata.name, name, g->generation), g->pod_names));
-          rescale_started(name, g->generation, g->lost_nodes.empty() ? "failure" : "node_lost");
-          if (alive) blocked.insert(name);
-        }
+        st.replan_now = true;  // its placement did not work out: plan again
+        blocked.insert(name);
         break;
+      }
+      [[fallthrough]];
+    }
+    case GangPhase::kRunning:
+      if (auto rs = st.rescaling.find(name); g->phase == GangPhase::kRunning &&
+                                             rs != st.rescaling.end() &&
+                                             rs->second.second < g->generation) {
+        if (options_.metrics != nullptr) {
+          static const prometheus::Histogram::BucketBoundaries kRescaleBuckets = {
+              1, 5, 10, 30, 60, 120, 300, 600, 1800};
+          options_.metrics->rescale_seconds.Add({{"msj", key}}, kRescaleBuckets)
+              .Observe(ToSeconds(now_tp - rs->second.first));
+        }
+        st.rescaling.erase(rs);
+      }
+      if (g->config) live[name] = LiveGang{g->generation, *g->config};
+      blocked.insert(name);
+      break;
+    case GangPhase::kFailed:
+    case GangPhase::kPartial:
+      st.last_generation[name] = std::max(st.last_generation[name], g->generation);
+      if (g->generation >= options_.max_restarts && st.replanned.count(gang_label) == 0) {
+        done.insert(name);  // Failed for good: its pods stay as the record
+        blocked.insert(name);
+        break;
+      }
+      if (st.replanned.count(gang_label) == 0 &&
+          !(st.rescaling.count(name) > 0 && st.rescaling[name].second >= g->generation)) {
+        // Once per gang: later passes only wait for its ranks to go.
+        Log(LogLevel::kInfo, "Tore down gang",
+            {{"job", key},
+             {"task", name},
+             {"gang", gang_label},
+             {"phase", GangPhaseName(g->phase)},
+             {"reason", g->reason}});
+        Event(ctx, kube::EventType::kWarning, "GangFailed", "TearDown",
+              "gang " + gang_label + " " + GangPhaseName(g->phase) + ": " + g->reason);
+      }
+      ORRERY_RETURN_IF_ERROR(TearDownFailedGang(ctx, name, *g));
+      break;
+  }
+  return OkStatus();
+}
+
+// A failed gang's ranks on lost nodes are deleted at once: no kubelet will
+// confirm a graceful delete there. Ranks still alive elsewhere get SIGTERM and
+// checkpoint on their way out; the task waits for them, so its next gang
+// resumes from that checkpoint rather than an older one.
+Status Reconciler::TearDownFailedGang(JobContext& ctx, const std::string& name,
+                                      const GangObservation& g) {
+  const std::string& ns = ctx.ns;
+  const api::ModelSelectionJob& job = ctx.loaded.job;
+  const std::string gang_label = GangLabelValue(name, g.generation);
+  // Ranks on lost nodes are deleted at once: no kubelet will confirm a
+  // graceful delete there. Ranks still alive elsewhere get SIGTERM and
+  // checkpoint on their way out; the task waits for them, so its next
+  // gang resumes from that checkpoint rather than an older one.
+  bool alive = false;
+  for (const Json& p : ctx.gang_pods) {
+    if (Label(p, kGangLabel) != gang_label || PodFinished(p)) continue;
+    if (ctx.lost.count(PodNode(p)) > 0) {
+      kube::DeleteOptions force;
+      force.grace_period_seconds = 0;
+      Status s = client_->Delete(kube::Pods(), ns, Str(p, "metadata", "name"), force);
+      if (!s.ok() && !kube::IsNotFound(s)) return s;
+    } else {
+      alive = true;
     }
   }
+  ORRERY_RETURN_IF_ERROR(
+      DeleteGang(ns, GangServiceName(job.metadata.name, name, g.generation), g.pod_names));
+  RescaleStarted(ctx, name, g.generation, g.lost_nodes.empty() ? "failure" : "node_lost");
+  if (alive) ctx.blocked.insert(name);
+  return OkStatus();
+}
+
+// Pending timers of gangs no longer pending go; gangs the share stopped leave
+// the world; and pods of gangs torn down or of stale generations keep their
+// GPUs out of everyone's reach until they are gone.
+void Reconciler::SettleStoppedGangs(JobContext& ctx) {
+  JobState& st = *ctx.state;
+  std::map<std::string, LiveGang>& live = ctx.live;
+  const std::string& resource = ctx.resource;
+  std::vector<NodeCapacity>& capacity = ctx.capacity;
   for (auto it = st.pending_since.begin(); it != st.pending_since.end();) {
-    it = pending_seen.count(it->first) > 0 ? std::next(it) : st.pending_since.erase(it);
+    it = ctx.pending_seen.count(it->first) > 0 ? std::next(it) : st.pending_since.erase(it);
   }
   // Gangs the cluster share stopped are on their way out, whatever the cache
   // still shows: not running in the plan's world, not relaunched until gone.
   for (auto it = st.share_stopped.begin(); it != st.share_stopped.end();) {
-    if (done.count(it->first) > 0 || st.last_generation[it->first] > it->second) {
+    if (ctx.done.count(it->first) > 0 || st.last_generation[it->first] > it->second) {
       it = st.share_stopped.erase(it);
       continue;
     }
     auto lv = live.find(it->first);
     if (lv != live.end() && lv->second.generation == it->second) live.erase(lv);
-    blocked.insert(it->first);
+    ctx.blocked.insert(it->first);
     ++it;
   }
   // Pods of gangs torn down (now or earlier) or of stale generations hold their
   // GPUs until they are gone (a running rank checkpoints first): neither the
   // planner nor a launch may count on those GPUs yet.
-  for (const Json& p : gang_pods) {
+  for (const Json& p : ctx.gang_pods) {
     if (PodFinished(p)) continue;
     auto lv = live.find(Label(p, kTaskLabel));
     if (lv != live.end() &&
@@ -914,120 +1021,150 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
       if (n.name == node) n.foreign += PodGpuRequest(p, resource);
     }
   }
+}
 
-  // 3. Plan: the engine over the cluster as the job sees it.
-  WorldInput wi;
-  wi.now = now;
+// The cluster as the job sees it, in the engine's terms.
+void Reconciler::BuildWorld(JobContext& ctx) {
+  WorldInput& wi = ctx.wi;
+  wi.now = ctx.now;
   wi.tasks = &ctx.loaded.tasks;
-  wi.configs = &configs;
-  wi.nodes = &capacity;
-  wi.steps_done = steps_done;
-  wi.done = done;
-  wi.profiling = profiling;
-  wi.live = live;
-  engine::WorldView world = BuildWorldView(wi);
-  const int quota = job.spec.resources.gpu_quota;
-  world.gpu_cap = quota;
-  // The level above the job: its share of the GPUs every job's tasks compete
-  // for (engine/cluster_share.h). Launches keep within the share's cap; the plan
-  // too, except that it never cuts under what the job's gangs hold now or under
-  // the narrowest configuration of any of its tasks (a cap a task cannot fit in
-  // makes no plan at all; such a task waits at launch instead).
-  int launch_cap = quota;
-  bool share_stopped_now = false;  // a running gang was stopped for the share: plan again
-  if (options_.cluster_shares) {
-    std::vector<Json> untrained;  // pods other than training gangs: theirs are shared out
-    for (const Json& p : all_pods) {
-      if (!IsOrreryGangPod(p)) untrained.push_back(p);
+  wi.configs = &ctx.configs;
+  wi.nodes = &ctx.capacity;
+  wi.steps_done = ctx.steps_done;
+  wi.done = ctx.done;
+  wi.profiling = ctx.profiling;
+  wi.live = ctx.live;
+  ctx.world = BuildWorldView(wi);
+  ctx.quota = ctx.loaded.job.spec.resources.gpu_quota;
+  ctx.world.gpu_cap = ctx.quota;
+  ctx.launch_cap = ctx.quota;
+}
+
+// The level above the job: its share of the GPUs every job's tasks compete for
+// (engine/cluster_share.h). Launches keep within the share's cap; the plan too,
+// except that it never cuts under what the job's gangs hold now or under the
+// narrowest configuration of any of its tasks (a cap a task cannot fit in makes
+// no plan at all; such a task waits at launch instead).
+Status Reconciler::ApplyClusterShare(JobContext& ctx) {
+  if (!options_.cluster_shares) return OkStatus();
+  const std::string& key = ctx.key;
+  const std::string& resource = ctx.resource;
+  const int quota = ctx.quota;
+  int& launch_cap = ctx.launch_cap;
+  engine::WorldView& world = ctx.world;
+  std::map<std::string, LiveGang>& live = ctx.live;
+  std::vector<Json> untrained;  // pods other than training gangs: theirs are shared out
+  for (const Json& p : ctx.all_pods) {
+    if (!IsOrreryGangPod(p)) untrained.push_back(p);
+  }
+  int cluster_gpus = 0;
+  for (const NodeCapacity& n : NodeCapacities(ctx.nodes, untrained, resource, "")) {
+    cluster_gpus += n.Free();
+  }
+  auto update = shares_.Update(engine::DemandFromWorld(key, quota, world, ctx.loaded.tasks),
+                               cluster_gpus, ctx.now);
+  if (!update.ok()) {
+    Log(LogLevel::kWarning, "Cluster share failed",
+        {{"job", key}, {"error", update.status().ToString()}});
+  } else {
+    // A new decision may give other jobs GPUs (or take them back): they plan
+    // again now rather than at their next periodic pass.
+    for (const auto& [other, share] : update->shares) {
+      if (update->decided && other != key && options_.enqueue) options_.enqueue(other);
     }
-    int cluster_gpus = 0;
-    for (const NodeCapacity& n : NodeCapacities(nodes, untrained, resource, "")) {
-      cluster_gpus += n.Free();
-    }
-    auto update = shares_.Update(engine::DemandFromWorld(key, quota, world, ctx.loaded.tasks),
-                                 cluster_gpus, now);
-    if (!update.ok()) {
-      Log(LogLevel::kWarning, "Cluster share failed",
-          {{"job", key}, {"error", update.status().ToString()}});
-    } else {
-      // A new decision may give other jobs GPUs (or take them back): they plan
-      // again now rather than at their next periodic pass.
-      for (const auto& [other, share] : update->shares) {
-        if (update->decided && other != key && options_.enqueue) options_.enqueue(other);
+    auto mine = update->shares.find(key);
+    if (mine != update->shares.end()) {
+      const engine::JobShare& share = mine->second;
+      launch_cap = std::min(quota, share.cap);
+      int held_now = 0;  // GPUs the job's live gangs hold
+      for (const auto& [task, g] : live) held_now += static_cast<int>(g.config.nodes.size());
+      ORRERY_RETURN_IF_ERROR(StopShrunkGangs(ctx, share, &held_now));
+      int narrowest = 0;
+      for (const engine::TaskView& v : world.tasks) {
+        if (!v.arrived || v.done || v.profile.empty()) continue;
+        int least = v.profile.front().gpus;
+        for (const planner::Config& c : v.profile) least = std::min(least, c.gpus);
+        narrowest = std::max(narrowest, least);
       }
-      auto mine = update->shares.find(key);
-      if (mine != update->shares.end()) {
-        const engine::JobShare& share = mine->second;
-        launch_cap = std::min(quota, share.cap);
-        int held_now = 0;  // GPUs the job's live gangs hold
-        for (const auto& [task, g] : live) held_now += static_cast<int>(g.config.nodes.size());
-        // A running gang the decision shrinks to give its GPUs to other jobs is
-        // stopped gracefully (its ranks checkpoint), once per decision, and the
-        // job plans it again within its share when its ranks are gone.
-        if (share.decision > st.applied_share_decision) {
-          st.applied_share_decision = share.decision;
-          for (const engine::ShareShrink& shrink : share.shrinks) {
-            if (held_now <= launch_cap) break;  // within its share again
-            auto lv = live.find(shrink.task);
-            auto ob = observed.find(shrink.task);
-            if (lv == live.end() || ob == observed.end() || !ob->second.gang ||
-                ob->second.gang->generation != lv->second.generation ||
-                lv->second.config.gpus != shrink.from_gpus) {
-              continue;  // not running as the decision saw it
-            }
-            const GangObservation& g = *ob->second.gang;
-            const std::string gang_label = GangLabelValue(shrink.task, g.generation);
-            const std::string to =
-                shrink.to_gpus > 0 ? std::to_string(shrink.to_gpus) + " GPUs" : "the queue";
-            Log(LogLevel::kInfo, "Stopping gang the cluster share shrinks",
-                {{"job", key}, {"task", shrink.task}, {"gang", gang_label}, {"to", to}});
-            std::string note = "stopping " + gang_label;
-            note += " (" + std::to_string(shrink.from_gpus) + " GPUs) to " + to;
-            note += ": the cluster share gives its GPUs to other jobs; it checkpoints first";
-            Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale", note);
-            ORRERY_RETURN_IF_ERROR(stop_for_rescale(shrink.task, g, "share"));
-            st.share_stopped[shrink.task] = g.generation;
-            for (const Json& p : gang_pods) {  // its ranks hold their GPUs until gone
-              if (Label(p, kGangLabel) != gang_label || PodFinished(p)) continue;
-              for (NodeCapacity& n : capacity) {
-                if (n.name == PodNode(p)) n.foreign += PodGpuRequest(p, resource);
-              }
-            }
-            held_now -= static_cast<int>(lv->second.config.nodes.size());
-            live.erase(lv);
-            share_stopped_now = true;
-          }
-          if (share_stopped_now) {
-            wi.live = live;
-            world = BuildWorldView(wi);
-            world.gpu_cap = quota;
-          }
-        }
-        int narrowest = 0;
-        for (const engine::TaskView& v : world.tasks) {
-          if (!v.arrived || v.done || v.profile.empty()) continue;
-          int least = v.profile.front().gpus;
-          for (const planner::Config& c : v.profile) least = std::min(least, c.gpus);
-          narrowest = std::max(narrowest, least);
-        }
-        world.gpu_cap = std::min(quota, std::max({launch_cap, held_now, narrowest}));
-        if (options_.metrics != nullptr) {
-          options_.metrics->gpu_share.Add({{"msj", key}}).Set(launch_cap);
-        }
-        if (std::find(update->changed.begin(), update->changed.end(), key) !=
-            update->changed.end()) {
-          Log(LogLevel::kInfo, "Cluster share",
-              {{"job", key}, {"cap", std::to_string(launch_cap)}, {"reason", share.reason}});
-          Event(ctx, kube::EventType::kNormal, "ClusterShare", "Share",
-                "may hold " + std::to_string(launch_cap) + " GPUs: " + share.reason);
-        }
+      world.gpu_cap = std::min(quota, std::max({launch_cap, held_now, narrowest}));
+      if (options_.metrics != nullptr) {
+        options_.metrics->gpu_share.Add({{"msj", key}}).Set(launch_cap);
+      }
+      if (std::find(update->changed.begin(), update->changed.end(), key) != update->changed.end()) {
+        Log(LogLevel::kInfo, "Cluster share",
+            {{"job", key}, {"cap", std::to_string(launch_cap)}, {"reason", share.reason}});
+        Event(ctx, kube::EventType::kNormal, "ClusterShare", "Share",
+              "may hold " + std::to_string(launch_cap) + " GPUs: " + share.reason);
       }
     }
   }
-  // 3b. The engine's step over the job's world: it finds what changed since it
-  // last planned (capacity, the cap, arrivals, finishes, measured speed, the
-  // interval), re-plans when that calls for it, and says which gangs stop and
-  // which launch. This reconciler applies exactly that.
+  return OkStatus();
+}
+
+// A running gang the share's decision shrinks to give its GPUs to other jobs is
+// stopped gracefully (its ranks checkpoint), once per decision, and the job
+// plans it again within its share when its ranks are gone.
+Status Reconciler::StopShrunkGangs(JobContext& ctx, const engine::JobShare& share, int* held_now) {
+  JobState& st = *ctx.state;
+  if (share.decision <= st.applied_share_decision) return OkStatus();
+  const std::string& key = ctx.key;
+  const std::string& resource = ctx.resource;
+  const int launch_cap = ctx.launch_cap;
+  std::map<std::string, LiveGang>& live = ctx.live;
+  std::map<std::string, TaskObservation>& observed = ctx.observed;
+  std::vector<NodeCapacity>& capacity = ctx.capacity;
+  st.applied_share_decision = share.decision;
+  for (const engine::ShareShrink& shrink : share.shrinks) {
+    if ((*held_now) <= launch_cap) break;  // within its share again
+    auto lv = live.find(shrink.task);
+    auto ob = observed.find(shrink.task);
+    if (lv == live.end() || ob == observed.end() || !ob->second.gang ||
+        ob->second.gang->generation != lv->second.generation ||
+        lv->second.config.gpus != shrink.from_gpus) {
+      continue;  // not running as the decision saw it
+    }
+    const GangObservation& g = *ob->second.gang;
+    const std::string gang_label = GangLabelValue(shrink.task, g.generation);
+    const std::string to =
+        shrink.to_gpus > 0 ? std::to_string(shrink.to_gpus) + " GPUs" : "the queue";
+    Log(LogLevel::kInfo, "Stopping gang the cluster share shrinks",
+        {{"job", key}, {"task", shrink.task}, {"gang", gang_label}, {"to", to}});
+    std::string note = "stopping " + gang_label;
+    note += " (" + std::to_string(shrink.from_gpus) + " GPUs) to " + to;
+    note += ": the cluster share gives its GPUs to other jobs; it checkpoints first";
+    Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale", note);
+    ORRERY_RETURN_IF_ERROR(StopForRescale(ctx, shrink.task, g, "share"));
+    st.share_stopped[shrink.task] = g.generation;
+    for (const Json& p : ctx.gang_pods) {  // its ranks hold their GPUs until gone
+      if (Label(p, kGangLabel) != gang_label || PodFinished(p)) continue;
+      for (NodeCapacity& n : capacity) {
+        if (n.name == PodNode(p)) n.foreign += PodGpuRequest(p, resource);
+      }
+    }
+    (*held_now) -= static_cast<int>(lv->second.config.nodes.size());
+    live.erase(lv);
+    ctx.share_stopped_now = true;
+  }
+  if (ctx.share_stopped_now) {
+    ctx.wi.live = live;
+    ctx.world = BuildWorldView(ctx.wi);
+    ctx.world.gpu_cap = ctx.quota;
+  }
+  return OkStatus();
+}
+
+// The engine's step over the job's world: it finds what changed since it last
+// planned (capacity, the cap, arrivals, finishes, measured speed, the interval),
+// re-plans when that calls for it, and says which gangs stop and which launch.
+// This reconciler applies exactly that.
+void Reconciler::StepEngine(JobContext& ctx) {
+  const std::string& key = ctx.key;
+  JobState& st = *ctx.state;
+  const engine::WorldView& world = ctx.world;
+  const std::map<std::string, LiveGang>& live = ctx.live;
+  const std::vector<TaskConfigs>& configs = ctx.configs;
+  const std::vector<NodeCapacity>& capacity = ctx.capacity;
+  const double now = ctx.now;
   engine::StepInput in;
   in.world = world;
   // Measured speed: what a live gang reports against its configuration's
@@ -1046,7 +1183,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
     if (auto it = st.speed.find(v.name); it != st.speed.end()) v.speed_factor = it->second;
   }
   for (size_t t = 0; t < world.tasks.size(); ++t) {
-    if (blocked.count(world.tasks[t].name) > 0) in.blocked.insert(t);
+    if (ctx.blocked.count(world.tasks[t].name) > 0) in.blocked.insert(t);
   }
   // GPUs free for launches now: each node's, less what the job's live gangs
   // hold there (the world counts them as the job's own).
@@ -1062,14 +1199,15 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   // Every GPU the job's gang pods hold (until they are gone) or will hold
   // (created, not yet in the cache) counts against its cap.
   int held = 0;
-  for (const Json& p : gang_pods) {
-    if (!PodFinished(p)) held += PodGpuRequest(p, resource);
+  for (const Json& p : ctx.gang_pods) {
+    if (!PodFinished(p)) held += PodGpuRequest(p, ctx.resource);
   }
   for (const auto& [task, e] : st.expected) held += static_cast<int>(e.gang.config.nodes.size());
-  in.launch_budget = std::max(0, launch_cap - held);
-  if (share_stopped_now || st.replan_now) in.also = engine::Trigger::kCapacityChanged;
+  in.launch_budget = std::max(0, ctx.launch_cap - held);
+  if (ctx.share_stopped_now || st.replan_now) in.also = engine::Trigger::kCapacityChanged;
   st.replan_now = false;
-  engine::StepResult step = st.engine->Step(in);
+  ctx.step = st.engine->Step(in);
+  const engine::StepResult& step = ctx.step;
   const char* trigger = step.trigger ? engine::TriggerName(*step.trigger) : "none";
   if (!step.error.ok()) {
     Log(LogLevel::kWarning, "Planning failed",
@@ -1085,7 +1223,6 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
     options_.metrics->replans.Add({{"msj", key}, {"adopted", d.adopted ? "true" : "false"}})
         .Increment();
   }
-  const std::optional<planner::Plan>& plan = st.engine->current_plan();
   if (step.decision && step.decision->adopted) {
     const engine::Decision& d = *step.decision;
     api::PlanStatus ps;
@@ -1102,11 +1239,23 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
                   static_cast<long long>(ps.revision), trigger, ps.makespan_seconds, 100 * ps.gap);
     Event(ctx, kube::EventType::kNormal, "PlanAdopted", "Plan", note);
   }
+}
+
+Status Reconciler::ApplyStops(JobContext& ctx) {
+  const std::string& key = ctx.key;
+  JobState& st = *ctx.state;
+  const engine::WorldView& world = ctx.world;
+  const std::map<std::string, LiveGang>& live = ctx.live;
+  const std::map<std::string, TaskObservation>& observed = ctx.observed;
+  const std::vector<TaskConfigs>& configs = ctx.configs;
+  const double now = ctx.now;
+  const int quota = ctx.quota;
+  const std::optional<planner::Plan>& plan = st.engine->current_plan();
   // The running gangs the engine stops (the plan moves them, or the job holds
   // more GPUs than its quota or share allows) are stopped gracefully: their
   // ranks checkpoint on SIGTERM and each task waits for them, then relaunches
   // as planned from that checkpoint.
-  for (const engine::StopAction& stop : step.stops) {
+  for (const engine::StopAction& stop : ctx.step.stops) {
     if (stop.task >= world.tasks.size() || !plan || stop.task >= plan->assignments.size()) continue;
     const engine::TaskView& v = world.tasks[stop.task];
     auto lv = live.find(v.name);
@@ -1139,10 +1288,15 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
     }
     Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale",
           stop_note + "; it checkpoints first");
-    ORRERY_RETURN_IF_ERROR(stop_for_rescale(v.name, g, why));
+    ORRERY_RETURN_IF_ERROR(StopForRescale(ctx, v.name, g, why));
   }
+  return OkStatus();
+}
 
-  // 4. Launch the gangs the step chose, on the nodes it chose.
+Status Reconciler::ApplyLaunches(JobContext& ctx) {
+  const api::ModelSelectionJob& job = ctx.loaded.job;
+  JobState& st = *ctx.state;
+  const std::map<std::string, TaskObservation>& observed = ctx.observed;
   // The job's first gang says where its state lives, once: a gang seen, made,
   // or recorded in the status (a restarted operator, a resumed suspend) means
   // an earlier pass said it already.
@@ -1153,33 +1307,39 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
       launched_before = launched_before || ts.config.has_value() || ts.restarts > 0;
     }
   }
-  for (const engine::LaunchAction& l : step.launches) {
-    const TaskConfigs& tc = configs[l.task];
+  for (const engine::LaunchAction& l : ctx.step.launches) {
+    const TaskConfigs& tc = ctx.configs[l.task];
     if (l.config < 0 || static_cast<size_t>(l.config) >= tc.configs.size()) continue;
     std::vector<std::string> placement;
     for (const planner::GpuSlot& g : l.gpus) {
-      placement.push_back(world.nodes[static_cast<size_t>(g.node)].name);
+      placement.push_back(ctx.world.nodes[static_cast<size_t>(g.node)].name);
     }
     ORRERY_RETURN_IF_ERROR(
         LaunchGang(ctx, l.task, tc, l.config, placement, observed, &launched_before));
   }
+  return OkStatus();
+}
 
+// Status from what the cache shows now (the next reconcile sees new pods), and
+// when to come back.
+StatusOr<kube::Result> Reconciler::FinishPass(JobContext& ctx) {
   // 5. Status from what the cache shows now (the next reconcile sees new pods).
   // A Conflict means the cache is behind our own last write: a quiet requeue.
   kube::Result result;
-  Status written = WriteStatus(ctx, observed, profiling);
+  Status written = WriteStatus(ctx, ctx.observed, ctx.profiling);
   if (kube::IsConflict(written)) {
     result.requeue = true;
   } else if (!written.ok()) {
     return written;
   }
   bool finished = true;
-  for (const api::ExpandedTask& t : ctx.loaded.tasks) finished = finished && done.count(t.name) > 0;
+  for (const api::ExpandedTask& t : ctx.loaded.tasks)
+    finished = finished && ctx.done.count(t.name) > 0;
   if (!finished) {
     // Back when the engine wants to be asked again (its next periodic
     // re-plan), and at least every kRequeueWhileActive for progress.
     result.requeue_after = kRequeueWhileActive;
-    const double wait_s = step.next_step_at - now;
+    const double wait_s = ctx.step.next_step_at - ctx.now;
     if (wait_s >= 0 && wait_s < ToSeconds(kRequeueWhileActive)) {
       result.requeue_after = std::chrono::duration_cast<std::chrono::seconds>(
           std::chrono::duration<double>(std::ceil(std::max(1.0, wait_s))));

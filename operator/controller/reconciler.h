@@ -238,6 +238,28 @@ class Reconciler {
                     const std::vector<std::string>& placement,
                     const std::map<std::string, TaskObservation>& observed, bool* launched_before);
 
+  // Reconcile's phases, in order; each reads and extends the pass's JobContext.
+  StatusOr<kube::Result> RejectInvalid(const std::string& key, const kube::Object& object,
+                                       const Status& why);
+  void ReadCluster(JobContext& ctx);
+  Status ReadProfiles(JobContext& ctx, ProfileTable* table);
+  void CountCapacity(JobContext& ctx);
+  Status RequestProfiles(JobContext& ctx, const ProfileTable& table);
+  void ObserveGangs(JobContext& ctx);
+  Status ObserveTask(JobContext& ctx, size_t task_index);
+  Status TearDownFailedGang(JobContext& ctx, const std::string& task, const GangObservation& g);
+  void SettleStoppedGangs(JobContext& ctx);
+  void BuildWorld(JobContext& ctx);
+  Status ApplyClusterShare(JobContext& ctx);
+  Status StopShrunkGangs(JobContext& ctx, const engine::JobShare& share, int* held_now);
+  void StepEngine(JobContext& ctx);
+  Status ApplyStops(JobContext& ctx);
+  Status ApplyLaunches(JobContext& ctx);
+  StatusOr<kube::Result> FinishPass(JobContext& ctx);
+  void RescaleStarted(JobContext& ctx, const std::string& task, int generation, const char* reason);
+  Status StopForRescale(JobContext& ctx, const std::string& task, const GangObservation& g,
+                        const char* reason);
+
   kube::Client* client_;
   Caches caches_;
   ReconcilerOptions options_;

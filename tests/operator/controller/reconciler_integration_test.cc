@@ -6,7 +6,10 @@
 // Reconcile before the cache has seen the pods creates nothing; when the test
 // marks the pods Succeeded (as the kubelet would), further Reconciles start the
 // remaining tasks and finally move every task and the job to Succeeded.
+// QuotaEditTest: a running job's gpuQuota edited 16 -> 8 stops what exceeds it
+// within one pass, with an event; 8 -> 24 launches within the next.
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <thread>
 
@@ -64,6 +67,70 @@ spec:
     gpuCounts: [1, 2]
 )";
 
+// The job's pods (gangs and profile gangs) as the server holds them now.
+std::vector<kube::Object> JobPods(kube::Client& client, const std::string& ns,
+                                  const std::string& job) {
+  kube::ListOptions o;
+  o.label_selector = std::string(kJobLabel) + "=" + LabelValue(job);
+  auto list = client.List(kube::Pods(), ns, o);
+  EXPECT_TRUE(list.ok()) << list.status();
+  std::vector<kube::Object> pods;
+  if (list.ok()) {
+    for (const kube::Object& p : (*list)["items"]) pods.push_back(p);
+  }
+  return pods;
+}
+
+// The reconciler's four caches over a real API server, started and synced.
+struct PlaneCaches {
+  PlaneCaches(kube::Client* client, const std::string& job_ns, const std::string& profile_ns)
+      : jobs(client, ModelSelectionJobs(), In(job_ns)),
+        pods(client, kube::Pods()),
+        nodes(client, kube::Nodes()),
+        configmaps(client, kube::ConfigMaps(), In(profile_ns)) {}
+  ~PlaneCaches() {
+    for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) i->Stop();
+  }
+  static kube::InformerOptions In(const std::string& ns) {
+    kube::InformerOptions o;
+    o.ns = ns;
+    return o;
+  }
+  // Starts them; true once each has listed, the job is in, and `min_nodes`
+  // nodes and the profile ConfigMap are seen.
+  bool Start(const std::string& job_key, size_t min_nodes) {
+    for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) i->Start();
+    for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) {
+      if (!i->WaitForSync(std::chrono::seconds(30))) return false;
+    }
+    return WaitUntil([&] { return jobs.store().Get(job_key) != nullptr; }) &&
+           WaitUntil([&] { return nodes.store().Size() >= min_nodes; }) && WaitUntil([&] {
+             return configmaps.store().Get(
+                        kube::KeyFor(kProfileNamespace, kProfileConfigMapName)) != nullptr;
+           });
+  }
+  Caches caches() { return {&jobs.store(), &pods.store(), &nodes.store(), &configmaps.store()}; }
+  kube::Informer jobs, pods, nodes, configmaps;
+};
+
+// Events on the server, as the operator's recorder writes them.
+std::unique_ptr<kube::EventRecorder> Recorder(kube::Client* client, const std::string& instance) {
+  kube::EventRecorderOptions o;
+  o.reporting_instance = instance;
+  return std::make_unique<kube::EventRecorder>(client, o);
+}
+
+// What both tests configure: the profile namespace, a short solver limit, a
+// fixed clock text, events through `recorder`.
+ReconcilerOptions PlaneOptions(kube::EventRecorder* recorder) {
+  ReconcilerOptions options;
+  options.profile_namespace = kProfileNamespace;
+  options.engine.solver_time_limit_s = 2;
+  options.now_rfc3339 = [] { return std::string("2026-01-01T00:00:00Z"); };
+  options.events = recorder;
+  return options;
+}
+
 class ReconcilerIntegrationTest : public orrery::testing::ControlPlaneTest {
  protected:
   static void SetUpTestSuite() {
@@ -95,18 +162,7 @@ class ReconcilerIntegrationTest : public orrery::testing::ControlPlaneTest {
     ASSERT_TRUE(testutil::CreateReadyGpuNode(*client_, name, gpus, kGpu).ok());
   }
 
-  // The job's gang pods as the server holds them now.
-  std::vector<kube::Object> ServerPods() {
-    kube::ListOptions o;
-    o.label_selector = std::string(kJobLabel) + "=" + LabelValue("small");
-    auto list = client_->List(kube::Pods(), kNamespace, o);
-    EXPECT_TRUE(list.ok()) << list.status();
-    std::vector<kube::Object> pods;
-    if (list.ok()) {
-      for (const kube::Object& p : (*list)["items"]) pods.push_back(p);
-    }
-    return pods;
-  }
+  std::vector<kube::Object> ServerPods() { return JobPods(*client_, kNamespace, "small"); }
 
   // Waits until `informer` holds `rv` of `key` (or any version when rv is "").
   static bool CacheHas(const kube::Informer& informer, const std::string& key,
@@ -126,34 +182,15 @@ bool ReconcilerIntegrationTest::ready_ = false;
 std::string ReconcilerIntegrationTest::setup_output_;
 
 TEST_F(ReconcilerIntegrationTest, GangsRunOnPlannedNodesAndTheJobSucceeds) {
-  kube::InformerOptions in_job_ns, in_profile_ns;
-  in_job_ns.ns = kNamespace;
-  in_profile_ns.ns = kProfileNamespace;
-  kube::Informer jobs(client_.get(), ModelSelectionJobs(), in_job_ns);
-  kube::Informer pods(client_.get(), kube::Pods());
-  kube::Informer nodes(client_.get(), kube::Nodes());
-  kube::Informer configmaps(client_.get(), kube::ConfigMaps(), in_profile_ns);
-  for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) i->Start();
-  for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) {
-    ASSERT_TRUE(i->WaitForSync(std::chrono::seconds(30)));
-  }
   const std::string key = kube::KeyFor(kNamespace, "small");
-  ASSERT_TRUE(CacheHas(jobs, key, ""));
-  ASSERT_TRUE(WaitUntil([&] { return nodes.store().Size() >= 2; }));
-  ASSERT_TRUE(CacheHas(configmaps, kube::KeyFor(kProfileNamespace, kProfileConfigMapName), ""));
+  PlaneCaches cache(client_.get(), kNamespace, kProfileNamespace);
+  ASSERT_TRUE(cache.Start(key, 2));
+  kube::Informer& jobs = cache.jobs;
+  kube::Informer& pods = cache.pods;
 
+  auto recorder = Recorder(client_.get(), "reconciler-test");
   FakeClock clock;
-  ReconcilerOptions options;
-  options.profile_namespace = kProfileNamespace;
-  options.engine.solver_time_limit_s = 2;
-  options.now_rfc3339 = [] { return std::string("2026-01-01T00:00:00Z"); };
-  kube::EventRecorderOptions event_options;
-  event_options.reporting_instance = "reconciler-test";
-  kube::EventRecorder recorder(client_.get(), event_options);
-  options.events = &recorder;
-  Reconciler reconciler(client_.get(),
-                        {&jobs.store(), &pods.store(), &nodes.store(), &configmaps.store()},
-                        options, &clock);
+  Reconciler reconciler(client_.get(), cache.caches(), PlaneOptions(recorder.get()), &clock);
 
   auto first = reconciler.Reconcile(key);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -258,8 +295,176 @@ TEST_F(ReconcilerIntegrationTest, GangsRunOnPlannedNodesAndTheJobSucceeds) {
   const std::string uid = (*job_after)["metadata"].value("uid", "");
   ASSERT_FALSE(uid.empty());
   EXPECT_NE(locations[0].find("/small-" + uid + "/<task>"), std::string::npos) << locations[0];
+}
 
-  for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) i->Stop();
+// A platform engineer edits a running job's gpuQuota (held out by the issue
+// that asked for it: 16 -> 8 -> 24 on a real API server). Down: one pass stops
+// the gangs over the new quota (gracefully: deleted, to checkpoint) and says
+// so in an event; up: the next pass re-plans and launches onto the room.
+// kSmallJob (three tasks) made longer and wider: up to 8 GPUs a task, profiled
+// at 1, 2, 4 and 8, a quota of 16, and steps enough to outlast the test.
+const char* kQuotaNamespace = "ctl-quota";
+std::string QuotaJobYaml() {
+  std::string yaml = kSmallJob;
+  auto swap = [&](const std::string& from, const std::string& to) {
+    size_t at = yaml.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) yaml.replace(at, from.size(), to);
+  };
+  swap("name: small\n  namespace: ctl-reconcile", "name: sweep\n  namespace: ctl-quota");
+  swap("steps: 100,", "steps: 1000000,");
+  swap("steps: 50,", "steps: 1000000,");
+  swap("gpuQuota: 4", "gpuQuota: 16");
+  swap("max: 2}", "max: 8}");
+  swap("gpuCounts: [1, 2]", "gpuCounts: [1, 2, 4, 8]");
+  return yaml;
+}
+
+class QuotaEditTest : public orrery::testing::ControlPlaneTest {
+ protected:
+  void SetUp() override {
+    ControlPlaneTest::SetUp();
+    std::string out;
+    ASSERT_TRUE(testutil::InstallJobCrd(*plane(), &out)) << out;
+    client_ = kube::testutil::PlaneClient(*plane());
+    ASSERT_NE(client_, nullptr);
+    for (const char* ns : {kQuotaNamespace, kProfileNamespace}) {
+      ASSERT_TRUE(kube::testutil::CreateNamespace(*client_, ns).ok());
+    }
+    for (const char* node : {"pool-a", "pool-b", "pool-c"}) {
+      ASSERT_TRUE(testutil::CreateReadyGpuNode(*client_, node, 8, kGpu).ok());
+    }
+    auto loaded = api::LoadJobText(QuotaJobYaml());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    loaded_ = *loaded;
+    // Linear speed-up: more GPUs always shorten a task, so the plan uses the quota.
+    ProfileTable table =
+        testutil::DdpProfiles(loaded_, {1, 2, 4, 8}, [](int g) { return 100.0 * g; });
+    ASSERT_TRUE(testutil::StoreProfiles(*client_, table, kProfileNamespace).ok());
+    auto created = testutil::CreateJob(*client_, loaded_.job, kQuotaNamespace);
+    ASSERT_TRUE(created.ok()) << created.status();
+  }
+
+  // GPUs the job's pods hold on the server: every pod not finished and not
+  // being deleted (one GPU per rank).
+  int HeldOnServer() {
+    int gpus = 0;
+    for (const kube::Object& p : ServerPods()) {
+      if (p["metadata"].contains("deletionTimestamp")) continue;
+      std::string phase = p["status"].value("phase", "");
+      if (phase != "Succeeded" && phase != "Failed") ++gpus;
+    }
+    return gpus;
+  }
+  std::vector<kube::Object> ServerPods() { return JobPods(*client_, kQuotaNamespace, "sweep"); }
+  // The kubelet's part: every pod of the job runs.
+  void RunPods() {
+    for (const kube::Object& p : ServerPods()) {
+      if (p["status"].value("phase", "") == "Running") continue;
+      kube::PatchOptions po;
+      po.subresource = "status";
+      auto patched =
+          client_->Patch(kube::Pods(), kQuotaNamespace, p["metadata"]["name"],
+                         kube::PatchType::kMerge, {{"status", {{"phase", "Running"}}}}, po);
+      ASSERT_TRUE(patched.ok()) << patched.status();
+    }
+  }
+  void SetQuota(int gpus) {
+    auto patched =
+        client_->Patch(ModelSelectionJobs(), kQuotaNamespace, "sweep", kube::PatchType::kMerge,
+                       {{"spec", {{"resources", {{"gpuQuota", gpus}}}}}}, {});
+    ASSERT_TRUE(patched.ok()) << patched.status();
+  }
+  // Waits until the informers hold exactly what the server holds.
+  void CatchUp(kube::Informer& jobs, kube::Informer& pods) {
+    std::vector<kube::Object> server = ServerPods();
+    ASSERT_TRUE(WaitUntil([&] {
+      int cached = 0;
+      for (const kube::ObjectPtr& p : pods.store().List()) {
+        cached += (*p)["metadata"]["namespace"] == kQuotaNamespace ? 1 : 0;
+      }
+      return cached == static_cast<int>(server.size());
+    }));
+    for (const kube::Object& p : server) {
+      ASSERT_TRUE(WaitUntil([&] {
+        kube::ObjectPtr o = pods.store().Get(kube::KeyOf(p));
+        return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(p);
+      }));
+    }
+    auto job = client_->Get(ModelSelectionJobs(), kQuotaNamespace, "sweep");
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_TRUE(WaitUntil([&] {
+      kube::ObjectPtr o = jobs.store().Get(kube::KeyFor(kQuotaNamespace, "sweep"));
+      return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(*job);
+    }));
+  }
+  std::vector<std::string> EventNotes(const std::string& reason) {
+    std::vector<std::string> notes;
+    auto events = client_->List(kube::Events(), kQuotaNamespace, {});
+    EXPECT_TRUE(events.ok()) << events.status();
+    if (!events.ok()) return notes;
+    for (const kube::Object& e : (*events)["items"]) {
+      if (e.value("reason", "") == reason) notes.push_back(e.value("note", ""));
+    }
+    return notes;
+  }
+
+  std::unique_ptr<kube::RestClient> client_;
+  api::LoadedJob loaded_;
+};
+
+TEST_F(QuotaEditTest, SixteenToEightFreesTheExcessInOnePassAndEightToTwentyFourLaunches) {
+  const std::string key = kube::KeyFor(kQuotaNamespace, "sweep");
+  PlaneCaches cache(client_.get(), kQuotaNamespace, kProfileNamespace);
+  ASSERT_TRUE(cache.Start(key, 3));
+  kube::Informer& jobs = cache.jobs;
+  kube::Informer& pods = cache.pods;
+
+  auto recorder = Recorder(client_.get(), "quota-test");
+  FakeClock clock;
+  ReconcilerOptions options = PlaneOptions(recorder.get());
+  options.engine.switch_cost_s = 1;
+  Reconciler reconciler(client_.get(), cache.caches(), options, &clock);
+
+  ASSERT_TRUE(reconciler.Reconcile(key).ok());
+  const int first = HeldOnServer();
+  EXPECT_GT(first, 8) << "the plan should use more than the later quota";
+  EXPECT_LE(first, 16);
+  RunPods();
+  CatchUp(jobs, pods);
+  clock.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(reconciler.Reconcile(key).ok());  // the gangs run
+  ASSERT_EQ(HeldOnServer(), first);
+
+  // 16 -> 8: within one pass, what exceeds the quota is stopped.
+  SetQuota(8);
+  CatchUp(jobs, pods);
+  ASSERT_TRUE(reconciler.Reconcile(key).ok());
+  EXPECT_LE(HeldOnServer(), 8) << "the gangs left hold at most the new quota";
+  std::vector<std::string> rescales = EventNotes("Rescale");
+  ASSERT_FALSE(rescales.empty()) << "a stop for the quota is an event on the job";
+  bool names_quota = false;
+  for (const std::string& n : rescales) names_quota |= n.find("quota of 8") != std::string::npos;
+  EXPECT_TRUE(names_quota) << rescales.back();
+  // The stopped ranks checkpoint and go; a pass launches nothing over the quota.
+  CatchUp(jobs, pods);
+  clock.Advance(std::chrono::seconds(10));
+  ASSERT_TRUE(reconciler.Reconcile(key).ok());
+  EXPECT_LE(HeldOnServer(), 8);
+
+  // 8 -> 24: the next pass re-plans and launches onto the room.
+  RunPods();
+  CatchUp(jobs, pods);
+  const int before = HeldOnServer();
+  SetQuota(24);
+  CatchUp(jobs, pods);
+  ASSERT_TRUE(reconciler.Reconcile(key).ok());
+  const int after = HeldOnServer();
+  EXPECT_GT(after, before) << "a higher quota launches within one pass";
+  EXPECT_GT(after, 8);
+  EXPECT_LE(after, 24);
+  std::cout << "GPUs held: " << first << " at quota 16, " << before << " at 8, " << after
+            << " at 24\n";
 }
 
 }  // namespace
