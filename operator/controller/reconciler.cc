@@ -636,7 +636,7 @@ StatusOr<kube::Result> Reconciler::RejectInvalid(const std::string& key, const k
   api::ModelSelectionJobStatus next = status;
   next.phase = api::Phase::kFailed;
   next.observed_generation = job.metadata.generation;
-  std::string message = why.message();
+  const std::string& message = why.message();
   bool found = false;
   for (api::Condition& c : next.conditions) {
     if (c.type != "Degraded") continue;
