@@ -130,22 +130,20 @@ int64_t Model::NumParameters() const {
 
 std::vector<std::pair<std::string, std::string>> ShareTiedParameters(
     Model& model, const std::vector<std::pair<std::string, std::string>>& tied) {
-  std::vector<std::pair<std::string, std::string>> shared;
+  std::vector<std::pair<std::string, std::string>> apart;
   for (const auto& [first, second] : tied) {
     at::Tensor value;
     for (auto& [name, p] : model.NamedParameters())
       if (name == first) value = p;
-    if (!value.defined()) continue;
-    for (auto& layer : model.layers) {
+    bool shared = false;
+    for (size_t l = 0; value.defined() && !shared && l < model.layers.size(); ++l) {
       bool holds = false;
-      for (auto& [name, p] : layer->NamedParameters()) holds = holds || name == second;
-      if (holds && layer->ShareParameter(second, value)) {
-        shared.emplace_back(first, second);
-        break;
-      }
+      for (auto& [name, p] : model.layers[l]->NamedParameters()) holds = holds || name == second;
+      shared = holds && model.layers[l]->ShareParameter(second, value);
     }
+    if (!shared) apart.emplace_back(first, second);
   }
-  return shared;
+  return apart;
 }
 
 at::Tensor Model::Forward(const at::Tensor& inputs) const {

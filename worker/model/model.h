@@ -201,8 +201,8 @@ StatusOr<Model> BuildModel(const ModelConfig& config);
 
 // Makes each pair of `tied` whose two parameters are both in `model` one tensor
 // (the second name's layer takes the first's tensor; their values must be
-// equal, as a tied model's are). Returns the pairs made one; the others (one
-// side elsewhere) are left to SumTiedGradients.
+// equal, as a tied model's are). Returns the pairs it could not make one (one
+// side elsewhere): what the caller still sums with SumTiedGradients.
 std::vector<std::pair<std::string, std::string>> ShareTiedParameters(
     Model& model, const std::vector<std::pair<std::string, std::string>>& tied);
 

@@ -512,10 +512,7 @@ class HybridStrategy final : public Strategy {
     // A tied pair on this stage, unsliced (tp = 1), is one tensor: one gradient,
     // one update (and, under dp, one all-reduce). Pairs split across stages or
     // sliced by tensor parallelism keep two copies (SumTiedGradients, folds).
-    if (layout_.tp == 1) {
-      for (const auto& pair : model::ShareTiedParameters(stage_, tied_))
-        tied_.erase(std::find(tied_.begin(), tied_.end(), pair));
-    }
+    if (layout_.tp == 1) tied_ = model::ShareTiedParameters(stage_, tied_);
     for (auto& [name, p] : stage_.DistinctParameters()) params_.push_back(p);
     for (const auto& p : params_) info_.peak_device_parameter_bytes += 2 * Bytes(p);
     optimizer_ = std::make_unique<Optimizer>(opt, params_, std::vector<at::Tensor>{},

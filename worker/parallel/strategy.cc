@@ -415,8 +415,7 @@ class SingleStrategy final : public Strategy {
         precision_(std::move(precision)) {
     // A tied pair is one tensor here: one gradient (autograd adds both uses),
     // one optimizer update, as transformers' tied model.
-    for (const auto& pair : model::ShareTiedParameters(model_, tied_))
-      tied_.erase(std::find(tied_.begin(), tied_.end(), pair));
+    tied_ = model::ShareTiedParameters(model_, tied_);
     std::map<const c10::TensorImpl*, size_t> index;
     for (auto& [name, p] : model_.NamedParameters()) {
       shapes_[name] = p.sizes().vec();
