@@ -73,6 +73,9 @@ struct Scale {
   int jobs = EnvInt("ORRERY_SCALE_JOBS", 50);
   int tasks = EnvInt("ORRERY_SCALE_TASKS", 20);
   int train_seconds = EnvInt("ORRERY_SCALE_TRAIN_SECONDS", 5);
+  // Reconcile workers of the operator (its --workers): passes of different
+  // jobs run in parallel.
+  int workers = EnvInt("ORRERY_SCALE_WORKERS", 4);
   // A job's quota: its share of 90% of the cluster, so a gang torn down by a
   // node loss finds room elsewhere without waiting for another to finish.
   int Quota() const { return std::max(1, nodes * gpus * 9 / 10 / jobs); }
@@ -256,7 +259,7 @@ double HistogramQuantile(const std::string& text, const std::string& name, doubl
 
 class OperatorProcess {
  public:
-  OperatorProcess(const std::string& kubeconfig, const std::string& log) : log_(log) {
+  OperatorProcess(const std::string& kubeconfig, const std::string& log, int workers) : log_(log) {
     std::vector<std::string> argv = {kOrrery,
                                      "operator",
                                      "--kubeconfig=" + kubeconfig,
@@ -266,7 +269,8 @@ class OperatorProcess {
                                      "--profile-namespace=" + std::string(kOperatorNamespace),
                                      "--solver-time-limit=2s",
                                      "--gpu-resource=" + std::string(kGpu),
-                                     "--namespace=" + std::string(kNamespace)};
+                                     "--namespace=" + std::string(kNamespace),
+                                     "--workers=" + std::to_string(workers)};
     auto p = local::Process::Spawn(argv, {{"POD_NAME", "scale"}}, log, /*capture_stdout=*/false);
     if (p.ok()) process_.emplace(std::move(*p));
     started_at_ = SteadyClock::now();
@@ -530,8 +534,8 @@ TEST_F(OperatorScaleTest, PlacesEveryGangSurvivesNodeLossAndRestartAndFinishes) 
   auto remaining = [&] { return budget_s - Seconds(SteadyClock::now() - test_start); };
   std::cout << "[scale] " << scale.nodes << " nodes x " << scale.gpus << " GPUs, " << scale.jobs
             << " jobs x " << scale.tasks << " tasks, quota " << scale.Quota()
-            << " GPUs per job, gangs end after " << scale.train_seconds << " s Running"
-            << std::endl;
+            << " GPUs per job, gangs end after " << scale.train_seconds << " s Running, "
+            << scale.workers << " reconcile workers" << std::endl;
 
   // 1. The nodes, Ready under kwok.
   auto t0 = SteadyClock::now();
@@ -569,8 +573,8 @@ TEST_F(OperatorScaleTest, PlacesEveryGangSurvivesNodeLossAndRestartAndFinishes) 
             << Seconds(SteadyClock::now() - applied) << " s" << std::endl;
 
   Sampler sampler(kube::testutil::PlaneClient(*plane()), scale.gpus, scale.Quota());
-  auto op =
-      std::make_unique<OperatorProcess>(plane()->kubeconfig(), (dir_ / "operator-1.log").string());
+  auto op = std::make_unique<OperatorProcess>(plane()->kubeconfig(),
+                                              (dir_ / "operator-1.log").string(), scale.workers);
   ASSERT_TRUE(op->started());
   ASSERT_TRUE(WaitUntil([&] { return op->MetricsPort() > 0; }, 60, 0.2)) << op->LogTail();
 
@@ -633,7 +637,8 @@ TEST_F(OperatorScaleTest, PlacesEveryGangSurvivesNodeLossAndRestartAndFinishes) 
   PrintFigures("operator 1 (first wave)", *op, first_stats, first_metrics);
   op->process().Signal(SIGKILL);
   op->process().WaitOrKill(10);
-  op = std::make_unique<OperatorProcess>(plane()->kubeconfig(), (dir_ / "operator-2.log").string());
+  op = std::make_unique<OperatorProcess>(plane()->kubeconfig(), (dir_ / "operator-2.log").string(),
+                                         scale.workers);
   ASSERT_TRUE(op->started());
   ASSERT_TRUE(WaitUntil([&] { return op->MetricsPort() > 0; }, 60, 0.2)) << op->LogTail();
   auto restart_at = SteadyClock::now();

@@ -4,6 +4,7 @@
 
 #include "operator/controller/names.h"
 #include "operator/engine/worker_command.h"
+#include "worker/contract/templates.h"
 
 namespace orrery::controller {
 namespace {
@@ -48,7 +49,11 @@ const Json* WorkerTerminated(const Json& pod) {
 contract::ProfileEntry ProfileKey(const ProfileRequest& r) {
   contract::ProfileEntry e;
   e.signature = engine::ModelSignature(r.task->task);
-  e.template_name = std::string(api::EnumName(r.template_));
+  // The template the worker runs (contract::WorkerTemplate: one rank of ddp,
+  // fsdp or tensor is the single-process loop), as the local world keys its
+  // cache file: one trial serves every template that runs alike, and an entry
+  // either world writes is found by the other.
+  e.template_name = contract::WorkerTemplate(api::EnumName(r.template_), r.gpus);
   e.gpus = r.gpus;
   e.batch_size = r.batch_size > 0 ? r.batch_size : r.task->task.training.batch_size;
   e.device = r.device;

@@ -11,7 +11,9 @@
 #include "operator/api/defaults.h"
 #include "operator/api/load.h"
 #include "operator/controller/names.h"
+#include "operator/controller/node_filter.h"
 #include "operator/controller/profile_pod.h"
+#include "operator/engine/job_options.h"
 #include "operator/engine/worker_command.h"
 #include "operator/kube/api_error.h"
 #include "worker/contract/templates.h"
@@ -137,16 +139,38 @@ bool NodeReady(const Json& node) {
 
 std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
                                          const std::vector<Json>& pods, const std::string& resource,
-                                         const std::string& own_job) {
+                                         const std::string& own_job,
+                                         const api::ResourcesSpec* admit,
+                                         std::vector<std::string>* refusals) {
+  // GPUs the job's own unfinished gang pods hold, by node.
+  std::map<std::string, int> own_held;
+  for (const Json& p : pods) {
+    if (!own_job.empty() && !PodFinished(p) && IsOrreryGangPod(p) &&
+        Label(p, kJobLabel) == own_job) {
+      own_held[PodNode(p)] += PodGpuRequest(p, resource);
+    }
+  }
   std::map<std::string, NodeCapacity> by_name;
   for (const Json& n : nodes) {
-    if (!NodeReady(n)) continue;
     std::string name = Str(n, "metadata", "name");
     int gpus = 0;
-    if (n["status"].contains("allocatable") && n["status"]["allocatable"].contains(resource)) {
+    if (n.contains("status") && n["status"].contains("allocatable") &&
+        n["status"]["allocatable"].contains(resource)) {
       gpus = Quantity(n["status"]["allocatable"][resource]);
     }
     if (name.empty() || gpus <= 0) continue;
+    std::string refusal = NodeReady(n) ? "" : "node " + name + " is not Ready";
+    if (refusal.empty() && admit != nullptr) refusal = NodeRefusal(n, *admit);
+    if (!refusal.empty()) {
+      if (refusals != nullptr) refusals->push_back(refusal);
+      // The job's gangs already there keep running (a cordon, a new taint
+      // without NoExecute or a short NotReady does not end them): the node
+      // stays in its world with just the GPUs they hold, so nothing new is
+      // placed there.
+      auto own = own_held.find(name);
+      if (own == own_held.end() || own->second <= 0) continue;
+      gpus = std::min(gpus, own->second);
+    }
     by_name[name] = NodeCapacity{name, gpus, 0};
   }
   for (const Json& p : pods) {
@@ -162,12 +186,14 @@ std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
   return out;
 }
 
-std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vector<Json>& pods) {
+std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vector<Json>& pods,
+                                std::time_t now, double grace_s) {
   std::set<std::string> known, lost;
   for (const Json& n : nodes) {
     std::string name = Str(n, "metadata", "name");
     known.insert(name);
-    if (!NodeReady(n)) lost.insert(name);
+    auto unready = UnreadySeconds(n, now);
+    if (unready && *unready >= grace_s) lost.insert(name);
   }
   for (const Json& p : pods) {
     std::string node = Str(p, "spec", "nodeName");
@@ -201,6 +227,19 @@ TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
   return engine::BuildTaskConfigs(spec, task.task, lookup, max_gpus);
 }
 
+int64_t SamplesDone(const api::TaskStatus& status, int64_t task_batch) {
+  const int64_t batch =
+      status.config && status.config->batch_size > 0 ? status.config->batch_size : task_batch;
+  int64_t samples = 0;
+  int64_t from_step = 0;
+  if (status.last_checkpoint && status.last_checkpoint->samples > 0 &&
+      status.last_checkpoint->step <= status.steps_done) {
+    samples = status.last_checkpoint->samples;
+    from_step = status.last_checkpoint->step;
+  }
+  return samples + std::max<int64_t>(0, status.steps_done - from_step) * batch;
+}
+
 engine::WorldView BuildWorldView(const WorldInput& in) {
   engine::WorldView w;
   w.now = in.now;
@@ -221,6 +260,12 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
     int64_t done_steps = sd == in.steps_done.end() ? 0 : sd->second;
     v.remaining_work = static_cast<double>(std::max<int64_t>(0, total - done_steps)) *
                        static_cast<double>(task.task.training.batch_size);
+    if (in.elastic) {
+      auto sa = in.samples_done.find(task.name);
+      const int64_t samples = sa == in.samples_done.end() ? 0 : sa->second;
+      v.remaining_work =
+          static_cast<double>(std::max<int64_t>(0, engine::SampleBudget(task.task) - samples));
+    }
     v.profile = tc.configs;
     v.done = in.done.count(task.name) > 0;
     v.arrived = in.profiling.count(task.name) == 0 && !tc.configs.empty();
@@ -296,7 +341,7 @@ struct Reconciler::JobContext {
   std::map<std::string, TaskObservation> observed;
   TimePoint now_tp;
   double now = 0;
-  std::map<std::string, int64_t> steps_done;
+  std::map<std::string, int64_t> steps_done, samples_done;
   std::set<std::string> done, prior_done;
   std::map<std::string, LiveGang> live;
   std::set<std::string> blocked;  // tasks that must not launch now
@@ -307,6 +352,20 @@ struct Reconciler::JobContext {
   int quota = 0, launch_cap = 0;
   bool share_stopped_now = false;  // a running gang was stopped for the share: plan again
   engine::StepResult step;
+  // 4. Claims (gpu_claims.h): the snapshot the pass counted claims at, the GPUs
+  // free for its launches by node, and whether a claim was refused (another
+  // job took the GPUs since: the next pass plans on a fresh snapshot).
+  uint64_t claims_seq = 0;
+  std::map<std::string, int> launch_free;
+  bool claim_refused = false;
+  uint64_t ticket = 0;  // the pass's snapshot in the ledger (0: none yet)
+  GpuClaims* claims = nullptr;
+  JobContext() = default;
+  JobContext(const JobContext&) = delete;
+  JobContext& operator=(const JobContext&) = delete;
+  ~JobContext() {
+    if (claims != nullptr && ticket != 0) claims->End(ticket);
+  }
 };
 
 Reconciler::Reconciler(kube::Client* client, Caches caches, ReconcilerOptions options,
@@ -315,6 +374,7 @@ Reconciler::Reconciler(kube::Client* client, Caches caches, ReconcilerOptions op
       caches_(caches),
       options_(std::move(options)),
       clock_(clock),
+      claims_(options_.expectation_timeout_s),
       shares_([this] {
         // A change of share costs what a re-plan's move of a running gang does.
         engine::ClusterShareOptions o = options_.shares;
@@ -344,26 +404,45 @@ void Reconciler::Event(const JobContext& ctx, kube::EventType type, const std::s
 
 double Reconciler::NowSeconds() const { return ToSeconds(clock_->Now().time_since_epoch()); }
 
-Reconciler::JobState* Reconciler::StateFor(const std::string& key, const std::string& uid) {
+Reconciler::JobState* Reconciler::StateFor(const std::string& key,
+                                           const api::ModelSelectionJob& job) {
   std::lock_guard<std::mutex> lock(mu_);
   std::unique_ptr<JobState>& s = jobs_[key];
-  if (!s || s->uid != uid) {
+  if (!s || s->uid != job.metadata.uid) {
     s = std::make_unique<JobState>();
-    s->uid = uid;
-    s->engine = std::make_unique<engine::Engine>(options_.engine, clock_);
+    s->uid = job.metadata.uid;
+    // The job's scheduling spec, as the local runner and the simulator apply it.
+    s->engine = std::make_unique<engine::Engine>(
+        engine::JobEngineOptions(job.spec.scheduling, options_.engine), clock_);
   }
   return s.get();
 }
 
 void Reconciler::Drop(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  jobs_.erase(key);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.erase(key);
+  }
+  claims_.Forget(key);
+  std::lock_guard<std::mutex> lock(shares_mu_);
+  shares_.Remove(key);
+}
+
+void Reconciler::LeaveShares(const std::string& key) {
+  std::lock_guard<std::mutex> lock(shares_mu_);
+  shares_.Remove(key);
 }
 
 int Reconciler::Solves(const std::string& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(key);
   return it == jobs_.end() ? 0 : it->second->engine->solves();
+}
+
+engine::ActionJournal Reconciler::Journal(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(key);
+  return it == jobs_.end() ? engine::ActionJournal{} : it->second->engine->journal();
 }
 
 Status Reconciler::CreateObjects(const std::string& ns, const Json& service,
@@ -538,7 +617,21 @@ Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConf
   r.generation = generation;
   r.options = options_.gang;
   ORRERY_ASSIGN_OR_RETURN(Gang gang, BuildGang(r));
-  ORRERY_RETURN_IF_ERROR(CreateObjects(job.metadata.namespace_, gang.service, gang.pods));
+  // The GPUs are claimed before the create: a pass of another job that counted
+  // them free since this pass's snapshot may have taken them already.
+  const std::string claim = GangKey(ctx.job_label, GangLabelValue(task.name, generation));
+  if (!claims_.TryClaim(ctx.key, claim, placement, &ctx.launch_free, ctx.claims_seq,
+                        clock_->Now())) {
+    Log(LogLevel::kInfo, "Launch waits: another job took its GPUs",
+        {{"job", ctx.key}, {"task", task.name}});
+    ctx.claim_refused = true;
+    return OkStatus();
+  }
+  if (Status s = CreateObjects(job.metadata.namespace_, gang.service, gang.pods); !s.ok()) {
+    claims_.Release(ctx.key, claim);
+    return s;
+  }
+  st.engine->journal().Launched(task.name, config);
   LiveGang created;
   created.generation = generation;
   created.config.template_ = r.config.template_;
@@ -572,15 +665,14 @@ Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConf
 }
 
 StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
-  std::lock_guard<std::mutex> serial(serial_);
   kube::ObjectPtr object = caches_.jobs->Get(key);
   if (!object) {
     Drop(key);  // deleted: its children go by owner reference
-    shares_.Remove(key);
     return kube::Result{};
   }
   JobContext ctx;
   ctx.key = key;
+  ctx.claims = &claims_;  // the pass ends in the ledger when ctx goes
   auto loaded = api::LoadJob(ToApi(*object));
   if (loaded.ok()) {
     // What only a cluster requires of a job (gang.h) is as final as the rest.
@@ -595,13 +687,13 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   if (!options_.worker_image.empty() && job.spec.resources.image == api::kDefaultWorkerImage) {
     job.spec.resources.image = options_.worker_image;
   }
-  ctx.state = StateFor(key, job.metadata.uid);
+  ctx.state = StateFor(key, job);
   ctx.ns = job.metadata.namespace_;
   ctx.resource = job.spec.resources.gpu_resource_name;
   ctx.job_label = LabelValue(job.metadata.name);
   ReadCluster(ctx);
   if (job.spec.suspend) {
-    shares_.Remove(key);  // a suspended job holds nothing and asks for nothing
+    LeaveShares(key);  // a suspended job holds nothing and asks for nothing
     return Suspend(ctx);
   }
   // 1. Profiles: harvest finished profile gangs, then start the missing ones.
@@ -627,7 +719,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
 // An invalid spec is recorded, not retried: only a new spec can fix it.
 StatusOr<kube::Result> Reconciler::RejectInvalid(const std::string& key, const kube::Object& object,
                                                  const Status& why) {
-  shares_.Remove(key);
+  LeaveShares(key);
   Log(LogLevel::kWarning, "Rejected invalid job", {{"job", key}, {"error", why.ToString()}});
   std::vector<api::FieldError> errors;
   api::ModelSelectionJob job;
@@ -665,7 +757,14 @@ StatusOr<kube::Result> Reconciler::RejectInvalid(const std::string& key, const k
 }
 
 void Reconciler::ReadCluster(JobContext& ctx) {
-  for (const kube::ObjectPtr& p : caches_.pods->List()) {
+  // The snapshot is taken through the claims ledger, which orders it among
+  // other passes' (gpu_claims.h); converting it happens outside its lock.
+  std::vector<kube::ObjectPtr> pods, nodes;
+  ctx.ticket = claims_.Begin([&] {
+    pods = caches_.pods->List();
+    nodes = caches_.nodes->List();
+  });
+  for (const kube::ObjectPtr& p : pods) {
     Json pod = ToApi(*p);
     if (Str(pod, "metadata", "namespace") == ctx.ns && Label(pod, kJobLabel) == ctx.job_label &&
         Label(pod, kManagedByLabel) == kManagedByValue) {
@@ -673,7 +772,7 @@ void Reconciler::ReadCluster(JobContext& ctx) {
     }
     ctx.all_pods.push_back(std::move(pod));
   }
-  for (const kube::ObjectPtr& n : caches_.nodes->List()) ctx.nodes.push_back(ToApi(*n));
+  for (const kube::ObjectPtr& n : nodes) ctx.nodes.push_back(ToApi(*n));
 }
 
 // The shared profile cache, plus what this operator harvested that the cache
@@ -711,26 +810,36 @@ void Reconciler::CountCapacity(JobContext& ctx) {
   const std::string& key = ctx.key;
   std::vector<NodeCapacity>& capacity = ctx.capacity;
   const std::vector<Json>& all_pods = ctx.all_pods;
-  capacity = NodeCapacities(ctx.nodes, all_pods, ctx.resource, ctx.job_label);
-  {
-    // Gangs other jobs created that the pod cache does not show yet hold their
-    // GPUs too (serial_ keeps the other states still while this pass reads them).
-    std::set<std::string> cached_gangs;
-    for (const Json& p : all_pods) {
-      if (!Label(p, kGangLabel).empty()) {
-        cached_gangs.insert(Label(p, kJobLabel) + "/" + Label(p, kGangLabel));
-      }
+  // Only the nodes the job's pods can run on (node_filter.h).
+  std::vector<std::string> refusals;
+  capacity = NodeCapacities(ctx.nodes, all_pods, ctx.resource, ctx.job_label,
+                            &ctx.loaded.job.spec.resources, &refusals);
+  if (capacity.empty() && !refusals.empty()) {
+    std::string why;
+    for (size_t i = 0; i < refusals.size() && i < 3; ++i) why += (i > 0 ? "; " : "") + refusals[i];
+    if (refusals.size() > 3) why += "; and " + std::to_string(refusals.size() - 3) + " more";
+    Log(LogLevel::kWarning, "No node admits the job's pods", {{"job", key}, {"why", why}});
+    Event(ctx, kube::EventType::kWarning, "NoAdmittingNode", "Plan",
+          "no node with GPUs can run this job's pods: " + why +
+              " (fix spec.resources.nodeSelector or tolerations, or uncordon a node)");
+  }
+  // Gangs and trials other jobs created that the pod cache does not show yet
+  // hold their GPUs too (gpu_claims.h: passes of other jobs run alongside).
+  GpuClaims::Shown cached_gangs;
+  for (const Json& p : all_pods) {
+    const std::string job = Label(p, kJobLabel);
+    if (!Label(p, kGangLabel).empty()) {
+      ++cached_gangs[GangKey(job, Label(p, kGangLabel))][PodNode(p)];
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [other_key, other] : jobs_) {
-      if (other_key == key || other.get() == ctx.state) continue;
-      for (const auto& [task, e] : other->expected) {
-        if (cached_gangs.count(e.job_label + "/" + e.gang_label) > 0) continue;
-        for (const std::string& node : e.gang.config.nodes) {
-          for (NodeCapacity& n : capacity) n.foreign += n.name == node ? 1 : 0;
-        }
-      }
+    if (!Label(p, kProfileLabel).empty()) {
+      ++cached_gangs[ProfileGangKey(job, Label(p, kProfileLabel))][PodNode(p)];
     }
+  }
+  GpuClaims::View others = claims_.Others(key, cached_gangs, clock_->Now(), ctx.ticket);
+  ctx.claims_seq = others.seq;
+  for (NodeCapacity& n : capacity) {
+    auto it = others.by_node.find(n.name);
+    if (it != others.by_node.end()) n.foreign += it->second;
   }
   // Configurations are bounded by the cluster's size, not by what is free now, so
   // a busy cluster does not hide a running gang's configuration from the planner.
@@ -785,14 +894,22 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
       if (running_profiles.count(hash) > 0 || !requested.insert(hash).second) continue;
       r.placement = FirstFitPlacement(trial_free, m.gpus);
       if (r.placement.empty()) continue;  // no room now
+      const std::string claim = ProfileGangKey(ctx.job_label, hash);
+      if (!claims_.TryClaim(key, claim, r.placement, &trial_free, ctx.claims_seq, clock_->Now())) {
+        ctx.claim_refused = true;  // another job took these GPUs since the snapshot
+        continue;
+      }
       for (const std::string& node : r.placement) {
-        --trial_free[node];
         for (NodeCapacity& n : capacity) n.foreign += n.name == node ? 1 : 0;
       }
-      ORRERY_ASSIGN_OR_RETURN(ProfileGang pg, BuildProfileGang(r));
-      ORRERY_RETURN_IF_ERROR(CreateObjects(ns, pg.service, pg.pods));
+      auto pg = BuildProfileGang(r);
+      Status created = pg.ok() ? CreateObjects(ns, pg->service, pg->pods) : pg.status();
+      if (!created.ok()) {
+        claims_.Release(key, claim);
+        return created;
+      }
       Log(LogLevel::kInfo, "Created profile gang",
-          {{"job", key}, {"task", task.name}, {"key", pg.key.Key()}});
+          {{"job", key}, {"task", task.name}, {"key", pg->key.Key()}});
     }
   }
   return OkStatus();
@@ -800,7 +917,10 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
 
 void Reconciler::ObserveGangs(JobContext& ctx) {
   const api::ModelSelectionJob& job = ctx.loaded.job;
-  ctx.lost = LostNodes(ctx.nodes, ctx.job_pods);
+  // NotReady or unreachable nodes keep their gangs for a grace period.
+  ctx.lost =
+      LostNodes(ctx.nodes, ctx.job_pods, ParseRfc3339(NowText()).value_or(std::time(nullptr)),
+                options_.node_lost_grace_s);
   for (const Json& p : ctx.job_pods) {
     if (Label(p, kProfileLabel).empty()) ctx.gang_pods.push_back(p);
   }
@@ -809,8 +929,12 @@ void Reconciler::ObserveGangs(JobContext& ctx) {
   ctx.now = NowSeconds();
 
   if (job.status) {
+    std::map<std::string, int64_t> batch_of;
+    for (const api::ExpandedTask& t : ctx.loaded.tasks)
+      batch_of[t.name] = t.task.training.batch_size;
     for (const api::TaskStatus& t : job.status->tasks) {
       ctx.steps_done[t.name] = t.steps_done;
+      ctx.samples_done[t.name] = SamplesDone(t, batch_of[t.name]);
       if (t.state == api::TaskState::kSucceeded || t.state == api::TaskState::kFailed) {
         ctx.prior_done.insert(t.name);
       }
@@ -1031,6 +1155,8 @@ void Reconciler::BuildWorld(JobContext& ctx) {
   wi.configs = &ctx.configs;
   wi.nodes = &ctx.capacity;
   wi.steps_done = ctx.steps_done;
+  wi.elastic = ctx.loaded.job.spec.elasticity.enabled;
+  wi.samples_done = ctx.samples_done;
   wi.done = ctx.done;
   wi.profiling = ctx.profiling;
   wi.live = ctx.live;
@@ -1061,8 +1187,11 @@ Status Reconciler::ApplyClusterShare(JobContext& ctx) {
   for (const NodeCapacity& n : NodeCapacities(ctx.nodes, untrained, resource, "")) {
     cluster_gpus += n.Free();
   }
-  auto update = shares_.Update(engine::DemandFromWorld(key, quota, world, ctx.loaded.tasks),
-                               cluster_gpus, ctx.now);
+  StatusOr<engine::ShareUpdate> update = [&] {
+    std::lock_guard<std::mutex> lock(shares_mu_);
+    return shares_.Update(engine::DemandFromWorld(key, quota, world, ctx.loaded.tasks),
+                          cluster_gpus, ctx.now);
+  }();
   if (!update.ok()) {
     Log(LogLevel::kWarning, "Cluster share failed",
         {{"job", key}, {"error", update.status().ToString()}});
@@ -1133,6 +1262,10 @@ Status Reconciler::StopShrunkGangs(JobContext& ctx, const engine::JobShare& shar
     note += " (" + std::to_string(shrink.from_gpus) + " GPUs) to " + to;
     note += ": the cluster share gives its GPUs to other jobs; it checkpoints first";
     Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale", note);
+    // The cluster share (engine/cluster_share.h) decided this stop: it goes in
+    // the job's journal as an engine action.
+    ctx.state->engine->journal().IssuedShareStop(shrink.task, ctx.now);
+    ctx.state->engine->journal().Stopped(shrink.task);
     ORRERY_RETURN_IF_ERROR(StopForRescale(ctx, shrink.task, g, "share"));
     st.share_stopped[shrink.task] = g.generation;
     for (const Json& p : ctx.gang_pods) {  // its ranks hold their GPUs until gone
@@ -1195,6 +1328,7 @@ void Reconciler::StepEngine(JobContext& ctx) {
         if (node == capacity[n].name) --in.free_gpus[n];
       }
     }
+    ctx.launch_free[capacity[n].name] = in.free_gpus[n];
   }
   // Every GPU the job's gang pods hold (until they are gone) or will hold
   // (created, not yet in the cache) counts against its cap.
@@ -1288,6 +1422,7 @@ Status Reconciler::ApplyStops(JobContext& ctx) {
     }
     Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale",
           stop_note + "; it checkpoints first");
+    st.engine->journal().Stopped(v.name);
     ORRERY_RETURN_IF_ERROR(StopForRescale(ctx, v.name, g, why));
   }
   return OkStatus();
@@ -1335,7 +1470,9 @@ StatusOr<kube::Result> Reconciler::FinishPass(JobContext& ctx) {
   bool finished = true;
   for (const api::ExpandedTask& t : ctx.loaded.tasks)
     finished = finished && ctx.done.count(t.name) > 0;
-  if (!finished) {
+  if (!finished && ctx.claim_refused) {
+    result.requeue_after = std::chrono::seconds(1);  // plan again on a fresh snapshot
+  } else if (!finished) {
     // Back when the engine wants to be asked again (its next periodic
     // re-plan), and at least every kRequeueWhileActive for progress.
     result.requeue_after = kRequeueWhileActive;

@@ -17,6 +17,7 @@
 // without a cluster.
 #pragma once
 
+#include <ctime>
 #include <functional>
 #include <map>
 #include <memory>
@@ -32,6 +33,7 @@
 #include "operator/api/expand.h"
 #include "operator/api/types.h"
 #include "operator/controller/gang.h"
+#include "operator/controller/gpu_claims.h"
 #include "operator/controller/profile_configmap.h"
 #include "operator/controller/progress.h"
 #include "operator/controller/status.h"
@@ -72,13 +74,21 @@ bool NodeReady(const Json& node);
 // Ready nodes with allocatable `resource` > 0, sorted by name, with what every
 // live pod outside `own_job` (the job's label value) requests subtracted;
 // `own_job` "" subtracts every pod. Profile pods of the job count as foreign:
-// they hold GPUs the planner cannot give to gangs.
+// they hold GPUs the planner cannot give to gangs. With `admit`, only nodes
+// that admit the job's pods (node_filter.h: not cordoned, nodeSelector,
+// tolerated taints) are counted, each one refused is said in `refusals`; a
+// refused or NotReady node where the job's gangs run stays with just the GPUs
+// they hold (they keep running; nothing new goes there).
 std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
                                          const std::vector<Json>& pods, const std::string& resource,
-                                         const std::string& own_job);
-// Names of nodes the job should treat as lost: NotReady nodes, and nodes named by
-// `pods` that are not in `nodes` at all (deleted).
-std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vector<Json>& pods);
+                                         const std::string& own_job,
+                                         const api::ResourcesSpec* admit = nullptr,
+                                         std::vector<std::string>* refusals = nullptr);
+// Names of nodes the job should treat as lost: nodes not Ready for `grace_s` or
+// longer at `now` (from the Ready condition's lastTransitionTime), and nodes
+// named by `pods` that are not in `nodes` at all (deleted: at once).
+std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vector<Json>& pods,
+                                std::time_t now = 0, double grace_s = 0);
 
 // Nodes for a profiling trial of `ranks` ranks among the GPUs `free` by node: all
 // on the first node (by name) with room, else spread in name order; empty when
@@ -108,10 +118,20 @@ struct WorldInput {
   const std::vector<NodeCapacity>* nodes = nullptr;
   // Steps done per task (from status), finished tasks, tasks waiting for profiles.
   std::map<std::string, int64_t> steps_done;
+  // An elastic job's work is each task's samples (engine::SampleBudget), at
+  // whatever batches it ran: remaining work is the budget less `samples_done`
+  // (SamplesDone of its status), as the local runner counts it.
+  bool elastic = false;
+  std::map<std::string, int64_t> samples_done;
   std::set<std::string> done;
   std::set<std::string> profiling;
   std::map<std::string, LiveGang> live;  // by task
 };
+// Samples a task has consumed, from its status: exact at its last checkpoint
+// (when the worker reported them) plus the steps since at the batch it runs at
+// now (its configuration's, else `task_batch`).
+int64_t SamplesDone(const api::TaskStatus& status, int64_t task_batch);
+
 // The engine's view: nodes by index as in `nodes`, with GPUs = what the job may
 // use (its own gangs included); tasks in `tasks` order; a live gang whose
 // configuration is among the task's configurations and whose nodes all exist is
@@ -134,6 +154,10 @@ struct ReconcilerOptions {
   std::string device = "cuda";  // cpu for CPU-only nodes (and backend gloo)
   std::string worker_image;     // used when the spec keeps the default image
   double gang_timeout_s = 600;  // a gang Pending longer is torn down and re-planned
+  // A node NotReady or unreachable this long loses its gangs (they are torn
+  // down and re-planned); a shorter blip tears nothing down. Kubernetes' own
+  // default eviction after a node goes NotReady is 300 s.
+  double node_lost_grace_s = 300;
   double expectation_timeout_s = 300;
   int max_restarts = 5;
   int64_t profile_deadline_s = 900;
@@ -174,12 +198,17 @@ class Reconciler {
   Reconciler(const Reconciler&) = delete;
   Reconciler& operator=(const Reconciler&) = delete;
 
-  // Converges one job ("ns/name"). Safe to call from several workers for
-  // different keys; the work queue never hands one key to two workers.
+  // Converges one job ("ns/name"). Safe to call from several workers at once
+  // for different keys (they run in parallel); the work queue never hands one
+  // key to two workers.
   StatusOr<kube::Result> Reconcile(const std::string& key);
 
   // How many solves the job's engine ran (0 when unknown), for tests and metrics.
   int Solves(const std::string& key) const;
+  // The job's engine journal (engine/journal.h): every launch and stop its
+  // steps issued and what this reconciler did; empty when unknown. Call it
+  // while no reconcile of the job runs (tests).
+  engine::ActionJournal Journal(const std::string& key) const;
 
  private:
   struct Expected {
@@ -216,8 +245,9 @@ class Reconciler {
   };
   struct JobContext;
 
-  JobState* StateFor(const std::string& key, const std::string& uid);
-  void Drop(const std::string& key);
+  JobState* StateFor(const std::string& key, const api::ModelSelectionJob& job);
+  void Drop(const std::string& key);  // deleted: its state, claims and share go
+  void LeaveShares(const std::string& key);
   std::string NowText() const;
   void Event(const JobContext& ctx, kube::EventType type, const std::string& reason,
              const std::string& action, const std::string& note);
@@ -265,12 +295,14 @@ class Reconciler {
   ReconcilerOptions options_;
   const Clock* clock_;
   mutable std::mutex mu_;  // guards jobs_ (the map, not each state)
-  // Reconciles run one at a time: every job plans over what the others hold,
-  // including gangs they created that the pod cache does not show yet, so two
-  // jobs never plan onto the same free GPUs.
-  std::mutex serial_;
   std::map<std::string, std::unique_ptr<JobState>> jobs_;
-  engine::ClusterShares shares_;  // guarded by serial_
+  // Reconciles of different jobs run in parallel. Each plans over its own
+  // snapshot of the caches plus the GPUs other jobs claimed for gangs the
+  // snapshot does not show yet; a launch claims its GPUs before it creates
+  // pods, so two jobs never take the same free GPUs (gpu_claims.h).
+  GpuClaims claims_;
+  std::mutex shares_mu_;          // guards shares_
+  engine::ClusterShares shares_;  // the cluster-wide allocation across jobs
 };
 
 }  // namespace orrery::controller

@@ -94,7 +94,12 @@ std::vector<StopAction> RunningStops(const WorldView& world, const planner::Plan
 }  // namespace
 
 const char* StopReasonName(StopReason reason) {
-  return reason == StopReason::kQuota ? "quota" : "replan";
+  switch (reason) {
+    case StopReason::kReplan: return "replan";
+    case StopReason::kQuota: return "quota";
+    case StopReason::kShare: return "share";
+  }
+  return "replan";
 }
 
 RemainingProblem BuildRemainingProblem(const WorldView& world, double switch_cost_s) {
@@ -418,6 +423,7 @@ StepResult Engine::Step(const StepInput& in) {
   if (options_.introspect && solved_ && any_waiting) {
     r.next_step_at = solved_->at + options_.replan_interval_s;
   }
+  journal_.Issued(r, w);
   return r;
 }
 

@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "operator/engine/journal.h"
 #include "operator/planner/planner.h"
 #include "operator/planner/problem.h"
 
@@ -84,8 +85,9 @@ struct WorldView {
 enum class StopReason {
   kReplan,  // the adopted plan runs it in another configuration or on other GPUs
   kQuota,   // the job holds more GPUs than its cap (a lowered gpuQuota or share)
+  kShare,   // the cluster-wide share gives its GPUs to other jobs (cluster_share.h)
 };
-const char* StopReasonName(StopReason reason);  // "replan" | "quota"
+const char* StopReasonName(StopReason reason);  // "replan" | "quota" | "share"
 
 struct StopAction {
   size_t task = 0;  // index into WorldView::tasks
@@ -199,6 +201,10 @@ class Engine {
   int solves() const { return solves_; }
   int adoptions() const { return adoptions_; }
   const EngineOptions& options() const { return options_; }
+  // Every step's actions and what the world did with them (journal.h): worlds
+  // report their launches and stops here.
+  ActionJournal& journal() { return journal_; }
+  const ActionJournal& journal() const { return journal_; }
 
  private:
   EngineOptions options_;
@@ -223,6 +229,7 @@ class Engine {
   std::string stale_resolved_at_;
   int solves_ = 0;
   int adoptions_ = 0;
+  ActionJournal journal_;
 };
 
 // The planner's problem for what remains: live nodes only (renumbered), arrived

@@ -955,6 +955,14 @@ Status ReadEvent(const Reader& r, ReportEvent* e) {
   return r.Get("text", &e->text);
 }
 
+Status ReadAction(const Reader& r, ReportAction* a) {
+  ORRERY_RETURN_IF_ERROR(r.Get("time_s", &a->time_s));
+  ORRERY_RETURN_IF_ERROR(r.Get("kind", &a->kind));
+  ORRERY_RETURN_IF_ERROR(r.Get("task", &a->task));
+  ORRERY_RETURN_IF_ERROR(r.Get("detail", &a->detail));
+  return r.Get("trigger", &a->trigger);
+}
+
 constexpr int kJsonVersion = 1;
 
 }  // namespace
@@ -1062,19 +1070,22 @@ std::string ReportJson(const RunReport& r) {
   }
   json events = json::array();
   for (const auto& e : r.events) events.push_back({{"time_s", Num(e.time_s)}, {"text", e.text}});
-  const json j = {{"version", kJsonVersion},
-                  {"job", r.job},
-                  {"devices", r.devices},
-                  {"device_count", r.device_count},
-                  {"started_at", r.started_at},
-                  {"wall_s", Num(r.wall_s)},
-                  {"outcome", r.outcome},
-                  {"tasks", tasks},
-                  {"planned", planned},
-                  {"actual", actual},
-                  {"profiles", profiles},
-                  {"plans", plans},
-                  {"events", events}};
+  json actions = json::array();
+  for (const auto& a : r.actions) {
+    actions.push_back({{"time_s", Num(a.time_s)},
+                       {"kind", a.kind},
+                       {"task", a.task},
+                       {"detail", a.detail},
+                       {"trigger", a.trigger}});
+  }
+  const json j = {{"version", kJsonVersion},    {"job", r.job},
+                  {"devices", r.devices},       {"device_count", r.device_count},
+                  {"started_at", r.started_at}, {"wall_s", Num(r.wall_s)},
+                  {"outcome", r.outcome},       {"tasks", tasks},
+                  {"planned", planned},         {"actual", actual},
+                  {"profiles", profiles},       {"plans", plans},
+                  {"events", events},           {"actions", actions},
+                  {"violations", r.violations}};
   // Invalid UTF-8 in a name (from a user's spec) is replaced, not thrown.
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
@@ -1103,6 +1114,13 @@ StatusOr<RunReport> ReportFromJson(const std::string& text) {
   ORRERY_RETURN_IF_ERROR(r.List("profiles", &out.profiles, ReadProfile));
   ORRERY_RETURN_IF_ERROR(r.List("plans", &out.plans, ReadPlan));
   ORRERY_RETURN_IF_ERROR(r.List("events", &out.events, ReadEvent));
+  // Reports written before the engine's journal have neither.
+  if (r.Has("actions")) ORRERY_RETURN_IF_ERROR(r.List("actions", &out.actions, ReadAction));
+  if (r.Has("violations") && j["violations"].is_array()) {
+    for (const json& v : j["violations"]) {
+      if (v.is_string()) out.violations.push_back(v.get<std::string>());
+    }
+  }
   return out;
 }
 

@@ -104,6 +104,15 @@ struct ReportEvent {
   std::string text;
 };
 
+// One action of the engine, as its journal recorded it (engine/journal.h).
+struct ReportAction {
+  double time_s = 0;
+  std::string kind;  // launch | stop
+  std::string task;
+  std::string detail;   // "<template> x<gpus>[ b<batch>]" | the stop's reason
+  std::string trigger;  // the re-plan that issued it; "" when none
+};
+
 struct RunReport {
   std::string job;
   std::string devices;  // as given: "cpu:2"
@@ -117,6 +126,10 @@ struct RunReport {
   std::vector<ReportProfile> profiles;
   std::vector<ReportPlan> plans;  // every adopted plan, in order
   std::vector<ReportEvent> events;
+  // Every launch and stop the engine issued, in order (this invocation's), and
+  // any the runner took without it (none, or the runner is wrong).
+  std::vector<ReportAction> actions;
+  std::vector<std::string> violations;
 };
 
 // Colour of the i-th task (the same in every chart of the page and in the

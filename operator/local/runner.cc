@@ -23,6 +23,7 @@
 #include "operator/api/codec.h"
 #include "operator/api/defaults.h"
 #include "operator/engine/engine.h"
+#include "operator/engine/job_options.h"
 #include "operator/engine/profile_configs.h"
 #include "operator/engine/worker_command.h"
 #include "operator/local/process.h"
@@ -194,6 +195,8 @@ class Runner {
   std::string TaskConfigText(const TaskRun& t) const;
 
   const api::LoadedJob& job_;
+  // The job's gpuQuota now: the spec's, until the control file edits it.
+  int quota_ = job_.job.spec.resources.gpu_quota;
   RunOptions opt_;
   std::ostream& out_;
   std::ostream& err_;
@@ -509,7 +512,7 @@ engine::WorldView Runner::World() const {
   std::map<int, int> slot_of;  // device -> slot among the alive
   for (size_t k = 0; k < alive.size(); ++k) slot_of[alive[k]] = static_cast<int>(k);
   w.nodes.push_back({"local", static_cast<int>(alive.size()), kGpuMemoryGib, true});
-  w.gpu_cap = job_.job.spec.resources.gpu_quota;
+  w.gpu_cap = quota_;
   for (const TaskRun& t : tasks_) {
     engine::TaskView v;
     v.name = t.spec.name;
@@ -556,7 +559,7 @@ void Runner::Step() {
   for (int d : AliveDevices()) free += busy.count(d) == 0 ? 1 : 0;
   in.free_gpus = {free};
   // The job's gpuQuota caps the devices its gangs hold at once.
-  const int quota = job_.job.spec.resources.gpu_quota;
+  const int quota = quota_;
   if (quota > 0) in.launch_budget = std::max(0, quota - static_cast<int>(busy.size()));
   engine::StepResult r = engine_->Step(in);
   const char* trigger = r.trigger ? engine::TriggerName(*r.trigger) : "";
@@ -583,11 +586,13 @@ void Runner::Step() {
     }
     Event("rescale " + task.spec.name + " (" + engine::StopReasonName(stop.reason) +
           "): " + TaskConfigText(task) + " -> " + to);
+    engine_->journal().Stopped(task.spec.name);
     StopGang(stop.task, "rescaled", SIGTERM);
   }
   for (const engine::LaunchAction& l : r.launches) {
     std::vector<int> devices = DevicesFor(l, busy);
     if (devices.size() != l.gpus.size()) continue;  // the engine counted the same devices
+    engine_->journal().Launched(tasks_[l.task].spec.name, l.config);
     Status s = Launch(l.task, l.config, devices);
     if (!s.ok()) {
       Event("launch " + tasks_[l.task].spec.name + " failed: " + s.ToString());
@@ -1007,8 +1012,13 @@ void Runner::ReadControlFile() {
       LoseDevice(device, "control file");
     } else if (verb == "restore") {
       RestoreDevice(device);
+    } else if (verb == "quota" && device >= 0) {
+      // The job's gpuQuota edited while it runs (0: none), as `kubectl edit`
+      // does on a cluster: the engine stops what exceeds it, or plans wider.
+      quota_ = device;
+      Event("control file: gpuQuota " + std::to_string(quota_));
     } else if (!verb.empty()) {
-      Event("control file: ignored '" + line + "' (use 'fail DEV' or 'restore DEV')");
+      Event("control file: ignored '" + line + "' (use 'fail DEV', 'restore DEV' or 'quota GPUS')");
     }
   }
 }
@@ -1036,6 +1046,11 @@ std::vector<TaskProgress> Runner::ProgressView() const {
 
 void Runner::WriteReport() {
   report_.wall_s = Now();
+  report_.actions.clear();
+  for (const engine::JournalEntry& e : engine_->journal().entries()) {
+    report_.actions.push_back({e.at, e.kind, e.task, e.detail, e.trigger});
+  }
+  report_.violations = engine_->journal().violations();
   std::vector<ReportBar> all = report_.actual;
   RunReport snapshot = report_;
   for (size_t t = 0; t < tasks_.size(); ++t) {
@@ -1104,14 +1119,11 @@ int Runner::Run() {
       return 1;
     }
   }
-  engine::EngineOptions eo;
-  const api::SchedulingSpec& sch = job_.job.spec.scheduling;
-  eo.policy = "orrery";
-  eo.replan_interval_s = sch.replan_interval_seconds;
-  eo.adopt_gain = sch.min_switch_gain;
-  eo.solver_time_limit_s = sch.solver_time_limit_seconds;
-  eo.switch_cost_s = opt_.switch_cost_s;
-  engine_ = std::make_unique<engine::Engine>(eo, nullptr);
+  engine::EngineOptions world;
+  world.switch_cost_s = opt_.switch_cost_s;
+  world.solver_time_limit_s = 0;  // the spec's
+  engine_ = std::make_unique<engine::Engine>(
+      engine::JobEngineOptions(job_.job.spec.scheduling, world), nullptr);
   for (auto& rt : report_.tasks) {
     if (rt.state == "profiling") rt.state = "pending";
   }

@@ -7,7 +7,8 @@
 //   WORKDIR/report.json|html   the record (report.h), rewritten as the run goes
 //   WORKDIR/checkpoints/TASK/  each task's checkpoints (worker/checkpoint)
 //   WORKDIR/logs/TASK.N.rR.log each launch's stderr, per rank
-//   WORKDIR/control            lines "fail DEV" / "restore DEV" act on a live run
+//   WORKDIR/control            lines "fail DEV", "restore DEV", "quota GPUS" act on a
+//                              live run (the last edits the job's gpuQuota)
 //
 // Flow: profile every model signature not in the profile cache under each
 // allowed template and GPU count (and, for an elastic job, each global batch the

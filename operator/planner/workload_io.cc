@@ -139,8 +139,13 @@ StatusOr<Workload> ParseRoot(const YAML::Node& root) {
           return InvalidArgumentError(path + ".node: no such node");
       } else if (type == "nodeJoined") {
         e.kind = ClusterEvent::Kind::kNodeJoined;
+      } else if (type == "quota") {
+        e.kind = ClusterEvent::Kind::kQuota;
+        ORRERY_RETURN_IF_ERROR(Read(events[i], "gpus", path, true, &e.gpus));
+        if (e.gpus < 0)
+          return InvalidArgumentError(path + ".gpus: must not be negative (0: no cap)");
       } else {
-        return InvalidArgumentError(path + ".type: must be nodeLost or nodeJoined");
+        return InvalidArgumentError(path + ".type: must be nodeLost, nodeJoined or quota");
       }
       w.events.push_back(e);
     }
@@ -194,11 +199,14 @@ std::string FormatWorkload(const Workload& w) {
   if (!w.events.empty()) {
     out << YAML::Key << "events" << YAML::Value << YAML::BeginSeq;
     for (const ClusterEvent& e : w.events) {
-      out << YAML::Flow << YAML::BeginMap << YAML::Key << "type" << YAML::Value
-          << (e.kind == ClusterEvent::Kind::kNodeLost ? "nodeLost" : "nodeJoined") << YAML::Key
+      const char* type = e.kind == ClusterEvent::Kind::kNodeLost     ? "nodeLost"
+                         : e.kind == ClusterEvent::Kind::kNodeJoined ? "nodeJoined"
+                                                                     : "quota";
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "type" << YAML::Value << type << YAML::Key
           << "time" << YAML::Value << e.time;
       if (e.kind == ClusterEvent::Kind::kNodeLost)
         out << YAML::Key << "node" << YAML::Value << e.node;
+      if (e.kind == ClusterEvent::Kind::kQuota) out << YAML::Key << "gpus" << YAML::Value << e.gpus;
       out << YAML::EndMap;
     }
     out << YAML::EndSeq;

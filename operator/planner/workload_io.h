@@ -14,10 +14,12 @@
 namespace orrery::planner {
 
 struct ClusterEvent {
-  enum class Kind { kNodeLost, kNodeJoined };
+  // kQuota: the job's GPU cap (its gpuQuota) is edited to `gpus` (0: none).
+  enum class Kind { kNodeLost, kNodeJoined, kQuota };
   Kind kind = Kind::kNodeLost;
   double time = 0;
   int node = -1;  // kNodeLost: the node index; kNodeJoined: -1 (a node like the others)
+  int gpus = 0;   // kQuota: the new cap
 };
 
 struct Workload {

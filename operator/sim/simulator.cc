@@ -14,7 +14,7 @@
 namespace orrery::sim {
 namespace {
 
-enum class Kind { kArrival, kNodeLost, kNodeJoined, kFinish, kMeasure, kTick };
+enum class Kind { kArrival, kNodeLost, kNodeJoined, kQuota, kFinish, kMeasure, kTick };
 
 struct Event {
   double time;
@@ -115,12 +115,13 @@ class Sim {
   double alive_gpu_seconds_ = 0;
   double alive_since_ = 0;
   int alive_gpus_ = 0;
+  int cap_ = 0;  // the job's GPU cap now (quota events edit it)
 };
 
 engine::WorldView Sim::View() const {
   engine::WorldView v;
   v.now = now_;
-  v.gpu_cap = w_.problem.gpu_cap;
+  v.gpu_cap = cap_;
   for (size_t n = 0; n < nodes_.size(); ++n)
     v.nodes.push_back(
         {nodes_[n].name, nodes_[n].gpus, nodes_[n].gpu_memory_gib, static_cast<bool>(alive_[n])});
@@ -155,12 +156,13 @@ Status Sim::Step() {
     }
   }
   for (const SimTask& t : tasks_) held += t.running ? static_cast<int>(t.gpus.size()) : 0;
-  if (w_.problem.gpu_cap > 0) in.launch_budget = std::max(0, w_.problem.gpu_cap - held);
+  if (cap_ > 0) in.launch_budget = std::max(0, cap_ - held);
   engine::StepResult r = engine_.Step(in);
   ORRERY_RETURN_IF_ERROR(r.error);
   if (r.decision) result_.solver_seconds += r.decision->solver_seconds;
   for (const engine::StopAction& stop : r.stops) {
     if (stop.task >= tasks_.size() || !tasks_[stop.task].running) continue;
+    engine_.journal().Stopped(tasks_[stop.task].spec->name);
     Stop(stop.task, "preempted");
     ++result_.switches;
   }
@@ -174,6 +176,7 @@ Status Sim::Step() {
 
 void Sim::Start(const engine::LaunchAction& l) {
   SimTask& t = tasks_[l.task];
+  engine_.journal().Launched(t.spec->name, l.config);
   // The planned GPUs where they are free, else any free GPU of the same node.
   std::vector<planner::GpuSlot> gpus;
   std::set<planner::GpuSlot> taken;
@@ -210,6 +213,7 @@ StatusOr<SimResult> Sim::Run() {
   result_.policy = o_.engine.policy + (o_.engine.introspect ? "" : "-static");
   result_.gpus_per_node = w_.gpus_per_node;
   nodes_ = w_.problem.nodes;
+  cap_ = w_.problem.gpu_cap;
   alive_.assign(nodes_.size(), true);
   for (const planner::Node& n : nodes_) alive_gpus_ += n.gpus;
   for (size_t i = 0; i < w_.problem.tasks.size(); ++i) {
@@ -223,10 +227,13 @@ StatusOr<SimResult> Sim::Run() {
     else
       tasks_.back().arrived = true;
   }
-  for (const planner::ClusterEvent& e : w_.events)
-    Push(e.time,
-         e.kind == planner::ClusterEvent::Kind::kNodeLost ? Kind::kNodeLost : Kind::kNodeJoined,
-         e.node);
+  for (const planner::ClusterEvent& e : w_.events) {
+    switch (e.kind) {
+      case planner::ClusterEvent::Kind::kNodeLost: Push(e.time, Kind::kNodeLost, e.node); break;
+      case planner::ClusterEvent::Kind::kNodeJoined: Push(e.time, Kind::kNodeJoined, -1); break;
+      case planner::ClusterEvent::Kind::kQuota: Push(e.time, Kind::kQuota, e.gpus); break;
+    }
+  }
   ORRERY_RETURN_IF_ERROR(Step());
   size_t done = 0;
   while (!queue_.empty() && done < tasks_.size()) {
@@ -283,6 +290,9 @@ StatusOr<SimResult> Sim::Run() {
         ++result_.node_events;
         break;
       }
+      case Kind::kQuota:  // the job's gpuQuota edited: the engine stops or plans
+        cap_ = e.index;
+        break;
       case Kind::kTick:  // the engine asked to be asked again now
         break;
     }
@@ -311,6 +321,8 @@ StatusOr<SimResult> Sim::Run() {
           ? 0
           : ct[std::min(ct.size() - 1,
                         static_cast<size_t>(std::ceil(0.95 * static_cast<double>(ct.size()))) - 1)];
+  result_.actions = engine_.journal().entries();
+  result_.violations = engine_.journal().violations();
   result_.replans = engine_.solves();
   result_.adoptions = engine_.adoptions();
   result_.tasks = static_cast<int>(tasks_.size());

@@ -54,6 +54,10 @@ struct SimResult {
   std::vector<double> completion;  // per task, absolute
   int nodes_total = 0;             // nodes ever present (lanes in the chart)
   int gpus_per_node = 0;
+  // The engine's actions in order, and any the simulator took without it
+  // (engine/journal.h; none, or the simulator is wrong).
+  std::vector<engine::JournalEntry> actions;
+  std::vector<std::string> violations;
 };
 
 // Runs the workload to completion. `clock` measures solver time (may be null).

@@ -6,17 +6,25 @@
 
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "operator/api/codec.h"
 #include "operator/api/load.h"
+#include "operator/controller/names.h"
 #include "operator/controller/profile_configmap.h"
 #include "operator/controller/profile_pod.h"
 #include "operator/controller/reconciler.h"
 #include "operator/kube/client.h"
+#include "operator/kube/event_recorder.h"
+#include "operator/kube/informer.h"
 #include "tests/testing/control_plane.h"
+#include "tests/testing/wait.h"
 
 namespace orrery::controller::testutil {
 
@@ -95,6 +103,36 @@ inline Status CreateReadyGpuNode(kube::Client& client, const std::string& name, 
   return updated.ok() ? OkStatus() : updated.status();
 }
 
+// Gives node `name` labels, taints and a cordon, as a platform team would.
+inline Status ShapeNode(kube::Client& client, const std::string& name,
+                        const std::map<std::string, std::string>& labels,
+                        const kube::Object& taints = kube::Object::array(), bool cordoned = false) {
+  kube::Object patch = {{"metadata", {{"labels", kube::Object::object()}}},
+                        {"spec", {{"unschedulable", cordoned}}}};
+  for (const auto& [k, v] : labels) patch["metadata"]["labels"][k] = v;
+  if (!taints.empty()) patch["spec"]["taints"] = taints;
+  auto patched = client.Patch(kube::Nodes(), "", name, kube::PatchType::kMerge, patch, {});
+  return patched.ok() ? OkStatus() : patched.status();
+}
+
+// Sets node `name`'s Ready condition to `status` ("True", "False", "Unknown")
+// since `since` (RFC 3339), as the node lifecycle controller would.
+inline Status SetNodeReady(kube::Client& client, const std::string& name, const std::string& status,
+                           const std::string& since) {
+  kube::PatchOptions po;
+  po.subresource = "status";
+  kube::Object patch = {
+      {"status",
+       {{"conditions",
+         kube::Object::array({{{"type", "Ready"},
+                               {"status", status},
+                               {"reason", status == "True" ? "KubeletReady" : "NodeStatusUnknown"},
+                               {"lastHeartbeatTime", since},
+                               {"lastTransitionTime", since}}})}}}};
+  auto patched = client.Patch(kube::Nodes(), "", name, kube::PatchType::kStrategicMerge, patch, po);
+  return patched.ok() ? OkStatus() : patched.status();
+}
+
 // A measured ddp profile of every task of `job` at each of `gpus`, as if
 // profiling had run: samples/s from `samples_per_s(g)`, the step time that
 // follows from the task's batch.
@@ -136,6 +174,75 @@ inline StatusOr<kube::Object> CreateJob(kube::Client& client, const api::ModelSe
   Json body = api::EncodeJob(job);
   body.erase("status");
   return client.Create(ModelSelectionJobs(), ns, kube::Object::parse(body.dump()));
+}
+
+// The job's pods (gangs and profile gangs) as the server holds them now.
+inline std::vector<kube::Object> JobPods(kube::Client& client, const std::string& ns,
+                                         const std::string& job) {
+  kube::ListOptions o;
+  o.label_selector = std::string(kJobLabel) + "=" + LabelValue(job);
+  auto list = client.List(kube::Pods(), ns, o);
+  if (!list.ok()) ADD_FAILURE() << list.status();
+  std::vector<kube::Object> pods;
+  if (list.ok()) {
+    for (const kube::Object& p : (*list)["items"]) pods.push_back(p);
+  }
+  return pods;
+}
+
+// The reconciler's four caches over a real API server, started and synced.
+struct PlaneCaches {
+  PlaneCaches(kube::Client* client, const std::string& job_ns, const std::string& profile_ns)
+      : profile_ns_(profile_ns),
+        jobs(client, ModelSelectionJobs(), In(job_ns)),
+        pods(client, kube::Pods()),
+        nodes(client, kube::Nodes()),
+        configmaps(client, kube::ConfigMaps(), In(profile_ns)) {}
+  ~PlaneCaches() {
+    for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) i->Stop();
+  }
+  static kube::InformerOptions In(const std::string& ns) {
+    kube::InformerOptions o;
+    o.ns = ns;
+    return o;
+  }
+  // Starts them; true once each has listed, the job is in, and `min_nodes`
+  // nodes and the profile ConfigMap are seen.
+  bool Start(const std::string& job_key, size_t min_nodes) {
+    for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) i->Start();
+    for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) {
+      if (!i->WaitForSync(std::chrono::seconds(30))) return false;
+    }
+    using orrery::testing::WaitUntil;
+    return WaitUntil([&] { return jobs.store().Get(job_key) != nullptr; }) &&
+           WaitUntil([&] { return nodes.store().Size() >= min_nodes; }) && WaitUntil([&] {
+             return configmaps.store().Get(kube::KeyFor(profile_ns_, kProfileConfigMapName)) !=
+                    nullptr;
+           });
+  }
+  Caches caches() { return {&jobs.store(), &pods.store(), &nodes.store(), &configmaps.store()}; }
+  std::string profile_ns_;
+  kube::Informer jobs, pods, nodes, configmaps;
+};
+
+// Events on the server, as the operator's recorder writes them.
+inline std::unique_ptr<kube::EventRecorder> Recorder(kube::Client* client,
+                                                     const std::string& instance) {
+  kube::EventRecorderOptions o;
+  o.reporting_instance = instance;
+  return std::make_unique<kube::EventRecorder>(client, o);
+}
+
+// What both tests configure: the profile namespace, a short solver limit, a
+// fixed clock text, events through `recorder`.
+inline ReconcilerOptions PlaneOptions(kube::EventRecorder* recorder,
+                                      const std::string& profile_ns = "orrery-system") {
+  ReconcilerOptions options;
+  options.profile_namespace = profile_ns;
+  options.engine.solver_time_limit_s = 2;
+  options.now_rfc3339 = [] { return std::string("2026-01-01T00:00:00Z"); };
+  options.events = recorder;
+  return options;
 }
 
 }  // namespace orrery::controller::testutil

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -67,69 +68,10 @@ spec:
     gpuCounts: [1, 2]
 )";
 
-// The job's pods (gangs and profile gangs) as the server holds them now.
-std::vector<kube::Object> JobPods(kube::Client& client, const std::string& ns,
-                                  const std::string& job) {
-  kube::ListOptions o;
-  o.label_selector = std::string(kJobLabel) + "=" + LabelValue(job);
-  auto list = client.List(kube::Pods(), ns, o);
-  EXPECT_TRUE(list.ok()) << list.status();
-  std::vector<kube::Object> pods;
-  if (list.ok()) {
-    for (const kube::Object& p : (*list)["items"]) pods.push_back(p);
-  }
-  return pods;
-}
-
-// The reconciler's four caches over a real API server, started and synced.
-struct PlaneCaches {
-  PlaneCaches(kube::Client* client, const std::string& job_ns, const std::string& profile_ns)
-      : jobs(client, ModelSelectionJobs(), In(job_ns)),
-        pods(client, kube::Pods()),
-        nodes(client, kube::Nodes()),
-        configmaps(client, kube::ConfigMaps(), In(profile_ns)) {}
-  ~PlaneCaches() {
-    for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) i->Stop();
-  }
-  static kube::InformerOptions In(const std::string& ns) {
-    kube::InformerOptions o;
-    o.ns = ns;
-    return o;
-  }
-  // Starts them; true once each has listed, the job is in, and `min_nodes`
-  // nodes and the profile ConfigMap are seen.
-  bool Start(const std::string& job_key, size_t min_nodes) {
-    for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) i->Start();
-    for (kube::Informer* i : {&jobs, &pods, &nodes, &configmaps}) {
-      if (!i->WaitForSync(std::chrono::seconds(30))) return false;
-    }
-    return WaitUntil([&] { return jobs.store().Get(job_key) != nullptr; }) &&
-           WaitUntil([&] { return nodes.store().Size() >= min_nodes; }) && WaitUntil([&] {
-             return configmaps.store().Get(
-                        kube::KeyFor(kProfileNamespace, kProfileConfigMapName)) != nullptr;
-           });
-  }
-  Caches caches() { return {&jobs.store(), &pods.store(), &nodes.store(), &configmaps.store()}; }
-  kube::Informer jobs, pods, nodes, configmaps;
-};
-
-// Events on the server, as the operator's recorder writes them.
-std::unique_ptr<kube::EventRecorder> Recorder(kube::Client* client, const std::string& instance) {
-  kube::EventRecorderOptions o;
-  o.reporting_instance = instance;
-  return std::make_unique<kube::EventRecorder>(client, o);
-}
-
-// What both tests configure: the profile namespace, a short solver limit, a
-// fixed clock text, events through `recorder`.
-ReconcilerOptions PlaneOptions(kube::EventRecorder* recorder) {
-  ReconcilerOptions options;
-  options.profile_namespace = kProfileNamespace;
-  options.engine.solver_time_limit_s = 2;
-  options.now_rfc3339 = [] { return std::string("2026-01-01T00:00:00Z"); };
-  options.events = recorder;
-  return options;
-}
+using testutil::JobPods;
+using testutil::PlaneCaches;
+using testutil::PlaneOptions;
+using testutil::Recorder;
 
 class ReconcilerIntegrationTest : public orrery::testing::ControlPlaneTest {
  protected:
@@ -465,6 +407,198 @@ TEST_F(QuotaEditTest, SixteenToEightFreesTheExcessInOnePassAndEightToTwentyFourL
   EXPECT_LE(after, 24);
   std::cout << "GPUs held: " << first << " at quota 16, " << before << " at 8, " << after
             << " at 24\n";
+}
+
+// GPU pools as platform teams run them, on a real API server: nodes tainted
+// for another team, a cordoned node, a node of another pool (the job's
+// nodeSelector excludes it), and two nodes the job may use (one untainted, one
+// whose taint it tolerates). No gang is ever pinned where kube-scheduler would
+// refuse it, and the job finishes on the nodes it may use.
+const char* kPlacementNamespace = "ctl-placement";
+std::string PlacementJobYaml() {
+  std::string yaml = kSmallJob;
+  auto swap = [&](const std::string& from, const std::string& to) {
+    size_t at = yaml.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) yaml.replace(at, from.size(), to);
+  };
+  swap("namespace: ctl-reconcile", "namespace: ctl-placement");
+  swap("    templates: [ddp]\n", R"(    templates: [ddp]
+    nodeSelector: {orrery.dev/pool: gpu}
+    tolerations:
+    - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+)");
+  return yaml;
+}
+
+class PlacementTest : public orrery::testing::ControlPlaneTest {
+ protected:
+  void SetUp() override {
+    ControlPlaneTest::SetUp();
+    std::string out;
+    ASSERT_TRUE(testutil::InstallJobCrd(*plane(), &out)) << out;
+    client_ = kube::testutil::PlaneClient(*plane());
+    ASSERT_NE(client_, nullptr);
+    for (const char* ns : {kPlacementNamespace, kProfileNamespace}) {
+      ASSERT_TRUE(kube::testutil::CreateNamespace(*client_, ns).ok());
+    }
+    const std::map<std::string, std::string> pool = {{"orrery.dev/pool", "gpu"}};
+    auto taint = [](const std::string& key, const std::string& value, const std::string& effect) {
+      return kube::Object::array({{{"key", key}, {"value", value}, {"effect", effect}}});
+    };
+    struct Shape {
+      const char* name;
+      std::map<std::string, std::string> labels;
+      kube::Object taints;
+      bool cordoned;
+    };
+    const std::vector<Shape> shapes = {
+        {"team-b-0", pool, taint("dedicated", "team-b", "NoSchedule"), false},
+        {"team-b-1", pool, taint("dedicated", "team-b", "NoExecute"), false},
+        {"cordoned", pool, kube::Object::array(), true},
+        {"cpu-pool", {{"orrery.dev/pool", "cpu"}}, kube::Object::array(), false},
+        {"gpu-plain", pool, kube::Object::array(), false},
+        {"gpu-tainted", pool, taint("nvidia.com/gpu", "present", "NoSchedule"), false}};
+    for (const Shape& n : shapes) {
+      ASSERT_TRUE(testutil::CreateReadyGpuNode(*client_, n.name, 2, kGpu).ok());
+      ASSERT_TRUE(testutil::ShapeNode(*client_, n.name, n.labels, n.taints, n.cordoned).ok());
+    }
+    auto loaded = api::LoadJobText(PlacementJobYaml());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    loaded_ = *loaded;
+    ProfileTable table = testutil::DdpProfiles(loaded_, {1, 2}, [](int g) { return 100.0 * g; });
+    ASSERT_TRUE(testutil::StoreProfiles(*client_, table, kProfileNamespace).ok());
+    auto created = testutil::CreateJob(*client_, loaded_.job, kPlacementNamespace);
+    ASSERT_TRUE(created.ok()) << created.status();
+  }
+  std::vector<kube::Object> ServerPods() { return JobPods(*client_, kPlacementNamespace, "small"); }
+  void SetPhase(const kube::Object& p, const char* phase) {
+    kube::PatchOptions po;
+    po.subresource = "status";
+    auto patched = client_->Patch(kube::Pods(), kPlacementNamespace, p["metadata"]["name"],
+                                  kube::PatchType::kMerge, {{"status", {{"phase", phase}}}}, po);
+    ASSERT_TRUE(patched.ok()) << patched.status();
+  }
+  void CatchUp(PlaneCaches& cache) {
+    std::vector<kube::Object> server = ServerPods();
+    for (const kube::Object& p : server) {
+      ASSERT_TRUE(WaitUntil([&] {
+        kube::ObjectPtr o = cache.pods.store().Get(kube::KeyOf(p));
+        return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(p);
+      }));
+    }
+    auto job = client_->Get(ModelSelectionJobs(), kPlacementNamespace, "small");
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_TRUE(WaitUntil([&] {
+      kube::ObjectPtr o = cache.jobs.store().Get(kube::KeyFor(kPlacementNamespace, "small"));
+      return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(*job);
+    }));
+  }
+  std::unique_ptr<kube::RestClient> client_;
+  api::LoadedJob loaded_;
+};
+
+TEST_F(PlacementTest, GangsGoOnlyWhereTheSchedulerWouldAdmitThemAndTheJobFinishes) {
+  const std::string key = kube::KeyFor(kPlacementNamespace, "small");
+  PlaneCaches cache(client_.get(), kPlacementNamespace, kProfileNamespace);
+  ASSERT_TRUE(cache.Start(key, 6));
+  auto recorder = Recorder(client_.get(), "placement-test");
+  FakeClock clock;
+  Reconciler reconciler(client_.get(), cache.caches(), PlaneOptions(recorder.get()), &clock);
+  const std::set<std::string> admitting = {"gpu-plain", "gpu-tainted"};
+  std::set<std::string> used;
+  bool succeeded = false;
+  for (int round = 0; round < 10 && !succeeded; ++round) {
+    ASSERT_TRUE(reconciler.Reconcile(key).ok());
+    CatchUp(cache);
+    std::map<std::string, int> live_per_node;
+    for (const kube::Object& p : ServerPods()) {
+      const std::string planned = p["metadata"]["annotations"][kNodeAnnotation];
+      EXPECT_EQ(admitting.count(planned), 1u)
+          << p["metadata"]["name"] << " is pinned to " << planned
+          << ", where kube-scheduler would refuse it";
+      used.insert(planned);
+      const std::string phase = p["status"].value("phase", "");
+      if (phase != "Succeeded") ++live_per_node[planned];
+    }
+    for (const auto& [node, n] : live_per_node) EXPECT_LE(n, 2) << node << " over-committed";
+    for (const kube::Object& p : ServerPods()) {
+      if (p["status"].value("phase", "") != "Succeeded") SetPhase(p, "Succeeded");
+    }
+    CatchUp(cache);
+    clock.Advance(std::chrono::seconds(30));
+    auto job = client_->Get(ModelSelectionJobs(), kPlacementNamespace, "small");
+    ASSERT_TRUE(job.ok());
+    succeeded = (*job)["status"].value("phase", "") == "Succeeded";
+  }
+  ASSERT_TRUE(reconciler.Reconcile(key).ok());
+  auto job = client_->Get(ModelSelectionJobs(), kPlacementNamespace, "small");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ((*job)["status"].value("phase", ""), "Succeeded") << (*job)["status"].dump();
+  EXPECT_EQ(used, admitting) << "both admitting nodes are used";
+}
+
+// A node that blips NotReady for less than the grace period keeps its gangs;
+// one NotReady longer loses them (torn down, planned again elsewhere). Its own
+// suite: a fresh control plane with the same pools.
+class NodeGraceTest : public PlacementTest {};
+
+TEST_F(NodeGraceTest, ANotReadyBlipTearsNothingDownAndALongOutageDoes) {
+  const std::string key = kube::KeyFor(kPlacementNamespace, "small");
+  PlaneCaches cache(client_.get(), kPlacementNamespace, kProfileNamespace);
+  ASSERT_TRUE(cache.Start(key, 6));
+  auto recorder = Recorder(client_.get(), "blip-test");
+  FakeClock clock;
+  ReconcilerOptions options = PlaneOptions(recorder.get());  // wall time 2026-01-01T00:00:00Z
+  options.node_lost_grace_s = 300;
+  Reconciler reconciler(client_.get(), cache.caches(), options, &clock);
+  ASSERT_TRUE(reconciler.Reconcile(key).ok());
+  CatchUp(cache);
+  for (const kube::Object& p : ServerPods()) SetPhase(p, "Running");
+  CatchUp(cache);
+  ASSERT_TRUE(reconciler.Reconcile(key).ok());
+  const size_t before = ServerPods().size();
+  ASSERT_GT(before, 0u);
+  std::string victim = ServerPods().front()["metadata"]["annotations"][kNodeAnnotation];
+  std::set<std::string> on_victim;
+  for (const kube::Object& p : ServerPods()) {
+    if (p["metadata"]["annotations"][kNodeAnnotation] == victim)
+      on_victim.insert(p["metadata"]["name"]);
+  }
+
+  // NotReady for 10 s: within the grace.
+  ASSERT_TRUE(testutil::SetNodeReady(*client_, victim, "Unknown", "2025-12-31T23:59:50Z").ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    kube::ObjectPtr n = cache.nodes.store().Get(victim);
+    return n && (*n)["status"]["conditions"][0].value("status", "") == "Unknown";
+  }));
+  clock.Advance(std::chrono::seconds(10));
+  ASSERT_TRUE(reconciler.Reconcile(key).ok());
+  int deleting = 0;
+  for (const kube::Object& p : ServerPods())
+    deleting += p["metadata"].contains("deletionTimestamp");
+  EXPECT_EQ(ServerPods().size(), before);
+  EXPECT_EQ(deleting, 0) << "a blip shorter than the grace period tears nothing down";
+
+  // NotReady for 10 minutes: its gangs are lost.
+  ASSERT_TRUE(testutil::SetNodeReady(*client_, victim, "Unknown", "2025-12-31T23:50:00Z").ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    kube::ObjectPtr n = cache.nodes.store().Get(victim);
+    return n && (*n)["status"]["conditions"][0].value("lastTransitionTime", "") ==
+                    "2025-12-31T23:50:00Z";
+  }));
+  clock.Advance(std::chrono::seconds(10));
+  ASSERT_TRUE(reconciler.Reconcile(key).ok());
+  // Its gang's pods are gone or going (deleted; a new generation may run
+  // elsewhere already), and nothing new is pinned to it.
+  for (const kube::Object& p : ServerPods()) {
+    const std::string name = p["metadata"]["name"];
+    EXPECT_TRUE(on_victim.count(name) == 0 || p["metadata"].contains("deletionTimestamp"))
+        << name << " still runs on " << victim << ", NotReady past the grace period";
+    if (on_victim.count(name) == 0) {
+      EXPECT_NE(p["metadata"]["annotations"][kNodeAnnotation], victim) << name;
+    }
+  }
 }
 
 }  // namespace

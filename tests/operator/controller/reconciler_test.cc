@@ -18,9 +18,10 @@
 namespace orrery::controller {
 namespace {
 
+// A GPU node of the pool the test job's nodeSelector asks for.
 Json Node(const std::string& name, int gpus, bool ready = true) {
   return Json{
-      {"metadata", {{"name", name}}},
+      {"metadata", {{"name", name}, {"labels", {{"orrery.dev/pool", "gpu"}}}}},
       {"status",
        {{"allocatable", {{"nvidia.com/gpu", std::to_string(gpus)}, {"cpu", "64"}}},
         {"conditions", Json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
@@ -151,9 +152,12 @@ TEST_F(ReconcilerPureTest, ConfigsComeFromProfilesWithInterpolation) {
   spec.resources.templates = {api::Template::kDdp, api::Template::kFsdp};
   spec.profiling.gpu_counts = {1, 4};
   ProfileTable table;
+  // One rank of ddp or fsdp is the same single-process run: one profile
+  // serves both (ProfileKey keys by the worker's template).
+  EXPECT_EQ(ProfileDataKey(Measured(0, api::Template::kDdp, 1, 100).entry),
+            ProfileDataKey(Measured(0, api::Template::kFsdp, 1, 100).entry));
   for (const CachedProfile& p :
-       {Measured(0, api::Template::kDdp, 1, 100), Measured(0, api::Template::kDdp, 4, 340),
-        Measured(0, api::Template::kFsdp, 1, 90)}) {
+       {Measured(0, api::Template::kDdp, 1, 100), Measured(0, api::Template::kDdp, 4, 340)}) {
     table[ProfileDataKey(p.entry)] = p;
   }
   CachedProfile oom = Measured(0, api::Template::kFsdp, 4, 0);
@@ -181,17 +185,23 @@ TEST_F(ReconcilerPureTest, ConfigsComeFromProfilesWithInterpolation) {
   EXPECT_EQ(ConfigsFromProfiles(spec, loaded_.tasks[0], table, "cpu", 8).missing.size(), 4u);
 }
 
-TEST_F(ReconcilerPureTest, WorldViewMarksLiveGangsRunningAndProfilingTasksNotArrived) {
-  std::vector<NodeCapacity> nodes = {{"a", 8, 2}, {"b", 4, 0}};
-  std::vector<TaskConfigs> configs(loaded_.tasks.size());
+// Each of `tasks` tasks may run as ddp on `gpus` GPUs at 10 samples/s.
+std::vector<TaskConfigs> OneDdpConfigEach(size_t tasks, int gpus) {
+  std::vector<TaskConfigs> configs(tasks);
   for (TaskConfigs& tc : configs) {
     planner::Config c;
     c.template_name = "ddp";
-    c.gpus = 2;
+    c.gpus = gpus;
     c.throughput = 10;
     tc.configs = {c};
     tc.templates = {api::Template::kDdp};
   }
+  return configs;
+}
+
+TEST_F(ReconcilerPureTest, WorldViewMarksLiveGangsRunningAndProfilingTasksNotArrived) {
+  std::vector<NodeCapacity> nodes = {{"a", 8, 2}, {"b", 4, 0}};
+  std::vector<TaskConfigs> configs = OneDdpConfigEach(loaded_.tasks.size(), 2);
   WorldInput in;
   in.now = 1000;
   in.tasks = &loaded_.tasks;
@@ -230,6 +240,43 @@ TEST_F(ReconcilerPureTest, WorldViewMarksLiveGangsRunningAndProfilingTasksNotArr
   running.nodes = {"a", "gone"};
   in.live[loaded_.tasks[0].name] = LiveGang{0, running};
   EXPECT_FALSE(BuildWorldView(in).tasks[0].running.has_value());
+}
+
+// An elastic job's work is samples: a task that ran part of its budget at a
+// larger batch has what is left of the samples to do, not of its own steps.
+TEST_F(ReconcilerPureTest, ElasticWorkIsTheSampleBudgetLessSamplesDone) {
+  const int64_t batch = loaded_.tasks[0].task.training.batch_size;  // 16
+  api::TaskStatus st;
+  st.steps_done = 40;
+  EXPECT_EQ(SamplesDone(st, batch), 40 * batch);  // its own batch throughout
+  api::TaskConfig at64;
+  at64.batch_size = 64;
+  st.config = at64;
+  EXPECT_EQ(SamplesDone(st, batch), 40 * 64);  // no checkpoint: all at the batch it runs at
+  api::CheckpointRef cp;
+  cp.step = 30;
+  cp.samples = 30 * batch;  // 30 steps at 16, then 10 at 64
+  st.last_checkpoint = cp;
+  EXPECT_EQ(SamplesDone(st, batch), 30 * batch + 10 * 64);
+  cp.samples = 0;  // a worker that did not report samples: steps at the batch now
+  st.last_checkpoint = cp;
+  EXPECT_EQ(SamplesDone(st, batch), 40 * 64);
+
+  std::vector<NodeCapacity> nodes = {{"a", 8, 0}};
+  std::vector<TaskConfigs> configs = OneDdpConfigEach(loaded_.tasks.size(), 1);
+  WorldInput in;
+  in.tasks = &loaded_.tasks;
+  in.configs = &configs;
+  in.nodes = &nodes;
+  in.steps_done[loaded_.tasks[0].name] = 40;
+  in.elastic = true;
+  in.samples_done[loaded_.tasks[0].name] = 30 * batch + 10 * 64;
+  const double budget = static_cast<double>(engine::SampleBudget(loaded_.tasks[0].task));
+  engine::WorldView w = BuildWorldView(in);
+  EXPECT_DOUBLE_EQ(w.tasks[0].remaining_work, budget - (30 * batch + 10 * 64));
+  // Not elastic: steps left at the task's own batch, as before.
+  in.elastic = false;
+  EXPECT_DOUBLE_EQ(BuildWorldView(in).tasks[0].remaining_work, 60.0 * 16);
 }
 
 // An in-memory API server for the reconciler's writes: objects by resource and
@@ -466,6 +513,8 @@ TEST_F(ReconcileTest, AGangPendingPastTheTimeoutIsTornDownAndPlannedAgain) {
   clock_.Advance(std::chrono::seconds(300));
   ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
   EXPECT_TRUE(client_.deleted.empty());  // within the timeout
+  // (The job's re-plan interval may have passed too: count solves from here.)
+  const int solves = reconciler_->Solves(key_);
   clock_.Advance(std::chrono::seconds(301));
   ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
   size_t pods = client_.Pods("Pending").size();
@@ -473,7 +522,7 @@ TEST_F(ReconcileTest, AGangPendingPastTheTimeoutIsTornDownAndPlannedAgain) {
   for (const std::string& k : pods_.Keys()) pods_.Remove(k);  // the deletes reach the cache
   auto again = reconciler_->Reconcile(key_);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(reconciler_->Solves(key_), 2);  // the plan was made again
+  EXPECT_EQ(reconciler_->Solves(key_), solves + 1);  // the plan was made again
   bool relaunched = false;
   for (const kube::Object& p : client_.Pods("Pending")) {
     relaunched = relaunched || p["metadata"]["annotations"][kGenerationAnnotation] == "1";

@@ -1,0 +1,495 @@
+// One engine, three worlds. The same scenarios run through the simulator, the
+// local runner (real orrery-worker processes) and the controller (a real API
+// server, with this test as the kubelet) and each world's engine journal
+// (engine/journal.h) is compared: the same launches and stops, in the same
+// order, up to timing (task names aside: which of two equal tasks goes first
+// is timing). Every world reports each launch and stop it carries out to the
+// journal, and a test fails when a world acts without the engine saying so.
+//
+// Scenarios (one node of four GPUs unless said; two equal tasks profiled at 1
+// and 2 GPUs with a linear speed-up, so the plan runs both at two GPUs):
+//   - arrivals: both launch, both finish;
+//   - quota: the job's gpuQuota edited 4 -> 2 while both run (one is stopped
+//     for the quota), then 2 -> 4 (it is launched again);
+//   - node loss (simulator and controller: the local world has one node): two
+//     nodes of two GPUs, the second lost while both run; its task waits for
+//     the first and runs after it.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include "common/clock.h"
+#include "operator/api/load.h"
+#include "operator/controller/names.h"
+#include "operator/controller/reconciler.h"
+#include "operator/engine/job_options.h"
+#include "operator/engine/journal.h"
+#include "operator/engine/profile_configs.h"
+#include "operator/local/profile_cache.h"
+#include "operator/local/report.h"
+#include "operator/local/runner.h"
+#include "operator/sim/simulator.h"
+#include "tests/operator/controller/plane_setup.h"
+#include "tests/operator/kube/test_util.h"
+#include "tests/testing/control_plane.h"
+#include "tests/testing/wait.h"
+
+namespace orrery::controller {
+namespace {
+
+namespace fs = std::filesystem;
+using orrery::testing::WaitUntil;
+
+const char* kGpu = "nvidia.com/gpu";
+constexpr double kSwitchCostS = 5;  // every world's, so they weigh a switch alike
+
+// Two equal tasks (a grid of two learning rates) that run long enough for the
+// edits to land while they train, in every world.
+std::string JobYaml(int quota) {
+  return std::string(R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata:
+  name: conform
+  namespace: conform
+spec:
+  tasks:
+  - name: mlp
+    model:
+      mlp: {layers: 4, hidden: 256, inputs: 32, outputs: 8}
+    data:
+      synthetic: {seed: 3}
+    training: {steps: 6000, batchSize: 16, learningRate: 1e-3}
+    searchSpace:
+      grid:
+        learningRate: [1e-3, 3e-4]
+  resources:
+    gpuQuota: )") +
+         std::to_string(quota) + R"(
+    gpusPerTask: {min: 1, max: 2}
+    templates: [ddp]
+  profiling:
+    gpuCounts: [1, 2]
+  scheduling: {solverTimeLimitSeconds: 2}
+  checkpoints: {intervalSteps: 50, keep: 2}
+)";
+}
+
+double Linear(int gpus) { return 100.0 * gpus; }
+
+// A journal as the worlds are compared: "stop <reason>" and "launch <config>"
+// in order, the actions of one step sorted (stops first), task names left out.
+std::vector<std::string> Canonical(const std::vector<engine::JournalEntry>& entries) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < entries.size()) {
+    std::vector<std::string> step;
+    const int n = entries[i].step;
+    for (; i < entries.size() && entries[i].step == n; ++i) {
+      step.push_back((entries[i].kind == "stop" ? "0 " : "1 ") + entries[i].kind + " " +
+                     entries[i].detail);
+    }
+    std::sort(step.begin(), step.end());
+    for (const std::string& s : step) out.push_back(s.substr(2));
+  }
+  return out;
+}
+
+std::string Lines(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& l : v) s += "  " + l + "\n";
+  return s;
+}
+
+struct WorldRun {
+  std::vector<engine::JournalEntry> actions;
+  std::vector<std::string> violations;
+};
+
+// ---- the simulator ------------------------------------------------------------
+
+struct SimEdit {
+  double at = 0;
+  planner::ClusterEvent::Kind kind = planner::ClusterEvent::Kind::kQuota;
+  int value = 0;  // quota: the new cap; node lost: the node
+};
+
+WorldRun RunSim(const api::LoadedJob& job, const std::vector<int>& nodes,
+                const std::vector<SimEdit>& edits) {
+  ProfileTable table = testutil::DdpProfiles(job, {1, 2}, Linear);
+  planner::Workload w;
+  w.name = "conformance";
+  w.gpus_per_node = nodes.front();
+  w.gpu_memory_gib = 80;
+  int total = 0;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    w.problem.nodes.push_back({"node-" + std::to_string(n), nodes[n], 80});
+    total += nodes[n];
+  }
+  w.problem.gpu_cap = job.job.spec.resources.gpu_quota;
+  for (const api::ExpandedTask& t : job.tasks) {
+    planner::Task task;
+    task.name = t.name;
+    task.work = static_cast<double>(engine::SampleBudget(t.task));
+    task.configs = ConfigsFromProfiles(job.job.spec, t, table, "cuda", total).configs;
+    w.problem.tasks.push_back(task);
+    w.true_speed.push_back(1.0);
+  }
+  for (const SimEdit& e : edits) {
+    planner::ClusterEvent ev;
+    ev.time = e.at;
+    ev.kind = e.kind;
+    if (e.kind == planner::ClusterEvent::Kind::kQuota) ev.gpus = e.value;
+    if (e.kind == planner::ClusterEvent::Kind::kNodeLost) ev.node = e.value;
+    w.events.push_back(ev);
+  }
+  sim::SimOptions o;
+  engine::EngineOptions world;
+  world.switch_cost_s = kSwitchCostS;
+  o.engine = engine::JobEngineOptions(job.job.spec.scheduling, world);
+  auto r = sim::Simulate(w, o, nullptr);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return {};
+  return {r->actions, r->violations};
+}
+
+// ---- the controller -------------------------------------------------------------
+
+// The control plane is shared by the suite: each scenario has its own
+// namespaces and nodes, and removes them when done.
+class Controller {
+ public:
+  Controller(const orrery::testing::ControlPlane& plane, const api::LoadedJob& job,
+             const std::vector<int>& nodes, const std::string& tag)
+      : kNs("conform-" + tag), kProfileNs("profiles-" + tag), key_(kube::KeyFor(kNs, "conform")) {
+    client_ = kube::testutil::PlaneClient(plane);
+    std::string out;
+    EXPECT_TRUE(testutil::InstallJobCrd(plane, &out)) << out;
+    for (const std::string& ns : {kNs, kProfileNs}) {
+      EXPECT_TRUE(kube::testutil::CreateNamespace(*client_, ns).ok());
+    }
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      node_names_.push_back(tag + "-" + std::to_string(n));
+      EXPECT_TRUE(testutil::CreateReadyGpuNode(*client_, node_names_.back(), nodes[n], kGpu).ok());
+    }
+    EXPECT_TRUE(
+        testutil::StoreProfiles(*client_, testutil::DdpProfiles(job, {1, 2}, Linear), kProfileNs)
+            .ok());
+    api::ModelSelectionJob in_ns = job.job;
+    in_ns.metadata.namespace_ = kNs;
+    auto created = testutil::CreateJob(*client_, in_ns, kNs);
+    EXPECT_TRUE(created.ok()) << created.status();
+    cache_ = std::make_unique<testutil::PlaneCaches>(client_.get(), kNs, kProfileNs);
+    EXPECT_TRUE(cache_->Start(key_, nodes.size()));
+    recorder_ = testutil::Recorder(client_.get(), "conformance");
+    ReconcilerOptions options = testutil::PlaneOptions(recorder_.get(), kProfileNs);
+    options.engine.switch_cost_s = kSwitchCostS;
+    reconciler_ = std::make_unique<Reconciler>(client_.get(), cache_->caches(), options, &clock_);
+  }
+  ~Controller() {
+    reconciler_.reset();
+    cache_.reset();
+    for (const std::string& n : node_names_) (void)client_->Delete(kube::Nodes(), "", n);
+    for (const std::string& ns : {kNs, kProfileNs}) {
+      (void)client_->Delete(kube::Namespaces(), "", ns);
+    }
+  }
+
+  // One pass over caches that hold what the server holds.
+  void Pass() {
+    CatchUp();
+    clock_.Advance(std::chrono::seconds(10));
+    auto r = reconciler_->Reconcile(key_);
+    ASSERT_TRUE(r.ok()) << r.status();
+    CatchUp();
+  }
+  // The kubelet: pods created run; pods deleted go at once; pods of a node
+  // that is gone are removed (the pod garbage collector's part).
+  void Kubelet(const char* phase = "Running") {
+    std::set<std::string> nodes;
+    auto listed = client_->List(kube::Nodes(), "", {});
+    ASSERT_TRUE(listed.ok()) << listed.status();
+    for (const kube::Object& n : (*listed)["items"]) nodes.insert(n["metadata"].value("name", ""));
+    for (const kube::Object& p : testutil::JobPods(*client_, kNs, "conform")) {
+      const std::string name = p["metadata"]["name"];
+      const std::string node = PodNode(Json::parse(p.dump()));
+      if (p["metadata"].contains("deletionTimestamp") || nodes.count(node) == 0) {
+        kube::DeleteOptions now;
+        now.grace_period_seconds = 0;
+        (void)client_->Delete(kube::Pods(), kNs, name, now);
+        continue;
+      }
+      const std::string current = p["status"].value("phase", "");
+      if (current == "Succeeded" || current == "Failed" || current == phase) continue;
+      kube::PatchOptions po;
+      po.subresource = "status";
+      auto patched = client_->Patch(kube::Pods(), kNs, name, kube::PatchType::kMerge,
+                                    {{"status", {{"phase", phase}}}}, po);
+      ASSERT_TRUE(patched.ok()) << patched.status();
+    }
+  }
+  int Running() {
+    int n = 0;
+    for (const kube::Object& p : testutil::JobPods(*client_, kNs, "conform")) {
+      n += p["status"].value("phase", "") == "Running" &&
+                   !p["metadata"].contains("deletionTimestamp")
+               ? 1
+               : 0;
+    }
+    return n;
+  }
+  void SetQuota(int gpus) {
+    auto patched = client_->Patch(ModelSelectionJobs(), kNs, "conform", kube::PatchType::kMerge,
+                                  {{"spec", {{"resources", {{"gpuQuota", gpus}}}}}}, {});
+    ASSERT_TRUE(patched.ok()) << patched.status();
+  }
+  void LoseNode(size_t n) {
+    ASSERT_TRUE(client_->Delete(kube::Nodes(), "", node_names_[n]).ok());
+    ASSERT_TRUE(WaitUntil([&] { return !cache_->nodes.store().Get(node_names_[n]); }));
+  }
+  // Runs what runs to the end, pass after pass, until the job succeeded.
+  void Finish() {
+    for (int round = 0; round < 12 && !Succeeded(); ++round) {
+      Kubelet("Running");
+      Pass();
+      Kubelet("Succeeded");
+      Pass();
+    }
+    EXPECT_TRUE(Succeeded());
+  }
+  bool Succeeded() {
+    auto job = client_->Get(ModelSelectionJobs(), kNs, "conform");
+    return job.ok() && (*job)["status"].value("phase", "") == "Succeeded";
+  }
+  WorldRun Journal() const {
+    engine::ActionJournal j = reconciler_->Journal(key_);
+    return {j.entries(), j.violations()};
+  }
+
+ private:
+  void CatchUp() {
+    auto server = testutil::JobPods(*client_, kNs, "conform");
+    ASSERT_TRUE(WaitUntil([&] {
+      size_t cached = 0;
+      for (const kube::ObjectPtr& p : cache_->pods.store().List()) {
+        cached += (*p)["metadata"]["namespace"] == kNs ? 1 : 0;
+      }
+      return cached == server.size();
+    }));
+    for (const kube::Object& p : server) {
+      ASSERT_TRUE(WaitUntil([&] {
+        kube::ObjectPtr o = cache_->pods.store().Get(kube::KeyOf(p));
+        return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(p);
+      }));
+    }
+    auto job = client_->Get(ModelSelectionJobs(), kNs, "conform");
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_TRUE(WaitUntil([&] {
+      kube::ObjectPtr o = cache_->jobs.store().Get(key_);
+      return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(*job);
+    }));
+  }
+
+  const std::string kNs, kProfileNs;  // NOLINT(readability-identifier-naming): as constants
+  const std::string key_;
+  std::unique_ptr<kube::RestClient> client_;
+  std::vector<std::string> node_names_;
+  std::unique_ptr<testutil::PlaneCaches> cache_;
+  std::unique_ptr<kube::EventRecorder> recorder_;
+  FakeClock clock_;
+  std::unique_ptr<Reconciler> reconciler_;
+};
+
+// ---- the local runner -------------------------------------------------------------
+
+// `orrery run` in-process over cpu:4 with real orrery-worker processes, its
+// profile cache seeded with the profiles the other worlds plan on; `drive`
+// runs beside it with the work directory and edits the live run.
+WorldRun RunLocal(const api::LoadedJob& job, const std::string& dir,
+                  const std::function<void(const std::string& workdir)>& drive) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto cache = local::ProfileCache::Load(dir + "/profiles.json");
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  if (!cache.ok()) return {};
+  for (const auto& [key, p] : testutil::DdpProfiles(job, {1, 2}, Linear, "cpu")) {
+    cache->Put(p.entry);
+  }
+  EXPECT_TRUE(cache->Save().ok());
+  local::RunOptions o;
+  auto devices = local::ParseDevices("cpu:4");
+  EXPECT_TRUE(devices.ok());
+  o.devices = *devices;
+  o.workdir = dir + "/work";
+  o.worker = std::string(ORRERY_BINARY_DIR) + "/bin/orrery-worker";
+  o.profile_cache = dir + "/profiles.json";
+  o.job_dir = dir;
+  o.switch_cost_s = kSwitchCostS;
+  o.report_every = 20;
+  std::ostringstream out, err;
+  int code = -1;
+  std::thread run([&] { code = local::RunJob(job, o, out, err); });
+  drive(o.workdir);
+  run.join();
+  EXPECT_EQ(code, 0) << err.str() << out.str();
+  std::ifstream in(o.workdir + "/report.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto report = local::ReportFromJson(text.str());
+  EXPECT_TRUE(report.ok()) << report.status();
+  if (!report.ok()) return {};
+  WorldRun r;
+  int step = 0;
+  double last = -1;
+  std::string last_trigger;
+  for (const local::ReportAction& a : report->actions) {
+    // The report keeps each action's time and trigger: a new step starts where
+    // either changes (the journal's step numbers are not in the report).
+    if (a.time_s != last || a.trigger != last_trigger) ++step;
+    last = a.time_s;
+    last_trigger = a.trigger;
+    r.actions.push_back({step, a.time_s, a.trigger, a.kind, a.task, a.detail});
+  }
+  r.violations = report->violations;
+  return r;
+}
+
+// The report as the run rewrites it; empty until it exists.
+nlohmann::json ReadReport(const std::string& workdir) {
+  std::ifstream in(workdir + "/report.json");
+  if (!in) return nlohmann::json::object();
+  return nlohmann::json::parse(in, nullptr, false);
+}
+int LocalCount(const nlohmann::json& report, const std::string& what, const std::string& value) {
+  int n = 0;
+  if (!report.is_object()) return 0;
+  if (what == "running") {
+    for (const auto& t : report.value("tasks", nlohmann::json::array())) {
+      n += t.value("state", "") == value ? 1 : 0;
+    }
+  } else {
+    for (const auto& a : report.value("actions", nlohmann::json::array())) {
+      n += a.value("kind", "") == what ? 1 : 0;
+    }
+  }
+  return n;
+}
+void Control(const std::string& workdir, const std::string& line) {
+  std::ofstream c(workdir + "/control", std::ios::app);
+  c << line << "\n";
+}
+
+// ---- the suite ---------------------------------------------------------------------
+
+class ConformanceTest : public orrery::testing::ControlPlaneTest {
+ protected:
+  void SetUp() override {
+    ControlPlaneTest::SetUp();
+    auto loaded = api::LoadJobText(JobYaml(4));
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    job_ = *loaded;
+    dir_ = ::testing::TempDir() + "/conformance_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+    ControlPlaneTest::TearDown();
+  }
+  // Each world acted only on the engine's word, and all did the same.
+  void Compare(const std::map<std::string, WorldRun>& worlds) {
+    const std::string& first = worlds.begin()->first;
+    const std::vector<std::string> want = Canonical(worlds.begin()->second.actions);
+    EXPECT_FALSE(want.empty());
+    for (const auto& [name, run] : worlds) {
+      EXPECT_TRUE(run.violations.empty()) << name << ": " << run.violations.front();
+      std::vector<std::string> got = Canonical(run.actions);
+      EXPECT_EQ(got, want) << name << " did:\n" << Lines(got) << first << " did:\n" << Lines(want);
+      std::cout << "[conformance] " << name << ": " << got.size() << " actions\n" << Lines(got);
+    }
+  }
+
+  api::LoadedJob job_;
+  std::string dir_;
+};
+
+TEST_F(ConformanceTest, ArrivalsLaunchAndFinishAlikeInEveryWorld) {
+  std::map<std::string, WorldRun> worlds;
+  worlds["simulator"] = RunSim(job_, {4}, {});
+  {
+    Controller c(*plane(), job_, {4}, "arrivals");
+    c.Pass();
+    c.Finish();
+    worlds["controller"] = c.Journal();
+  }
+  worlds["local"] = RunLocal(job_, dir_ + "/local", [](const std::string&) {});
+  Compare(worlds);
+}
+
+TEST_F(ConformanceTest, QuotaEditedDownThenUpStopsAndRelaunchesAlikeInEveryWorld) {
+  std::map<std::string, WorldRun> worlds;
+  worlds["simulator"] = RunSim(job_, {4},
+                               {{100, planner::ClusterEvent::Kind::kQuota, 2},
+                                {200, planner::ClusterEvent::Kind::kQuota, 4}});
+  {
+    Controller c(*plane(), job_, {4}, "quota");
+    c.Pass();
+    c.Kubelet();
+    c.Pass();
+    ASSERT_EQ(c.Running(), 4);
+    c.SetQuota(2);
+    c.Pass();     // stops what exceeds the quota
+    c.Kubelet();  // its ranks go
+    c.Pass();
+    c.SetQuota(4);
+    c.Pass();  // launches it again
+    c.Finish();
+    worlds["controller"] = c.Journal();
+  }
+  worlds["local"] = RunLocal(job_, dir_ + "/local", [](const std::string& workdir) {
+    // Both run: the quota goes down; once the stop is issued and applied, up.
+    ASSERT_TRUE(
+        WaitUntil([&] { return LocalCount(ReadReport(workdir), "running", "running") == 2; },
+                  std::chrono::seconds(120)));
+    Control(workdir, "quota 2");
+    ASSERT_TRUE(WaitUntil([&] { return LocalCount(ReadReport(workdir), "stop", "") >= 1; },
+                          std::chrono::seconds(60)));
+    ASSERT_TRUE(
+        WaitUntil([&] { return LocalCount(ReadReport(workdir), "running", "running") == 1; },
+                  std::chrono::seconds(60)));
+    Control(workdir, "quota 4");
+  });
+  Compare(worlds);
+}
+
+TEST_F(ConformanceTest, NodeLostWhileRunningReplansAlikeInSimulatorAndController) {
+  std::map<std::string, WorldRun> worlds;
+  worlds["simulator"] = RunSim(job_, {2, 2}, {{100, planner::ClusterEvent::Kind::kNodeLost, 1}});
+  {
+    Controller c(*plane(), job_, {2, 2}, "node");
+    c.Pass();
+    c.Kubelet();
+    c.Pass();
+    ASSERT_EQ(c.Running(), 4);
+    c.LoseNode(1);
+    c.Pass();  // the gang on the lost node is torn down; the engine plans again
+    c.Kubelet();
+    c.Pass();
+    c.Finish();
+    worlds["controller"] = c.Journal();
+  }
+  Compare(worlds);
+}
+
+}  // namespace
+}  // namespace orrery::controller
