@@ -213,7 +213,9 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
          std::string("--namespace=") + kNamespace, "--device=cpu", "--worker-image=orrery-worker",
          "--metrics-bind-address=127.0.0.1:" + std::to_string(port),
          "--health-probe-bind-address=127.0.0.1:0", "--lease-duration=4s", "--renew-deadline=3s",
-         "--retry-period=1s", "--solver-time-limit=5s", "--progress-period=1s"},
+         "--retry-period=1s", "--solver-time-limit=5s", "--progress-period=1s",
+         // The stopped node is a real loss: no need to wait out the 5 m default.
+         "--node-lost-grace=5s"},
         {{"POD_NAME", "e2e-operator"}}, log, /*capture_stdout=*/false);
   };
   auto op = start_operator(op_log, 0);

@@ -44,6 +44,7 @@ constexpr const char* kUsage =
     "         [--worker-image IMAGE] [--gpu-resource nvidia.com/gpu] [--device cuda|cpu]\n"
     "         [--profile-namespace NS] [--workers 2] [--gang-timeout 10m] [--solver-time-limit "
     "10s]\n"
+    "         [--node-lost-grace 5m]\n"
     "         [--progress-period 5s] [--cluster-shares=true|false]\n"
     "         [--log-level debug|info|warning|error]\n";
 
@@ -67,6 +68,9 @@ struct OperatorFlags {
   std::string profile_namespace;
   int workers = 2;
   Duration gang_timeout = std::chrono::minutes(10);
+  // A node NotReady or unreachable this long loses its gangs; a shorter blip
+  // tears nothing down (Kubernetes evicts after 300 s by default).
+  Duration node_lost_grace = std::chrono::minutes(5);
   double solver_time_limit_s = 10;
   Duration progress_period = std::chrono::seconds(5);
   LogLevel log_level = LogLevel::kInfo;
@@ -147,6 +151,7 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
                                                   "--renew-deadline",
                                                   "--retry-period",
                                                   "--gang-timeout",
+                                                  "--node-lost-grace",
                                                   "--solver-time-limit",
                                                   "--metrics-bind-address",
                                                   "--health-probe-bind-address",
@@ -177,6 +182,8 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
       ORRERY_ASSIGN_OR_RETURN(f.retry_period, ParseGoDuration(name, v));
     } else if (name == "--gang-timeout") {
       ORRERY_ASSIGN_OR_RETURN(f.gang_timeout, ParseGoDuration(name, v));
+    } else if (name == "--node-lost-grace") {
+      ORRERY_ASSIGN_OR_RETURN(f.node_lost_grace, ParseGoDuration(name, v));
     } else if (name == "--progress-period") {
       ORRERY_ASSIGN_OR_RETURN(f.progress_period, ParseGoDuration(name, v));
     } else if (name == "--solver-time-limit") {
@@ -342,6 +349,7 @@ int RunOperator(Invocation& in) {
   mo.progress.period = std::chrono::duration_cast<std::chrono::milliseconds>(f.progress_period);
   mo.reconciler.worker_image = f.worker_image;
   mo.reconciler.gang_timeout_s = std::chrono::duration<double>(f.gang_timeout).count();
+  mo.reconciler.node_lost_grace_s = std::chrono::duration<double>(f.node_lost_grace).count();
   mo.reconciler.engine.solver_time_limit_s = f.solver_time_limit_s;
   SystemClock clock;
 

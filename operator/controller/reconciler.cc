@@ -23,6 +23,8 @@ namespace {
 
 constexpr double kGpuMemoryGib = 1e6;  // memory is checked by profiling, not modelled here
 constexpr auto kRequeueWhileActive = std::chrono::seconds(30);
+// The Degraded reason of a job whose pods the API server rejected.
+constexpr const char* kPodRejected = "PodRejected";
 
 Json ToApi(const kube::Object& o) { return Json::parse(o.dump()); }
 kube::Object ToKube(const Json& o) { return kube::Object::parse(o.dump()); }
@@ -225,6 +227,18 @@ TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
     return p;
   };
   return engine::BuildTaskConfigs(spec, task.task, lookup, max_gpus);
+}
+
+std::string HumanDuration(double seconds) {
+  const auto s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  if (s < 60) return std::to_string(s) + "s";
+  if (s < 3600) return std::to_string(s / 60) + "m";
+  if (s < 86400) {
+    const int64_t m = (s % 3600) / 60;
+    return std::to_string(s / 3600) + "h" + (m > 0 ? std::to_string(m) + "m" : "");
+  }
+  const int64_t h = (s % 86400) / 3600;
+  return std::to_string(s / 86400) + "d" + (h > 0 ? std::to_string(h) + "h" : "");
 }
 
 int64_t SamplesDone(const api::TaskStatus& status, int64_t task_batch) {
@@ -549,6 +563,12 @@ Status Reconciler::WriteStatus(JobContext& ctx,
   }
   api::ModelSelectionJobStatus status = BuildJobStatus(in);
   if (ctx.state != nullptr && ctx.state->plan_status) status.plan = ctx.state->plan_status;
+  // The printer column's ETA: until the adopted plan's makespan.
+  if (ctx.state != nullptr && ctx.state->plan_ends_at > 0 &&
+      status.phase != api::Phase::kSucceeded && status.phase != api::Phase::kFailed &&
+      status.phase != api::Phase::kSuspended) {
+    status.eta = HumanDuration(ctx.state->plan_ends_at - ctx.now);
+  }
   if (ctx.loaded.job.status && *ctx.loaded.job.status == status) return OkStatus();
   auto stored = client_->UpdateStatus(ModelSelectionJobs(), ctx.loaded.job.metadata.namespace_,
                                       ToKube(StatusUpdateObject(ctx.loaded.job, status)));
@@ -684,6 +704,16 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   if (!loaded.ok()) return RejectInvalid(key, *object, loaded.status());
   ctx.loaded = std::move(*loaded);
   api::ModelSelectionJob& job = ctx.loaded.job;
+  // Pods of this spec were rejected by the API server: only a new spec (a new
+  // generation) can fix that, so this one is not tried again.
+  if (job.status && job.status->phase == api::Phase::kFailed) {
+    for (const api::Condition& c : job.status->conditions) {
+      if (c.type == "Degraded" && c.status == "True" && c.reason == kPodRejected &&
+          c.observed_generation == job.metadata.generation) {
+        return kube::Result{};
+      }
+    }
+  }
   if (!options_.worker_image.empty() && job.spec.resources.image == api::kDefaultWorkerImage) {
     job.spec.resources.image = options_.worker_image;
   }
@@ -700,7 +730,9 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   ProfileTable table;
   ORRERY_RETURN_IF_ERROR(ReadProfiles(ctx, &table));
   CountCapacity(ctx);
-  ORRERY_RETURN_IF_ERROR(RequestProfiles(ctx, table));
+  if (Status s = RequestProfiles(ctx, table); !s.ok()) {
+    return kube::IsInvalid(s) ? RejectPods(ctx, *object, s) : s;
+  }
   // 2. Observe the job's gangs; tear down the failed and the timed out.
   ObserveGangs(ctx);
   for (size_t t = 0; t < ctx.loaded.tasks.size(); ++t) ORRERY_RETURN_IF_ERROR(ObserveTask(ctx, t));
@@ -711,14 +743,29 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   StepEngine(ctx);
   ORRERY_RETURN_IF_ERROR(ApplyStops(ctx));
   // 4. Launch the gangs the step chose, on the nodes it chose.
-  ORRERY_RETURN_IF_ERROR(ApplyLaunches(ctx));
+  if (Status s = ApplyLaunches(ctx); !s.ok()) {
+    return kube::IsInvalid(s) ? RejectPods(ctx, *object, s) : s;
+  }
   // 5. Status, and when to come back.
   return FinishPass(ctx);
 }
 
+// A pod the API server rejects (422: a field the CRD and validation let
+// through, such as a label key with a space in nodeSelector) fails the job with
+// the server's message and an event; it is not retried until the spec changes.
+StatusOr<kube::Result> Reconciler::RejectPods(JobContext& ctx, const kube::Object& object,
+                                              const Status& why) {
+  const std::string message =
+      "the API server rejected this job's pods: " + why.message() +
+      " (fix the spec field it names, e.g. spec.resources.nodeSelector, tolerations, image or "
+      "gpuResourceName, and apply the job again)";
+  Event(ctx, kube::EventType::kWarning, kPodRejected, "Launch", message);
+  return RejectInvalid(ctx.key, object, InvalidArgumentError(message), kPodRejected);
+}
+
 // An invalid spec is recorded, not retried: only a new spec can fix it.
 StatusOr<kube::Result> Reconciler::RejectInvalid(const std::string& key, const kube::Object& object,
-                                                 const Status& why) {
+                                                 const Status& why, const char* reason) {
   LeaveShares(key);
   Log(LogLevel::kWarning, "Rejected invalid job", {{"job", key}, {"error", why.ToString()}});
   std::vector<api::FieldError> errors;
@@ -735,7 +782,7 @@ StatusOr<kube::Result> Reconciler::RejectInvalid(const std::string& key, const k
     found = true;
     if (c.status != "True") c.last_transition_time = NowText();
     c.status = "True";
-    c.reason = "InvalidSpec";
+    c.reason = reason;
     c.message = message;
     c.observed_generation = job.metadata.generation;
   }
@@ -743,7 +790,7 @@ StatusOr<kube::Result> Reconciler::RejectInvalid(const std::string& key, const k
     api::Condition c;
     c.type = "Degraded";
     c.status = "True";
-    c.reason = "InvalidSpec";
+    c.reason = reason;
     c.message = message;
     c.observed_generation = job.metadata.generation;
     c.last_transition_time = NowText();
@@ -1121,7 +1168,17 @@ void Reconciler::SettleStoppedGangs(JobContext& ctx) {
   // Gangs the cluster share stopped are on their way out, whatever the cache
   // still shows: not running in the plan's world, not relaunched until gone.
   for (auto it = st.share_stopped.begin(); it != st.share_stopped.end();) {
-    if (ctx.done.count(it->first) > 0 || st.last_generation[it->first] > it->second) {
+    // Over once the task is done or relaunched, or once no rank of the stopped
+    // gang is left but on a lost node (it never ends there by itself).
+    bool going = false;
+    for (const Json& p : ctx.gang_pods) {
+      if (PodFinished(p) || Label(p, kTaskLabel) != it->first ||
+          Annotation(p, kGenerationAnnotation) != std::to_string(it->second)) {
+        continue;
+      }
+      going = going || ctx.lost.count(PodNode(p)) == 0;
+    }
+    if (ctx.done.count(it->first) > 0 || st.last_generation[it->first] > it->second || !going) {
       it = st.share_stopped.erase(it);
       continue;
     }
@@ -1183,8 +1240,22 @@ Status Reconciler::ApplyClusterShare(JobContext& ctx) {
   for (const Json& p : ctx.all_pods) {
     if (!IsOrreryGangPod(p)) untrained.push_back(p);
   }
+  // A node NotReady for less than the grace period still holds its gangs: its
+  // GPUs stay in what the shares divide, so a blip shrinks no share.
+  std::vector<Json> counted;
+  const std::vector<Json>* nodes = &ctx.nodes;
+  for (const Json& n : ctx.nodes) {
+    if (NodeReady(n) || ctx.lost.count(Str(n, "metadata", "name")) > 0) continue;
+    if (counted.empty()) counted = ctx.nodes;
+    nodes = &counted;
+  }
+  for (Json& n : counted) {
+    if (!NodeReady(n) && ctx.lost.count(Str(n, "metadata", "name")) == 0) {
+      n["status"]["conditions"] = Json::array({{{"type", "Ready"}, {"status", "True"}}});
+    }
+  }
   int cluster_gpus = 0;
-  for (const NodeCapacity& n : NodeCapacities(ctx.nodes, untrained, resource, "")) {
+  for (const NodeCapacity& n : NodeCapacities(*nodes, untrained, resource, "")) {
     cluster_gpus += n.Free();
   }
   StatusOr<engine::ShareUpdate> update = [&] {
@@ -1360,8 +1431,10 @@ void Reconciler::StepEngine(JobContext& ctx) {
   if (step.decision && step.decision->adopted) {
     const engine::Decision& d = *step.decision;
     api::PlanStatus ps;
-    ps.makespan_seconds = std::max(0.0, d.plan.makespan - now);
-    ps.lower_bound_seconds = std::max(0.0, d.plan.lower_bound - now);
+    // Whole seconds: a printer column shows the number as stored.
+    ps.makespan_seconds = std::round(std::max(0.0, d.plan.makespan - now));
+    ps.lower_bound_seconds = std::round(std::max(0.0, d.plan.lower_bound - now));
+    st.plan_ends_at = d.plan.makespan;
     ps.gap = d.plan.gap;
     ps.solve_seconds = d.solver_seconds;
     ps.revision = st.engine->adoptions();

@@ -127,6 +127,9 @@ struct WorldInput {
   std::set<std::string> profiling;
   std::map<std::string, LiveGang> live;  // by task
 };
+// A duration as `kubectl get` shows ages: "45s", "12m", "1h20m", "2d3h".
+std::string HumanDuration(double seconds);
+
 // Samples a task has consumed, from its status: exact at its last checkpoint
 // (when the worker reported them) plus the steps since at the batch it runs at
 // now (its configuration's, else `task_batch`).
@@ -239,6 +242,7 @@ class Reconciler {
     int applied_share_decision = 0;
     std::map<std::string, int> share_stopped;
     std::optional<api::PlanStatus> plan_status;
+    double plan_ends_at = 0;  // the adopted plan's makespan, engine time (for the ETA)
     // Profiles this reconciler wrote that the ConfigMap cache may not show yet:
     // without them a pass could start the same trial again.
     ProfileTable harvested;
@@ -270,7 +274,8 @@ class Reconciler {
 
   // Reconcile's phases, in order; each reads and extends the pass's JobContext.
   StatusOr<kube::Result> RejectInvalid(const std::string& key, const kube::Object& object,
-                                       const Status& why);
+                                       const Status& why, const char* reason = "InvalidSpec");
+  StatusOr<kube::Result> RejectPods(JobContext& ctx, const kube::Object& object, const Status& why);
   void ReadCluster(JobContext& ctx);
   Status ReadProfiles(JobContext& ctx, ProfileTable* table);
   void CountCapacity(JobContext& ctx);

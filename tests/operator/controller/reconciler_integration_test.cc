@@ -601,5 +601,68 @@ TEST_F(NodeGraceTest, ANotReadyBlipTearsNothingDownAndALongOutageDoes) {
   }
 }
 
+// A spec that passes the CRD and validation but whose pods the API server
+// rejects (a toleration key that is no qualified name) fails the job with the
+// server's message and an event, is not tried again while the spec stands, and
+// runs once the spec is fixed.
+class RejectedPodTest : public PlacementTest {};
+
+TEST_F(RejectedPodTest, APodTheServerRejectsFailsTheJobUntilTheSpecIsFixed) {
+  const std::string key = kube::KeyFor(kPlacementNamespace, "small");
+  auto bad = client_->Patch(
+      ModelSelectionJobs(), kPlacementNamespace, "small", kube::PatchType::kMerge,
+      {{"spec",
+        {{"resources",
+          {{"tolerations",
+            kube::Object::array({{{"key", "bad key!"}, {"operator", "Exists"}}})}}}}}},
+      {});
+  ASSERT_TRUE(bad.ok()) << "the CRD let it through: " << bad.status();
+  PlaneCaches cache(client_.get(), kPlacementNamespace, kProfileNamespace);
+  ASSERT_TRUE(cache.Start(key, 6));
+  auto recorder = Recorder(client_.get(), "rejected-test");
+  FakeClock clock;
+  Reconciler reconciler(client_.get(), cache.caches(), PlaneOptions(recorder.get()), &clock);
+  CatchUp(cache);
+  auto first = reconciler.Reconcile(key);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto job = client_->Get(ModelSelectionJobs(), kPlacementNamespace, "small");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ((*job)["status"].value("phase", ""), "Failed") << (*job)["status"].dump();
+  std::string reason, message;
+  for (const kube::Object& c : (*job)["status"].value("conditions", kube::Object::array())) {
+    if (c.value("type", "") == "Degraded") {
+      reason = c.value("reason", "");
+      message = c.value("message", "");
+    }
+  }
+  EXPECT_EQ(reason, "PodRejected");
+  EXPECT_NE(message.find("bad key!"), std::string::npos) << message;
+  auto events = client_->List(kube::Events(), kPlacementNamespace, {});
+  ASSERT_TRUE(events.ok());
+  int rejected = 0;
+  for (const kube::Object& e : (*events)["items"])
+    rejected += e.value("reason", "") == "PodRejected";
+  EXPECT_EQ(rejected, 1);
+  // While the spec stands nothing is tried again.
+  CatchUp(cache);
+  auto again = reconciler.Reconcile(key);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->requeue);
+  EXPECT_EQ(again->requeue_after.count(), 0);
+  EXPECT_TRUE(ServerPods().empty());
+  // Fixed: the next pass launches.
+  auto fixed = client_->Patch(
+      ModelSelectionJobs(), kPlacementNamespace, "small", kube::PatchType::kMerge,
+      {{"spec",
+        {{"resources",
+          {{"tolerations",
+            kube::Object::array({{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}}})}}}}}},
+      {});
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  CatchUp(cache);
+  ASSERT_TRUE(reconciler.Reconcile(key).ok());
+  EXPECT_FALSE(ServerPods().empty());
+}
+
 }  // namespace
 }  // namespace orrery::controller

@@ -242,6 +242,16 @@ TEST_F(ReconcilerPureTest, WorldViewMarksLiveGangsRunningAndProfilingTasksNotArr
   EXPECT_FALSE(BuildWorldView(in).tasks[0].running.has_value());
 }
 
+TEST(HumanDuration, AsKubectlShowsAges) {
+  EXPECT_EQ(HumanDuration(0), "0s");
+  EXPECT_EQ(HumanDuration(44.6), "45s");
+  EXPECT_EQ(HumanDuration(754), "12m");
+  EXPECT_EQ(HumanDuration(3600), "1h");
+  EXPECT_EQ(HumanDuration(4800), "1h20m");
+  EXPECT_EQ(HumanDuration(183600), "2d3h");
+  EXPECT_EQ(HumanDuration(-5), "0s");
+}
+
 // An elastic job's work is samples: a task that ran part of its budget at a
 // larger batch has what is left of the samples to do, not of its own steps.
 TEST_F(ReconcilerPureTest, ElasticWorkIsTheSampleBudgetLessSamplesDone) {
