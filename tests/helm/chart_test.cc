@@ -46,6 +46,15 @@ TEST_F(ChartTest, LintsAndDeployIsInSync) {
   EXPECT_EQ(sync.exit_code, 0) << sync.output;
 }
 
+// `helm template` with no cluster at all (as a GitOps pipeline renders the
+// chart): Helm's default Kubernetes version satisfies the chart's kubeVersion.
+TEST_F(ChartTest, RendersOfflineWithoutACluster) {
+  CommandResult r = RunCommand("KUBECONFIG=/nonexistent " + plane()->bin_dir() +
+                               "/helm template x " + kSource + "/helm/orrery");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kind: Deployment"), std::string::npos);
+}
+
 TEST_F(ChartTest, SchemaRejectsBadValues) {
   CommandResult r = RunCommand(Helm("template x " + kSource + "/helm/orrery --set replicaCount=0"));
   EXPECT_NE(r.exit_code, 0);
