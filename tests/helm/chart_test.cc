@@ -62,6 +62,14 @@ TEST_F(ChartTest, SchemaRejectsBadValues) {
   r = RunCommand(Helm("template x " + kSource + "/helm/orrery --set logLevel=loud"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("logLevel"), std::string::npos) << r.output;
+  // Values that are each valid but not together.
+  r = RunCommand(Helm("template x " + kSource + "/helm/orrery --set metrics.port=8081"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("metrics.port and health.port"), std::string::npos) << r.output;
+  r = RunCommand(Helm("template x " + kSource +
+                      "/helm/orrery --set replicaCount=2 --set leaderElection.enabled=false"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("leaderElection.enabled"), std::string::npos) << r.output;
 }
 
 TEST_F(ChartTest, RenderedManifestsPassServerSideDryRun) {
