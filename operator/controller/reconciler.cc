@@ -506,6 +506,37 @@ Status Reconciler::MergeIntoConfigMap(const std::vector<CachedProfile>& profiles
   });
 }
 
+// A profile trial that no node takes (every pod Pending past the gang timeout:
+// the scheduler refuses its node, or the GPUs it was pinned to went to others)
+// is torn down; a later pass pins it again to GPUs free then.
+Status Reconciler::TimeOutPendingTrial(JobContext& ctx, const std::string& hash,
+                                       const std::vector<Json>& pods) {
+  bool all_pending = !pods.empty();
+  for (const Json& p : pods) {
+    const std::string phase = Str(p, "status", "phase");
+    all_pending = all_pending && (phase.empty() || phase == "Pending");
+  }
+  if (!all_pending) return OkStatus();
+  const std::string label = "profile-" + hash;
+  ctx.pending_seen.insert(label);
+  auto [since, inserted] = ctx.state->pending_since.emplace(label, clock_->Now());
+  const double waited = ToSeconds(clock_->Now() - since->second);
+  if (inserted || waited <= options_.gang_timeout_s) return OkStatus();
+  std::vector<std::string> names;
+  for (const Json& p : pods) names.push_back(Str(p, "metadata", "name"));
+  ORRERY_RETURN_IF_ERROR(DeleteGang(ctx.ns, Str(pods.front(), "spec", "subdomain"), names));
+  ctx.state->pending_since.erase(since);
+  char note[256];
+  std::snprintf(note, sizeof(note),
+                "profile trial %s waited %.0f s Pending (no node took its pods); torn down, it "
+                "is tried again on GPUs free later",
+                hash.c_str(), waited);
+  Log(LogLevel::kWarning, "Tore down profile trial pending too long",
+      {{"job", ctx.key}, {"profile", hash}});
+  Event(ctx, kube::EventType::kWarning, "ProfileTimedOut", "Profile", note);
+  return OkStatus();
+}
+
 Status Reconciler::HarvestProfiles(JobContext& ctx, ProfileTable* table) {
   std::map<std::string, std::vector<Json>> gangs;  // profile key hash -> pods
   for (const Json& p : ctx.job_pods) {
@@ -520,7 +551,10 @@ Status Reconciler::HarvestProfiles(JobContext& ctx, ProfileTable* table) {
           {{"job", ctx.key}, {"profile", hash}, {"error", outcome.status().ToString()}});
       continue;
     }
-    if (outcome->state == ProfileOutcome::State::kRunning) continue;
+    if (outcome->state == ProfileOutcome::State::kRunning) {
+      ORRERY_RETURN_IF_ERROR(TimeOutPendingTrial(ctx, hash, pods));
+      continue;
+    }
     CachedProfile cp;
     cp.entry = outcome->entry;
     cp.infeasible = outcome->state == ProfileOutcome::State::kInfeasible;

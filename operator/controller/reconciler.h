@@ -258,6 +258,8 @@ class Reconciler {
   double NowSeconds() const;
 
   Status HarvestProfiles(JobContext& ctx, ProfileTable* table);
+  Status TimeOutPendingTrial(JobContext& ctx, const std::string& hash,
+                             const std::vector<Json>& pods);
   Status EnsureProfileGangs(JobContext& ctx, const ProfileTable& table);
   Status MergeIntoConfigMap(const std::vector<CachedProfile>& profiles, ProfileTable* table);
   Status DeleteGang(const std::string& ns, const std::string& service,

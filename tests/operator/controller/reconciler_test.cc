@@ -642,6 +642,36 @@ TEST_F(ReconcileTest, MissingProfilesAreMeasuredByProfileGangsAndCached) {
   EXPECT_NE(client_.statuses.back()["tasks"][2]["state"], "Profiling");
 }
 
+// A profile trial no node takes waits no longer than a gang would: torn down
+// past the gang timeout, and pinned again by a later pass.
+TEST_F(ReconcileTest, AProfileTrialPendingPastTheTimeoutIsTornDown) {
+  ProfileTable table;  // the gpt task (task 2) has no profile: trials start
+  for (size_t t = 0; t < 2; ++t) {
+    for (int g : {1, 2}) {
+      CachedProfile p = Measured(t, api::Template::kDdp, g, 100.0 * g);
+      table[ProfileDataKey(p.entry)] = p;
+    }
+  }
+  Json cm = EncodeProfileConfigMap(table, "orrery-system");
+  configmaps_.Upsert(Ptr(cm));
+  ASSERT_TRUE(
+      client_.Update(kube::ConfigMaps(), "orrery-system", kube::Object::parse(cm.dump())).ok());
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  SyncPods("Pending");
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());  // first seen Pending
+  auto profile_deletes = [&] {
+    return std::count_if(client_.deleted.begin(), client_.deleted.end(), [](const std::string& k) {
+      return k.find("-prof-") != std::string::npos;
+    });
+  };
+  clock_.Advance(std::chrono::seconds(300));
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  EXPECT_EQ(profile_deletes(), 0) << "within the timeout";
+  clock_.Advance(std::chrono::seconds(301));
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  EXPECT_GT(profile_deletes(), 0) << "past the timeout the trial is torn down";
+}
+
 TEST_F(ReconcileTest, AnInvalidSpecIsRecordedOnceAndNotRetried) {
   loaded_.job.spec.resources.gpu_quota = 0;  // required
   PutJob();
