@@ -348,7 +348,8 @@ struct Reconciler::JobContext {
   std::vector<NodeCapacity> capacity;
   int total_gpus = 0;
   std::vector<TaskConfigs> configs;
-  std::set<std::string> profiling;  // tasks still waiting for a profile
+  std::set<std::string> profiling;                // tasks still waiting for a profile
+  std::map<std::string, std::string> never_fits;  // tasks no admitting node can hold, and why
   // 2. The job's gangs as the cache shows them.
   std::set<std::string> lost;  // nodes gone
   std::vector<Json> gang_pods;
@@ -589,6 +590,7 @@ Status Reconciler::WriteStatus(JobContext& ctx,
   in.now = NowText();
   in.max_restarts = options_.max_restarts;
   in.profiling = profiling;
+  in.never_fits = ctx.never_fits;
   if (ctx.state != nullptr) in.replanned = ctx.state->replanned;
   std::map<std::string, TaskProgress> progress;
   if (options_.progress != nullptr) {
@@ -957,8 +959,20 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
   for (const auto& [task, e] : st.expected) {
     for (const std::string& node : e.gang.config.nodes) --trial_free[node];
   }
+  int widest = 0;  // the most GPUs one node the job may use has
+  for (const NodeCapacity& n : capacity) widest = std::max(widest, n.allocatable);
   for (const api::ExpandedTask& task : ctx.loaded.tasks) {
     configs.push_back(ConfigsFromProfiles(job.spec, task, table, options_.device, total_gpus));
+    // A gang lives on one node (BuildTaskConfigs never spans nodes): a task
+    // whose narrowest choice is wider than every node never runs.
+    const int least = job.spec.resources.gpus_per_task.min;
+    if (!capacity.empty() && least > widest) {
+      ctx.never_fits[task.name] =
+          "needs at least " + std::to_string(least) +
+          " GPUs on one node (spec.resources.gpusPerTask.min), and the largest node its pods may "
+          "use has " +
+          std::to_string(widest) + ": lower gpusPerTask.min or add larger nodes";
+    }
     if (configs.back().missing.empty()) continue;
     profiling.insert(task.name);
     for (const engine::ProfileKeyRef& m : configs.back().missing) {

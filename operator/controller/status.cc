@@ -286,6 +286,10 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
     } else if (!was_done) {
       t.state =
           in.profiling.count(task.name) > 0 ? api::TaskState::kProfiling : api::TaskState::kPending;
+      if (auto nf = in.never_fits.find(task.name); nf != in.never_fits.end()) {
+        t.message = nf->second;
+        degraded.push_back(task.name + ": " + nf->second);
+      }
     }
     switch (t.state) {
       case api::TaskState::kSucceeded: ++done; break;
@@ -345,9 +349,11 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
   for (const auto& [name, obs] : *in.observed) {
     if (obs.gang && !obs.gang->lost_nodes.empty()) any_lost = true;
   }
-  std::string deg_reason = degraded.empty() ? "AllGangsHealthy"
-                           : any_lost       ? "NodeLost"
-                                            : "GangFailed";
+  const bool only_never_fits = !degraded.empty() && degraded.size() == in.never_fits.size();
+  std::string deg_reason = degraded.empty()  ? "AllGangsHealthy"
+                           : any_lost        ? "NodeLost"
+                           : only_never_fits ? "TaskNeverFits"
+                                             : "GangFailed";
   s.conditions.push_back(
       MakeCondition(previous, "Degraded", !degraded.empty(), deg_reason, deg_message, gen, in.now));
   bool complete = s.phase == api::Phase::kSucceeded || s.phase == api::Phase::kFailed;

@@ -75,6 +75,9 @@ struct StatusInput {
   // What running gangs' rank 0 reported (progress.h), by task label value; a
   // report of an older gang generation is ignored. Null: carry progress over.
   const std::map<std::string, TaskProgress>* progress = nullptr;
+  // Tasks that can never run on the nodes their pods may use, and why (the
+  // task's message, and a Degraded condition TaskNeverFits).
+  std::map<std::string, std::string> never_fits;
 };
 
 // The job status: phase, observedGeneration, conditions (Progressing, Degraded,

@@ -672,6 +672,26 @@ TEST_F(ReconcileTest, AProfileTrialPendingPastTheTimeoutIsTornDown) {
   EXPECT_GT(profile_deletes(), 0) << "past the timeout the trial is torn down";
 }
 
+// A task whose narrowest choice is wider than every node its pods may use
+// says so in its status and in the Degraded condition, instead of waiting.
+TEST_F(ReconcileTest, ATaskWiderThanEveryNodeSaysSo) {
+  loaded_.job.spec.resources.gpus_per_task.min = 4;  // the nodes have 2 GPUs each
+  loaded_.job.spec.resources.gpus_per_task.max = 4;
+  loaded_.job.spec.profiling.gpu_counts = {4};
+  PutJob();
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  ASSERT_FALSE(client_.statuses.empty());
+  const kube::Object& st = client_.statuses.back();
+  EXPECT_NE(st["tasks"][0].value("message", "").find("needs at least 4 GPUs on one node"),
+            std::string::npos)
+      << st.dump();
+  std::string reason;
+  for (const kube::Object& c : st["conditions"]) {
+    if (c.value("type", "") == "Degraded" && c.value("status", "") == "True") reason = c["reason"];
+  }
+  EXPECT_EQ(reason, "TaskNeverFits") << st.dump();
+}
+
 TEST_F(ReconcileTest, AnInvalidSpecIsRecordedOnceAndNotRetried) {
   loaded_.job.spec.resources.gpu_quota = 0;  // required
   PutJob();
