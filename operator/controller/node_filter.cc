@@ -49,7 +49,12 @@ std::string NodeRefusal(const Json& node, const api::ResourcesSpec& resources) {
                            : empty;
   for (const auto& [key, value] : resources.node_selector) {
     if (Field(labels, key.c_str()) != value || !labels.contains(key)) {
-      return "node " + name + " does not match spec.resources.nodeSelector " + key + "=" + value;
+      std::string why = "node " + name;
+      why += " does not match spec.resources.nodeSelector ";
+      why += key;
+      why += "=";
+      why += value;
+      return why;
     }
   }
   if (spec.contains("taints") && spec["taints"].is_array()) {

@@ -524,6 +524,7 @@ Status Reconciler::TimeOutPendingTrial(JobContext& ctx, const std::string& hash,
   const double waited = ToSeconds(clock_->Now() - since->second);
   if (inserted || waited <= options_.gang_timeout_s) return OkStatus();
   std::vector<std::string> names;
+  names.reserve(pods.size());
   for (const Json& p : pods) names.push_back(Str(p, "metadata", "name"));
   ORRERY_RETURN_IF_ERROR(DeleteGang(ctx.ns, Str(pods.front(), "spec", "subdomain"), names));
   ctx.state->pending_since.erase(since);
