@@ -1291,20 +1291,16 @@ Status Reconciler::ApplyClusterShare(JobContext& ctx) {
   }
   // A node NotReady for less than the grace period still holds its gangs: its
   // GPUs stay in what the shares divide, so a blip shrinks no share.
-  std::vector<Json> counted;
-  const std::vector<Json>* nodes = &ctx.nodes;
-  for (const Json& n : ctx.nodes) {
+  std::vector<Json> counted;  // a copy only when some node is in its grace
+  for (size_t i = 0; i < ctx.nodes.size(); ++i) {
+    const Json& n = ctx.nodes[i];
     if (NodeReady(n) || ctx.lost.count(Str(n, "metadata", "name")) > 0) continue;
     if (counted.empty()) counted = ctx.nodes;
-    nodes = &counted;
-  }
-  for (Json& n : counted) {
-    if (!NodeReady(n) && ctx.lost.count(Str(n, "metadata", "name")) == 0) {
-      n["status"]["conditions"] = Json::array({{{"type", "Ready"}, {"status", "True"}}});
-    }
+    counted[i]["status"]["conditions"] = Json::array({{{"type", "Ready"}, {"status", "True"}}});
   }
   int cluster_gpus = 0;
-  for (const NodeCapacity& n : NodeCapacities(*nodes, untrained, resource, "")) {
+  for (const NodeCapacity& n :
+       NodeCapacities(counted.empty() ? ctx.nodes : counted, untrained, resource, "")) {
     cluster_gpus += n.Free();
   }
   StatusOr<engine::ShareUpdate> update = [&] {

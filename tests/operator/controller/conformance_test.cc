@@ -278,28 +278,7 @@ class Controller {
   }
 
  private:
-  void CatchUp() {
-    auto server = testutil::JobPods(*client_, kNs, "conform");
-    ASSERT_TRUE(WaitUntil([&] {
-      size_t cached = 0;
-      for (const kube::ObjectPtr& p : cache_->pods.store().List()) {
-        cached += (*p)["metadata"]["namespace"] == kNs ? 1 : 0;
-      }
-      return cached == server.size();
-    }));
-    for (const kube::Object& p : server) {
-      ASSERT_TRUE(WaitUntil([&] {
-        kube::ObjectPtr o = cache_->pods.store().Get(kube::KeyOf(p));
-        return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(p);
-      }));
-    }
-    auto job = client_->Get(ModelSelectionJobs(), kNs, "conform");
-    ASSERT_TRUE(job.ok()) << job.status();
-    ASSERT_TRUE(WaitUntil([&] {
-      kube::ObjectPtr o = cache_->jobs.store().Get(key_);
-      return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(*job);
-    }));
-  }
+  void CatchUp() { ASSERT_TRUE(cache_->CatchUp(*client_, kNs, "conform")); }
 
   const std::string kNs, kProfileNs;  // NOLINT(readability-identifier-naming): as constants
   const std::string key_;

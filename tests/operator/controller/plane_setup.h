@@ -221,9 +221,54 @@ struct PlaneCaches {
            });
   }
   Caches caches() { return {&jobs.store(), &pods.store(), &nodes.store(), &configmaps.store()}; }
+  // Waits until the caches hold what the server holds of job `name` in `ns`:
+  // as many of its pods, each at the server's resource version, and the job
+  // at its. False when they do not within the wait.
+  bool CatchUp(kube::Client& client, const std::string& ns, const std::string& name) {
+    using orrery::testing::WaitUntil;
+    const std::vector<kube::Object> server = JobPods(client, ns, name);
+    const std::string label = LabelValue(name);
+    bool ok = WaitUntil([&] {
+      size_t cached = 0;
+      for (const kube::ObjectPtr& p : pods.store().List()) {
+        const kube::Object& meta = (*p)["metadata"];
+        cached += meta.value("namespace", "") == ns &&
+                          meta.value("labels", kube::Object::object()).value(kJobLabel, "") == label
+                      ? 1
+                      : 0;
+      }
+      return cached == server.size();
+    });
+    for (const kube::Object& p : server) {
+      ok = ok && WaitUntil([&] {
+             kube::ObjectPtr o = pods.store().Get(kube::KeyOf(p));
+             return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(p);
+           });
+    }
+    auto job = client.Get(ModelSelectionJobs(), ns, name);
+    return ok && job.ok() && WaitUntil([&] {
+             kube::ObjectPtr o = jobs.store().Get(kube::KeyFor(ns, name));
+             return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(*job);
+           });
+  }
   std::string profile_ns_;
   kube::Informer jobs, pods, nodes, configmaps;
 };
+
+// `yaml` with each `from` replaced by its `to`; a `from` that is not there
+// fails the test (the text it edits changed).
+inline std::string Edited(std::string yaml,
+                          const std::vector<std::pair<std::string, std::string>>& swaps) {
+  for (const auto& [from, to] : swaps) {
+    const size_t at = yaml.find(from);
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no '" << from << "' to replace";
+      continue;
+    }
+    yaml.replace(at, from.size(), to);
+  }
+  return yaml;
+}
 
 // Events on the server, as the operator's recorder writes them.
 inline std::unique_ptr<kube::EventRecorder> Recorder(kube::Client* client,

@@ -68,6 +68,7 @@ spec:
     gpuCounts: [1, 2]
 )";
 
+using testutil::Edited;
 using testutil::JobPods;
 using testutil::PlaneCaches;
 using testutil::PlaneOptions;
@@ -247,19 +248,13 @@ TEST_F(ReconcilerIntegrationTest, GangsRunOnPlannedNodesAndTheJobSucceeds) {
 // at 1, 2, 4 and 8, a quota of 16, and steps enough to outlast the test.
 const char* kQuotaNamespace = "ctl-quota";
 std::string QuotaJobYaml() {
-  std::string yaml = kSmallJob;
-  auto swap = [&](const std::string& from, const std::string& to) {
-    size_t at = yaml.find(from);
-    EXPECT_NE(at, std::string::npos) << from;
-    if (at != std::string::npos) yaml.replace(at, from.size(), to);
-  };
-  swap("name: small\n  namespace: ctl-reconcile", "name: sweep\n  namespace: ctl-quota");
-  swap("steps: 100,", "steps: 1000000,");
-  swap("steps: 50,", "steps: 1000000,");
-  swap("gpuQuota: 4", "gpuQuota: 16");
-  swap("max: 2}", "max: 8}");
-  swap("gpuCounts: [1, 2]", "gpuCounts: [1, 2, 4, 8]");
-  return yaml;
+  return Edited(kSmallJob,
+                {{"name: small\n  namespace: ctl-reconcile", "name: sweep\n  namespace: ctl-quota"},
+                 {"steps: 100,", "steps: 1000000,"},
+                 {"steps: 50,", "steps: 1000000,"},
+                 {"gpuQuota: 4", "gpuQuota: 16"},
+                 {"max: 2}", "max: 8}"},
+                 {"gpuCounts: [1, 2]", "gpuCounts: [1, 2, 4, 8]"}});
 }
 
 class QuotaEditTest : public orrery::testing::ControlPlaneTest {
@@ -317,29 +312,6 @@ class QuotaEditTest : public orrery::testing::ControlPlaneTest {
                        {{"spec", {{"resources", {{"gpuQuota", gpus}}}}}}, {});
     ASSERT_TRUE(patched.ok()) << patched.status();
   }
-  // Waits until the informers hold exactly what the server holds.
-  void CatchUp(kube::Informer& jobs, kube::Informer& pods) {
-    std::vector<kube::Object> server = ServerPods();
-    ASSERT_TRUE(WaitUntil([&] {
-      int cached = 0;
-      for (const kube::ObjectPtr& p : pods.store().List()) {
-        cached += (*p)["metadata"]["namespace"] == kQuotaNamespace ? 1 : 0;
-      }
-      return cached == static_cast<int>(server.size());
-    }));
-    for (const kube::Object& p : server) {
-      ASSERT_TRUE(WaitUntil([&] {
-        kube::ObjectPtr o = pods.store().Get(kube::KeyOf(p));
-        return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(p);
-      }));
-    }
-    auto job = client_->Get(ModelSelectionJobs(), kQuotaNamespace, "sweep");
-    ASSERT_TRUE(job.ok()) << job.status();
-    ASSERT_TRUE(WaitUntil([&] {
-      kube::ObjectPtr o = jobs.store().Get(kube::KeyFor(kQuotaNamespace, "sweep"));
-      return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(*job);
-    }));
-  }
   std::vector<std::string> EventNotes(const std::string& reason) {
     std::vector<std::string> notes;
     auto events = client_->List(kube::Events(), kQuotaNamespace, {});
@@ -359,8 +331,6 @@ TEST_F(QuotaEditTest, SixteenToEightFreesTheExcessInOnePassAndEightToTwentyFourL
   const std::string key = kube::KeyFor(kQuotaNamespace, "sweep");
   PlaneCaches cache(client_.get(), kQuotaNamespace, kProfileNamespace);
   ASSERT_TRUE(cache.Start(key, 3));
-  kube::Informer& jobs = cache.jobs;
-  kube::Informer& pods = cache.pods;
 
   auto recorder = Recorder(client_.get(), "quota-test");
   FakeClock clock;
@@ -373,14 +343,14 @@ TEST_F(QuotaEditTest, SixteenToEightFreesTheExcessInOnePassAndEightToTwentyFourL
   EXPECT_GT(first, 8) << "the plan should use more than the later quota";
   EXPECT_LE(first, 16);
   RunPods();
-  CatchUp(jobs, pods);
+  ASSERT_TRUE(cache.CatchUp(*client_, kQuotaNamespace, "sweep"));
   clock.Advance(std::chrono::seconds(60));
   ASSERT_TRUE(reconciler.Reconcile(key).ok());  // the gangs run
   ASSERT_EQ(HeldOnServer(), first);
 
   // 16 -> 8: within one pass, what exceeds the quota is stopped.
   SetQuota(8);
-  CatchUp(jobs, pods);
+  ASSERT_TRUE(cache.CatchUp(*client_, kQuotaNamespace, "sweep"));
   ASSERT_TRUE(reconciler.Reconcile(key).ok());
   EXPECT_LE(HeldOnServer(), 8) << "the gangs left hold at most the new quota";
   std::vector<std::string> rescales = EventNotes("Rescale");
@@ -389,17 +359,17 @@ TEST_F(QuotaEditTest, SixteenToEightFreesTheExcessInOnePassAndEightToTwentyFourL
   for (const std::string& n : rescales) names_quota |= n.find("quota of 8") != std::string::npos;
   EXPECT_TRUE(names_quota) << rescales.back();
   // The stopped ranks checkpoint and go; a pass launches nothing over the quota.
-  CatchUp(jobs, pods);
+  ASSERT_TRUE(cache.CatchUp(*client_, kQuotaNamespace, "sweep"));
   clock.Advance(std::chrono::seconds(10));
   ASSERT_TRUE(reconciler.Reconcile(key).ok());
   EXPECT_LE(HeldOnServer(), 8);
 
   // 8 -> 24: the next pass re-plans and launches onto the room.
   RunPods();
-  CatchUp(jobs, pods);
+  ASSERT_TRUE(cache.CatchUp(*client_, kQuotaNamespace, "sweep"));
   const int before = HeldOnServer();
   SetQuota(24);
-  CatchUp(jobs, pods);
+  ASSERT_TRUE(cache.CatchUp(*client_, kQuotaNamespace, "sweep"));
   ASSERT_TRUE(reconciler.Reconcile(key).ok());
   const int after = HeldOnServer();
   EXPECT_GT(after, before) << "a higher quota launches within one pass";
@@ -416,19 +386,12 @@ TEST_F(QuotaEditTest, SixteenToEightFreesTheExcessInOnePassAndEightToTwentyFourL
 // refuse it, and the job finishes on the nodes it may use.
 const char* kPlacementNamespace = "ctl-placement";
 std::string PlacementJobYaml() {
-  std::string yaml = kSmallJob;
-  auto swap = [&](const std::string& from, const std::string& to) {
-    size_t at = yaml.find(from);
-    EXPECT_NE(at, std::string::npos) << from;
-    if (at != std::string::npos) yaml.replace(at, from.size(), to);
-  };
-  swap("namespace: ctl-reconcile", "namespace: ctl-placement");
-  swap("    templates: [ddp]\n", R"(    templates: [ddp]
+  return Edited(kSmallJob, {{"namespace: ctl-reconcile", "namespace: ctl-placement"},
+                            {"    templates: [ddp]\n", R"(    templates: [ddp]
     nodeSelector: {orrery.dev/pool: gpu}
     tolerations:
     - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
-)");
-  return yaml;
+)"}});
 }
 
 class PlacementTest : public orrery::testing::ControlPlaneTest {
@@ -479,21 +442,6 @@ class PlacementTest : public orrery::testing::ControlPlaneTest {
                                   kube::PatchType::kMerge, {{"status", {{"phase", phase}}}}, po);
     ASSERT_TRUE(patched.ok()) << patched.status();
   }
-  void CatchUp(PlaneCaches& cache) {
-    std::vector<kube::Object> server = ServerPods();
-    for (const kube::Object& p : server) {
-      ASSERT_TRUE(WaitUntil([&] {
-        kube::ObjectPtr o = cache.pods.store().Get(kube::KeyOf(p));
-        return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(p);
-      }));
-    }
-    auto job = client_->Get(ModelSelectionJobs(), kPlacementNamespace, "small");
-    ASSERT_TRUE(job.ok()) << job.status();
-    ASSERT_TRUE(WaitUntil([&] {
-      kube::ObjectPtr o = cache.jobs.store().Get(kube::KeyFor(kPlacementNamespace, "small"));
-      return o && kube::ResourceVersionOf(*o) == kube::ResourceVersionOf(*job);
-    }));
-  }
   std::unique_ptr<kube::RestClient> client_;
   api::LoadedJob loaded_;
 };
@@ -510,7 +458,7 @@ TEST_F(PlacementTest, GangsGoOnlyWhereTheSchedulerWouldAdmitThemAndTheJobFinishe
   bool succeeded = false;
   for (int round = 0; round < 10 && !succeeded; ++round) {
     ASSERT_TRUE(reconciler.Reconcile(key).ok());
-    CatchUp(cache);
+    ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
     std::map<std::string, int> live_per_node;
     for (const kube::Object& p : ServerPods()) {
       const std::string planned = p["metadata"]["annotations"][kNodeAnnotation];
@@ -525,7 +473,7 @@ TEST_F(PlacementTest, GangsGoOnlyWhereTheSchedulerWouldAdmitThemAndTheJobFinishe
     for (const kube::Object& p : ServerPods()) {
       if (p["status"].value("phase", "") != "Succeeded") SetPhase(p, "Succeeded");
     }
-    CatchUp(cache);
+    ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
     clock.Advance(std::chrono::seconds(30));
     auto job = client_->Get(ModelSelectionJobs(), kPlacementNamespace, "small");
     ASSERT_TRUE(job.ok());
@@ -553,9 +501,9 @@ TEST_F(NodeGraceTest, ANotReadyBlipTearsNothingDownAndALongOutageDoes) {
   options.node_lost_grace_s = 300;
   Reconciler reconciler(client_.get(), cache.caches(), options, &clock);
   ASSERT_TRUE(reconciler.Reconcile(key).ok());
-  CatchUp(cache);
+  ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
   for (const kube::Object& p : ServerPods()) SetPhase(p, "Running");
-  CatchUp(cache);
+  ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
   ASSERT_TRUE(reconciler.Reconcile(key).ok());
   const size_t before = ServerPods().size();
   ASSERT_GT(before, 0u);
@@ -622,7 +570,7 @@ TEST_F(RejectedPodTest, APodTheServerRejectsFailsTheJobUntilTheSpecIsFixed) {
   auto recorder = Recorder(client_.get(), "rejected-test");
   FakeClock clock;
   Reconciler reconciler(client_.get(), cache.caches(), PlaneOptions(recorder.get()), &clock);
-  CatchUp(cache);
+  ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
   auto first = reconciler.Reconcile(key);
   ASSERT_TRUE(first.ok()) << first.status();
   auto job = client_->Get(ModelSelectionJobs(), kPlacementNamespace, "small");
@@ -644,7 +592,7 @@ TEST_F(RejectedPodTest, APodTheServerRejectsFailsTheJobUntilTheSpecIsFixed) {
     rejected += e.value("reason", "") == "PodRejected";
   EXPECT_EQ(rejected, 1);
   // While the spec stands nothing is tried again.
-  CatchUp(cache);
+  ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
   auto again = reconciler.Reconcile(key);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(again->requeue);
@@ -659,7 +607,7 @@ TEST_F(RejectedPodTest, APodTheServerRejectsFailsTheJobUntilTheSpecIsFixed) {
             kube::Object::array({{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}}})}}}}}},
       {});
   ASSERT_TRUE(fixed.ok()) << fixed.status();
-  CatchUp(cache);
+  ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
   ASSERT_TRUE(reconciler.Reconcile(key).ok());
   EXPECT_FALSE(ServerPods().empty());
 }

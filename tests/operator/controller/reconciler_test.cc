@@ -408,6 +408,21 @@ class ReconcileTest : public ReconcilerPureTest {
         &client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
   }
   void PutJob() { jobs_.Upsert(Ptr(api::EncodeJob(loaded_.job))); }
+  // The profile cache (ConfigMap and its cache) holds ddp at 1 and 2 GPUs of
+  // the two mlp tasks and nothing of the gpt task (task 2, its own signature).
+  void CacheProfilesButGpt() {
+    ProfileTable table;
+    for (size_t t = 0; t < 2; ++t) {
+      for (int g : {1, 2}) {
+        CachedProfile p = Measured(t, api::Template::kDdp, g, 100.0 * g);
+        table[ProfileDataKey(p.entry)] = p;
+      }
+    }
+    Json cm = EncodeProfileConfigMap(table, "orrery-system");
+    configmaps_.Upsert(Ptr(cm));
+    ASSERT_TRUE(
+        client_.Update(kube::ConfigMaps(), "orrery-system", kube::Object::parse(cm.dump())).ok());
+  }
   // The pod cache catches up with the fake server.
   void SyncPods(const std::string& phase) {
     for (const kube::Object& p : client_.Pods(phase)) {
@@ -588,17 +603,7 @@ TEST_F(ReconcileTest, TheFirstLaunchSaysWhereTheJobsCheckpointsLive) {
 
 TEST_F(ReconcileTest, MissingProfilesAreMeasuredByProfileGangsAndCached) {
   // The cache lacks the gpt task's profiles (task 2, its own signature).
-  ProfileTable table;
-  for (size_t t = 0; t < 2; ++t) {
-    for (int g : {1, 2}) {
-      CachedProfile p = Measured(t, api::Template::kDdp, g, 100.0 * g);
-      table[ProfileDataKey(p.entry)] = p;
-    }
-  }
-  Json cm = EncodeProfileConfigMap(table, "orrery-system");
-  configmaps_.Upsert(Ptr(cm));
-  ASSERT_TRUE(
-      client_.Update(kube::ConfigMaps(), "orrery-system", kube::Object::parse(cm.dump())).ok());
+  ASSERT_NO_FATAL_FAILURE(CacheProfilesButGpt());
   ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
   std::vector<kube::Object> profile_pods;
   for (const kube::Object& p : client_.Pods("Succeeded")) {
@@ -645,17 +650,7 @@ TEST_F(ReconcileTest, MissingProfilesAreMeasuredByProfileGangsAndCached) {
 // A profile trial no node takes waits no longer than a gang would: torn down
 // past the gang timeout, and pinned again by a later pass.
 TEST_F(ReconcileTest, AProfileTrialPendingPastTheTimeoutIsTornDown) {
-  ProfileTable table;  // the gpt task (task 2) has no profile: trials start
-  for (size_t t = 0; t < 2; ++t) {
-    for (int g : {1, 2}) {
-      CachedProfile p = Measured(t, api::Template::kDdp, g, 100.0 * g);
-      table[ProfileDataKey(p.entry)] = p;
-    }
-  }
-  Json cm = EncodeProfileConfigMap(table, "orrery-system");
-  configmaps_.Upsert(Ptr(cm));
-  ASSERT_TRUE(
-      client_.Update(kube::ConfigMaps(), "orrery-system", kube::Object::parse(cm.dump())).ok());
+  ASSERT_NO_FATAL_FAILURE(CacheProfilesButGpt());  // the gpt task's trials start
   ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
   SyncPods("Pending");
   ASSERT_TRUE(reconciler_->Reconcile(key_).ok());  // first seen Pending
