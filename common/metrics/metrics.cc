@@ -4,15 +4,19 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include <prometheus/text_serializer.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 namespace orrery::metrics {
 const std::vector<MetricDef>& AllMetricDefs() {
@@ -347,7 +351,7 @@ bool SendAll(int fd, const std::string& data) {
 
 StatusOr<std::unique_ptr<Exposer>> Exposer::Start(const std::string& address,
                                                   std::shared_ptr<prometheus::Registry> registry,
-                                                  const std::string& flag) {
+                                                  const std::string& flag, ExposerOptions options) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon + 1 == address.size() ||
       address.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
@@ -369,6 +373,26 @@ StatusOr<std::unique_ptr<Exposer>> Exposer::Start(const std::string& address,
     return InvalidArgumentError(flag + ": cannot resolve '" + host + "': " + gai_strerror(rc));
   }
   std::unique_ptr<Exposer> e(new Exposer());
+  e->options_ = std::move(options);
+  if (e->options_.https) {
+    // A bad certificate fails the start, not the first scrape.
+    const bool files = !e->options_.cert_file.empty() || !e->options_.key_file.empty();
+    if (!files && e->options_.tls.cert_pem.empty()) {
+      return InvalidArgumentError(flag + ": HTTPS needs a certificate and key");
+    }
+    if (e->CurrentTls() == nullptr) {
+      StatusOr<std::unique_ptr<TlsServerContext>> why =
+          InternalError("the metrics certificate did not load");
+      if (files) {
+        ORRERY_ASSIGN_OR_RETURN(TlsMaterial m,
+                                ReadTlsFiles(e->options_.cert_file, e->options_.key_file));
+        why = TlsServerContext::FromPem(m, e->options_.cert_file);
+      } else {
+        why = TlsServerContext::FromPem(e->options_.tls, "the metrics certificate");
+      }
+      return why.ok() ? InternalError("the metrics certificate did not load") : why.status();
+    }
+  }
   std::string bind_error = "no address";
   for (addrinfo* a = found; a != nullptr && e->listen_fd_ < 0; a = a->ai_next) {
     int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -415,7 +439,75 @@ Exposer::~Exposer() {
   }
 }
 
+namespace {
+
+// "size:mtime" of each file, to notice a rotated certificate.
+std::string FilesStamp(const std::vector<std::string>& files) {
+  std::string stamp;
+  for (const std::string& f : files) {
+    struct stat st {};
+    if (stat(f.c_str(), &st) != 0) return "";
+    stamp += std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+             std::to_string(st.st_mtim.tv_nsec) + ";";
+  }
+  return stamp;
+}
+
+// The value of header `name` (lower case) in a raw request head, or "".
+std::string HeaderValue(const std::string& request, const std::string& name) {
+  size_t line = request.find("\r\n");
+  while (line != std::string::npos) {
+    const size_t start = line + 2;
+    const size_t end = request.find("\r\n", start);
+    if (end == std::string::npos || end == start) break;
+    const size_t colon = request.find(':', start);
+    if (colon != std::string::npos && colon < end && colon - start == name.size()) {
+      bool same = true;
+      for (size_t i = 0; i < name.size() && same; ++i) {
+        same = std::tolower(static_cast<unsigned char>(request[start + i])) == name[i];
+      }
+      if (same) {
+        size_t v = request.find_first_not_of(" \t", colon + 1);
+        size_t v_end = request.find_last_not_of(" \t", end - 1);
+        return v == std::string::npos || v >= end ? "" : request.substr(v, v_end - v + 1);
+      }
+    }
+    line = end;
+  }
+  return "";
+}
+
+}  // namespace
+
+const TlsServerContext* Exposer::CurrentTls() {
+  if (options_.cert_file.empty() && options_.key_file.empty()) {
+    if (!tls_) {
+      auto made = TlsServerContext::FromPem(options_.tls, "the metrics certificate");
+      if (made.ok()) tls_ = std::move(*made);
+    }
+    return tls_.get();
+  }
+  const std::string stamp = FilesStamp({options_.cert_file, options_.key_file});
+  if (tls_ && (stamp.empty() || stamp == tls_files_stamp_)) return tls_.get();
+  // Changed (or first): a pair that does not load yet (one file written, the
+  // other not) keeps the previous certificate in service.
+  auto material = ReadTlsFiles(options_.cert_file, options_.key_file);
+  if (!material.ok()) return tls_.get();
+  auto made = TlsServerContext::FromPem(*material, options_.cert_file);
+  if (made.ok()) {
+    tls_ = std::move(*made);
+    tls_files_stamp_ = stamp;
+  }
+  return tls_.get();
+}
+
 void Exposer::Serve() {
+  // A client that hangs up mid-answer must not kill the process: TLS writes go
+  // through write(2), which raises SIGPIPE on this thread.
+  sigset_t pipe_signal;
+  sigemptyset(&pipe_signal);
+  sigaddset(&pipe_signal, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
   while (true) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fds_[0], POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
@@ -429,17 +521,35 @@ void Exposer::Serve() {
     timeval timeout{kClientTimeoutSeconds, 0};
     setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-    Answer(client);
+    if (options_.https) {
+      const TlsServerContext* tls = CurrentTls();
+      std::unique_ptr<TlsServerContext::Connection> conn =
+          tls == nullptr ? nullptr : tls->Accept(client);
+      if (conn != nullptr && conn->Handshake().ok()) {
+        Answer([&](char* buffer, int size) { return conn->Read(buffer, size); },
+               [&](const std::string& bytes) { return conn->WriteAll(bytes); });
+      }
+    } else {
+      Answer(
+          [&](char* buffer, int size) -> long {  // NOLINT(google-runtime-int)
+            ssize_t n;
+            do {
+              n = recv(client, buffer, static_cast<size_t>(size), 0);
+            } while (n < 0 && errno == EINTR);
+            return n;
+          },
+          [&](const std::string& bytes) { return SendAll(client, bytes); });
+    }
     close(client);
   }
 }
 
-void Exposer::Answer(int fd) const {
+void Exposer::Answer(const std::function<long(char*, int)>& read,  // NOLINT(google-runtime-int)
+                     const std::function<bool(const std::string&)>& write) const {
   std::string request;
   char chunk[2048];
   while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
-    ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
-    if (n < 0 && errno == EINTR) continue;
+    auto n = read(chunk, sizeof(chunk));
     if (n <= 0) return;
     request.append(chunk, static_cast<size_t>(n));
   }
@@ -452,7 +562,22 @@ void Exposer::Answer(int fd) const {
     path = request.substr(space + 1, end == std::string::npos ? end : end - space - 1);
   }
   std::string status = "200 OK", body;
-  if (method != "GET" && method != "HEAD") {
+  Status allowed = OkStatus();
+  if (options_.authorize)
+    allowed = options_.authorize(method, path, HeaderValue(request, "authorization"));
+  std::string extra_head;
+  if (!allowed.ok()) {
+    // Refused before anything about the server is said, the path included.
+    switch (allowed.code()) {
+      case StatusCode::kUnauthenticated:
+        status = "401 Unauthorized";
+        extra_head = "\r\nWWW-Authenticate: Bearer realm=\"orrery\"";
+        break;
+      case StatusCode::kPermissionDenied: status = "403 Forbidden"; break;
+      default: status = "503 Service Unavailable"; break;
+    }
+    body = std::string(allowed.message()) + "\n";
+  } else if (method != "GET" && method != "HEAD") {
     status = "405 Method Not Allowed";
   } else if (path != "/metrics") {
     status = "404 Not Found";
@@ -463,9 +588,9 @@ void Exposer::Answer(int fd) const {
   std::string head = "HTTP/1.1 " + status +
                      "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8"
                      "\r\nContent-Length: " +
-                     std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+                     std::to_string(body.size()) + extra_head + "\r\nConnection: close\r\n\r\n";
   if (method == "HEAD") body.clear();
-  SendAll(fd, head + body);
+  write(head + body);
 }
 
 std::string Serialize(const prometheus::Registry& registry) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "common/metrics/tls.h"
 #include "common/status.h"
 
 namespace orrery::metrics {
@@ -148,7 +150,24 @@ class WorkerRecorder {
   prometheus::Gauge& samples_per_second_;
 };
 
-// Serves a registry on http://ADDRESS/metrics (GET or HEAD; anything else is
+// How the /metrics server guards itself. Default: plain HTTP, open to anyone
+// who reaches the port (a worker's pod-local endpoint, tests).
+struct ExposerOptions {
+  // HTTPS. With cert_file and key_file (PEM; re-read when either file changes,
+  // so a rotated Secret is picked up without a restart) or else with `tls`.
+  bool https = false;
+  std::string cert_file;
+  std::string key_file;
+  TlsMaterial tls;
+  // Decides each request from its method, path and Authorization header (""
+  // when absent): OK serves it, Unauthenticated answers 401, PermissionDenied
+  // 403, anything else 503. Empty: every request is served.
+  std::function<Status(const std::string& method, const std::string& path,
+                       const std::string& authorization)>
+      authorize;
+};
+
+// Serves a registry on http(s)://ADDRESS/metrics (GET or HEAD; anything else is
 // 404). Owns a listening socket and one thread that answers one connection at a
 // time, each closed after its answer: scrapes are few and short. A client that
 // stalls is dropped after a few seconds.
@@ -159,7 +178,7 @@ class Exposer {
   // from, for the hint in the error.
   static StatusOr<std::unique_ptr<Exposer>> Start(
       const std::string& address, std::shared_ptr<prometheus::Registry> registry,
-      const std::string& flag = "--metrics-bind-address");
+      const std::string& flag = "--metrics-bind-address", ExposerOptions options = {});
   ~Exposer();
   Exposer(const Exposer&) = delete;
   Exposer& operator=(const Exposer&) = delete;
@@ -171,9 +190,16 @@ class Exposer {
  private:
   Exposer() = default;
   void Serve();
-  void Answer(int fd) const;
+  // Reads one request through `read` and answers it through `write`.
+  void Answer(const std::function<long(char*, int)>& read,  // NOLINT(google-runtime-int)
+              const std::function<bool(const std::string&)>& write) const;
+  // The TLS context for the next connection: re-made when the files changed.
+  const TlsServerContext* CurrentTls();
 
   std::shared_ptr<prometheus::Registry> registry_;
+  ExposerOptions options_;
+  std::unique_ptr<TlsServerContext> tls_;
+  std::string tls_files_stamp_;  // sizes and mtimes of the files tls_ came from
   int port_ = 0;
   std::string address_;
   int listen_fd_ = -1;

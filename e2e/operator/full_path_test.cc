@@ -128,9 +128,24 @@ class FullPathTest : public orrery::testing::ControlPlaneTestWith<false, true, f
     if (!controller::testutil::InstallJobCrd(*plane(), &setup_output_)) return;
     // The chart's service account and RBAC; its own operator pod is not needed
     // (the test runs the operator), so it is pinned to no node.
+    // Prometheus scrapes the operator's HTTPS /metrics with the token of its own
+    // service account, bound to the chart's metrics-reader role.
+    for (const char* command :
+         {"create namespace monitoring", "-n monitoring create serviceaccount prometheus"}) {
+      CommandResult r = plane()->Kubectl(command);
+      setup_output_ += r.output;
+      if (r.exit_code != 0 && r.output.find("AlreadyExists") == std::string::npos) return;
+    }
     sa_kubeconfig_ = controller::testutil::InstallChartAsServiceAccount(
-        *plane(), kOperatorNamespace, "--set nodeSelector.orrery-e2e=no-such-node", &setup_output_);
+        *plane(), kOperatorNamespace,
+        "--set nodeSelector.orrery-e2e=no-such-node --set "
+        "metrics.readers[0].name=prometheus,metrics.readers[0].namespace=monitoring",
+        &setup_output_);
     if (sa_kubeconfig_.empty()) return;
+    CommandResult token = plane()->Kubectl("-n monitoring create token prometheus --duration 1h");
+    setup_output_ += token.output;
+    if (token.exit_code != 0) return;
+    prometheus_token_ = token.output.substr(0, token.output.find('\n'));
     ready_ = true;
   }
 
@@ -154,6 +169,7 @@ class FullPathTest : public orrery::testing::ControlPlaneTestWith<false, true, f
   static bool ready_;
   static std::string setup_output_;
   static std::string sa_kubeconfig_;
+  static inline std::string prometheus_token_;
 };
 bool FullPathTest::ready_ = false;
 std::string FullPathTest::setup_output_;
@@ -263,9 +279,14 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
   ASSERT_EQ(profiles.exit_code, 0) << profiles.output;
   EXPECT_GE(Json::parse(profiles.output)["data"].size(), 2u) << profiles.output;
 
-  // Prometheus scrapes the operator and the gang's rank 0.
+  // Prometheus scrapes the operator (HTTPS, with its token: an unauthenticated
+  // scrape is refused) and the gang's rank 0.
+  CommandResult refused =
+      RunCommand("curl -sk --max-time 10 -o /dev/null -w '%{http_code}' https://127.0.0.1:" +
+                 std::to_string(metrics_port) + "/metrics");
+  EXPECT_EQ(refused.output, "401");
   auto prometheus = orrery::testing::PrometheusServer::Start(
-      {"127.0.0.1:" + std::to_string(metrics_port), rank0_ip + ":9400"});
+      {rank0_ip + ":9400"}, {{"127.0.0.1:" + std::to_string(metrics_port), prometheus_token_}});
   ASSERT_TRUE(prometheus.ok()) << prometheus.status();
 
   // A checkpoint reaches the status (progress is scraped from rank 0).

@@ -260,17 +260,14 @@ double HistogramQuantile(const std::string& text, const std::string& name, doubl
 class OperatorProcess {
  public:
   OperatorProcess(const std::string& kubeconfig, const std::string& log, int workers) : log_(log) {
-    std::vector<std::string> argv = {kOrrery,
-                                     "operator",
-                                     "--kubeconfig=" + kubeconfig,
-                                     "--leader-elect=false",
-                                     "--metrics-bind-address=127.0.0.1:0",
-                                     "--health-probe-bind-address=127.0.0.1:0",
-                                     "--profile-namespace=" + std::string(kOperatorNamespace),
-                                     "--solver-time-limit=2s",
-                                     "--gpu-resource=" + std::string(kGpu),
-                                     "--namespace=" + std::string(kNamespace),
-                                     "--workers=" + std::to_string(workers)};
+    std::vector<std::string> argv = {
+        kOrrery, "operator", "--kubeconfig=" + kubeconfig, "--leader-elect=false",
+        "--metrics-bind-address=127.0.0.1:0",
+        // Figures only: plain HTTP, no token reviews in the count.
+        "--metrics-secure=false", "--health-probe-bind-address=127.0.0.1:0",
+        "--profile-namespace=" + std::string(kOperatorNamespace), "--solver-time-limit=2s",
+        "--gpu-resource=" + std::string(kGpu), "--namespace=" + std::string(kNamespace),
+        "--workers=" + std::to_string(workers)};
     auto p = local::Process::Spawn(argv, {{"POD_NAME", "scale"}}, log, /*capture_stdout=*/false);
     if (p.ok()) process_.emplace(std::move(*p));
     started_at_ = SteadyClock::now();

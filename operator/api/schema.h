@@ -158,8 +158,9 @@ inline constexpr int kMaxTasks = 64;           // spec.tasks entries
 inline constexpr int kMaxTaskNameLength = 40;  // leaves room for "-r511" etc. in a 63-char label
 inline constexpr int kMaxExpandedNameLength = 63;  // a DNS-1123 label
 
-// What a limit bounds: a number's value, a list's length, a string's length.
-enum class LimitKind { kValue, kItems, kLength };
+// What a limit bounds: a number's value, a list's length, a string's length, a
+// map's entries.
+enum class LimitKind { kValue, kItems, kLength, kProperties };
 
 // One bound, named by its schema path: "spec.tasks[].training.batchSize" with
 // "[]" for any list index and "{}" for any map key.
@@ -231,6 +232,7 @@ inline constexpr Limit kLimits[] = {
     {"spec.resources.gpuQuota", LimitKind::kValue, 1, 100000},
     {"spec.resources.gpuResourceName", LimitKind::kLength, 1, 253},
     {"spec.resources.image", LimitKind::kLength, 1, 1024},
+    {"spec.resources.nodeSelector", LimitKind::kProperties, std::nullopt, 64},
     {"spec.resources.tolerations", LimitKind::kItems, std::nullopt, 32},
     {"spec.scheduling.solverTimeLimitSeconds", LimitKind::kValue, 1, 3600},
     {"spec.scheduling.replanIntervalSeconds", LimitKind::kValue, 10, 86400},
@@ -244,6 +246,36 @@ inline constexpr Limit kLimits[] = {
     {"spec.checkpoints.intervalSteps", LimitKind::kValue, 1, 1e12},
     {"spec.checkpoints.keep", LimitKind::kValue, 1, 100},
 };
+
+// ---- patterns -------------------------------------------------------------
+// The syntax of what goes into a worker pod as the API server and the kubelet
+// check it. The CRD carries these exact strings as `pattern:` (RE2); validation.cc
+// checks the same grammar by hand, with messages that say which part is wrong
+// (IsLabelValue, IsLabelKey, IsExtendedResourceName, ImageReferenceProblem in
+// validation.h). tests/operator/api/schema_test.cc checks both: the strings are
+// in the CRD, and each agrees with its C++ check on a table of samples.
+//
+// A label value: at most 63 (maxLength) of [A-Za-z0-9-_.], alphanumeric at both
+// ends, or empty.
+inline constexpr const char* kLabelValuePattern =
+    R"(^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$)";
+// A label key (a qualified name): an optional DNS-1123 subdomain prefix and '/',
+// then a name of at most 63 characters. (The prefix's 253-character bound is
+// validation's: a pattern cannot count it.)
+inline constexpr const char* kLabelKeyPattern =
+    R"(^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$)";
+// A toleration's key: a label key, or empty (with operator Exists).
+inline constexpr const char* kTolerationKeyPattern =
+    R"(^(([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$)";
+// An extended resource: a label key whose prefix is required (a bare name is a
+// native resource such as cpu).
+inline constexpr const char* kExtendedResourcePattern =
+    R"(^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$)";
+// A container image reference as the kubelet parses it (distribution's
+// reference grammar): [registry[:port]/]repository[:tag][@digest], the
+// repository lower case, a digest one the kubelet can verify.
+inline constexpr const char* kImagePattern =
+    R"(^(([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(\.([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(:[0-9]+)?/)?[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128}))?$)";
 
 // The limit at `path`; aborts when there is none (a programming error, caught by tests).
 const Limit& LimitFor(std::string_view path);

@@ -9,11 +9,84 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <string_view>
+#include <vector>
 
 #include "operator/api/expand.h"
 #include "operator/api/paths.h"
 
 namespace orrery::api {
+
+namespace {
+
+bool IsAlnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+bool HasUpper(std::string_view s) {
+  return std::any_of(s.begin(), s.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+}
+
+// [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])? of at most 63 characters: a label
+// value that is not empty, and the name part of a label key.
+bool IsLabelName(std::string_view s) {
+  if (s.empty() || s.size() > 63 || !IsAlnum(s.front()) || !IsAlnum(s.back())) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return IsAlnum(c) || c == '-' || c == '_' || c == '.'; });
+}
+
+// A registry host: dot-separated components of [a-zA-Z0-9-] (alphanumeric at
+// both ends), then an optional :port.
+bool IsRegistryHost(std::string_view s) {
+  const size_t colon = s.find(':');
+  if (colon != std::string_view::npos) {
+    std::string_view port = s.substr(colon + 1);
+    if (port.empty() ||
+        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+    s = s.substr(0, colon);
+  }
+  size_t start = 0;
+  while (true) {
+    const size_t dot = s.find('.', start);
+    std::string_view c = s.substr(start, dot == std::string_view::npos ? s.npos : dot - start);
+    if (c.empty() || !IsAlnum(c.front()) || !IsAlnum(c.back())) return false;
+    if (!std::all_of(c.begin(), c.end(), [](char ch) { return IsAlnum(ch) || ch == '-'; })) {
+      return false;
+    }
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
+// A repository path component: runs of [a-z0-9] joined by '.', '_', '__' or
+// any number of '-'.
+bool IsPathComponent(std::string_view s) {
+  size_t i = 0;
+  while (true) {
+    const size_t run = i;
+    while (i < s.size() && IsLowerAlnum(s[i])) ++i;
+    if (i == run) return false;  // empty, or a separator where letters belong
+    if (i == s.size()) return true;
+    if (s[i] == '.') {
+      ++i;
+    } else if (s[i] == '_') {
+      i += (i + 1 < s.size() && s[i + 1] == '_') ? 2 : 1;
+    } else if (s[i] == '-') {
+      while (i < s.size() && s[i] == '-') ++i;
+    } else {
+      return false;
+    }
+  }
+}
+
+bool IsHex(std::string_view s, size_t length) {
+  return s.size() == length &&
+         std::all_of(s.begin(), s.end(), [](char c) { return IsLowerAlnum(c) && c <= 'f'; });
+}
+
+}  // namespace
 
 const Limit& LimitFor(std::string_view path) {
   for (const Limit& l : kLimits) {
@@ -42,6 +115,97 @@ bool IsDns1123Subdomain(const std::string& s) {
     if (dot == std::string::npos) return true;
     start = dot + 1;
   }
+}
+
+bool IsLabelValue(const std::string& s) { return s.empty() || IsLabelName(s); }
+
+bool IsLabelKey(const std::string& s) {
+  const size_t slash = s.find('/');
+  if (slash == std::string::npos) return IsLabelName(s);
+  if (s.find('/', slash + 1) != std::string::npos) return false;
+  return IsDns1123Subdomain(s.substr(0, slash)) && IsLabelName(s.substr(slash + 1));
+}
+
+bool IsExtendedResourceName(const std::string& s) {
+  // The API server's rule (IsExtendedResourceName): not native (a bare name or
+  // one under kubernetes.io/), and "requests.<name>" still a qualified name, as
+  // a ResourceQuota names it.
+  return s.find('/') != std::string::npos && IsLabelKey(s) &&
+         s.find("kubernetes.io/") == std::string::npos && s.rfind("requests.", 0) != 0 &&
+         IsLabelKey("requests." + s);
+}
+
+std::string ImageReferenceProblem(const std::string& image) {
+  if (image.empty()) return "must not be empty";
+  if (std::any_of(image.begin(), image.end(),
+                  [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; })) {
+    return "must not contain spaces";
+  }
+  std::string_view rest = image;
+  const size_t at = rest.find('@');
+  if (at != std::string_view::npos) {
+    std::string_view digest = rest.substr(at + 1);
+    rest = rest.substr(0, at);
+    const size_t colon = digest.find(':');
+    std::string_view algorithm = digest.substr(0, colon);
+    std::string_view hex = colon == std::string_view::npos ? "" : digest.substr(colon + 1);
+    const size_t want = algorithm == "sha256"   ? 64
+                        : algorithm == "sha384" ? 96
+                        : algorithm == "sha512" ? 128
+                                                : 0;
+    if (want == 0 || !IsHex(hex, want)) {
+      return "has a malformed digest \"" + std::string(digest) +
+             "\": it must be sha256: and 64 lower-case hex digits (or sha384:, sha512:)";
+    }
+  }
+  // The tag follows the last ':' after the last '/' (an earlier one is a port).
+  const size_t last_slash = rest.rfind('/');
+  const size_t colon = rest.find(':', last_slash == std::string_view::npos ? 0 : last_slash);
+  if (colon != std::string_view::npos) {
+    std::string_view tag = rest.substr(colon + 1);
+    rest = rest.substr(0, colon);
+    if (tag.empty() || tag.size() > 128 || tag.front() == '.' || tag.front() == '-' ||
+        !std::all_of(tag.begin(), tag.end(),
+                     [](char c) { return IsAlnum(c) || c == '_' || c == '.' || c == '-'; })) {
+      return "has a malformed tag \"" + std::string(tag) +
+             "\": at most 128 of [A-Za-z0-9_.-], not starting with '.' or '-'";
+    }
+  }
+  if (rest.empty()) return "names no repository";
+  if (rest.size() > 255) return "has a name longer than 255 characters";
+  if (IsHex(rest, 64)) return "is 64 hex digits, which reads as an image ID, not a name";
+  // The first component is a registry when it looks like a host (as the
+  // kubelet splits it); the repository after it must be lower case.
+  std::vector<std::string_view> parts;
+  for (size_t start = 0;;) {
+    const size_t slash = rest.find('/', start);
+    parts.push_back(
+        rest.substr(start, slash == std::string_view::npos ? rest.npos : slash - start));
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  const bool registry = parts.size() > 1 && (IsRegistryHost(parts[0]) || IsPathComponent(parts[0]));
+  if (parts.size() > 1 && !registry) {
+    return "has a malformed registry \"" + std::string(parts[0]) + "\"";
+  }
+  for (size_t i = parts.size() > 1 ? 1 : 0; i < parts.size(); ++i) {
+    if (HasUpper(parts[i])) return "has an upper-case repository name: it must be lower case";
+    if (!IsPathComponent(parts[i])) {
+      return "has a malformed repository component \"" + std::string(parts[i]) +
+             "\": lower-case letters and digits, joined by '.', '_', '__' or '-'";
+    }
+  }
+  return "";
+}
+
+std::string MountPathProblem(const std::string& path) {
+  if (path.empty() || path[0] != '/') return "must be an absolute path";
+  if (path.find(':') != std::string::npos) {
+    return "must not contain ':' (container runtimes read it as a separator)";
+  }
+  if (HasUncleanComponent(path)) return "must be a clean path: no '.', '..' or empty components";
+  if (path.find_first_not_of('/') == std::string::npos) return "must not be /";
+  return "";
 }
 
 namespace {
@@ -159,6 +323,10 @@ void CheckVolume(Checker& c, const std::string& claim, const std::string& mount,
   if (!mount.empty()) {
     if (mount[0] != '/' || mount == "/" || mount.back() == '/' || HasUncleanComponent(mount)) {
       c.Add(volume_path + ".mountPath", "must be a clean absolute path other than /",
+            "write it like " + example_mount);
+    } else if (mount.find(':') != std::string::npos) {
+      c.Add(volume_path + ".mountPath",
+            "must not contain ':' (container runtimes read it as a separator)",
             "write it like " + example_mount);
     } else if (mount == "/tmp" || mount == "/dev/shm" || mount == pod.checkpoints) {
       c.Add(volume_path + ".mountPath",
@@ -589,9 +757,46 @@ void CheckResources(Checker& c, const ResourcesSpec& r) {
           "raise gpuQuota to " + std::to_string(r.gpus_per_task.min) + " or lower gpusPerTask.min");
   }
   c.Length("spec.resources.gpuResourceName", p + ".gpuResourceName", r.gpu_resource_name);
+  const std::string& gpu = r.gpu_resource_name;
+  if (!gpu.empty() && !IsExtendedResourceName(gpu)) {
+    const bool native =
+        gpu.find('/') == std::string::npos || gpu.find("kubernetes.io/") != std::string::npos;
+    c.Add(p + ".gpuResourceName",
+          "\"" + gpu + "\" is not an extended resource name" +
+              (native ? ": a name without a domain, or under kubernetes.io/, is a native "
+                        "resource (cpu, memory), which no device plugin advertises"
+                      : ": a domain, '/', then at most 63 of [A-Za-z0-9-_.]"),
+          "use the name the nodes' device plugin advertises, e.g. nvidia.com/gpu or amd.com/gpu");
+  }
   c.Length("spec.resources.image", p + ".image", r.image);
+  if (!r.image.empty()) {
+    if (std::string problem = ImageReferenceProblem(r.image); !problem.empty()) {
+      c.Add(p + ".image", "\"" + r.image + "\" " + problem,
+            "write it as [registry/]repository[:tag][@sha256:digest], e.g. " +
+                std::string(kDefaultWorkerImage));
+    }
+  }
+  c.Items("spec.resources.nodeSelector", p + ".nodeSelector", r.node_selector.size());
   for (const auto& [key, value] : r.node_selector) {
-    if (key.empty()) c.Add(p + ".nodeSelector", "keys must not be empty", "remove the empty key");
+    if (key.empty()) {
+      c.Add(p + ".nodeSelector", "keys must not be empty", "remove the empty key");
+      continue;
+    }
+    const std::string kp = KeyPath(p + ".nodeSelector", key);
+    if (!IsLabelKey(key)) {
+      c.Add(kp,
+            "\"" + key +
+                "\" is not a valid label key: an optional DNS subdomain prefix and '/', then at "
+                "most 63 of [A-Za-z0-9-_.], starting and ending with a letter or digit",
+            "use the key as the nodes carry it, e.g. node.kubernetes.io/instance-type");
+    }
+    if (!IsLabelValue(value)) {
+      c.Add(kp,
+            "\"" + value +
+                "\" is not a valid label value: at most 63 of [A-Za-z0-9-_.], starting and "
+                "ending with a letter or digit",
+            "use the value as the nodes carry it, e.g. a100");
+    }
   }
   c.Items("spec.resources.tolerations", p + ".tolerations", r.tolerations.size());
   for (size_t i = 0; i < r.tolerations.size(); ++i) {
@@ -601,8 +806,25 @@ void CheckResources(Checker& c, const ResourcesSpec& r) {
       c.Add(tp + ".operator", "unsupported value \"" + t.operator_ + "\"",
             "use one of: Equal, Exists");
     }
+    if (!t.key.empty() && !IsLabelKey(t.key)) {
+      c.Add(tp + ".key",
+            "\"" + t.key +
+                "\" is not a valid taint key: an optional DNS subdomain prefix and '/', then at "
+                "most 63 of [A-Za-z0-9-_.], starting and ending with a letter or digit",
+            "use the key of the nodes' taint, e.g. nvidia.com/gpu");
+    }
     if (t.operator_ == "Exists" && !t.value.empty()) {
       c.Add(tp + ".value", "must be empty when operator is Exists", "remove value");
+    } else if (!IsLabelValue(t.value)) {
+      c.Add(tp + ".value",
+            "\"" + t.value +
+                "\" is not a valid taint value: at most 63 of [A-Za-z0-9-_.], starting and "
+                "ending with a letter or digit",
+            "use the value of the nodes' taint");
+    }
+    if (t.toleration_seconds && t.effect != "NoExecute") {
+      c.Add(tp + ".tolerationSeconds", "applies only to effect NoExecute",
+            "set effect: NoExecute, or remove tolerationSeconds");
     }
     if (t.key.empty() && t.operator_ != "Exists") {
       c.Add(tp + ".operator", "must be Exists when key is empty",
@@ -696,8 +918,18 @@ std::vector<FieldError> ValidateSpec(const ModelSelectionJobSpec& spec) {
           "use lower-case letters, digits, '-' and '.'");
   }
   c.Length("spec.checkpoints.path", ck + ".path", spec.checkpoints.path);
-  if (!spec.checkpoints.path.empty() && spec.checkpoints.path[0] != '/') {
-    c.Add(ck + ".path", "must be an absolute path", "start it with /, e.g. /checkpoints");
+  if (const std::string& path = spec.checkpoints.path; !path.empty()) {
+    std::string bare = path;
+    while (bare.size() > 1 && bare.back() == '/') bare.pop_back();
+    if (std::string problem = MountPathProblem(path); !problem.empty()) {
+      c.Add(ck + ".path", problem,
+            path[0] == '/' ? "write it like /checkpoints" : "start it with /, e.g. /checkpoints");
+    } else if (bare == "/tmp" || bare == "/dev/shm") {
+      c.Add(ck + ".path",
+            "is already a mount of the worker pods (scratch space): checkpoints need their own "
+            "mount",
+            "use another path, e.g. /checkpoints");
+    }
   }
   c.Value("spec.checkpoints.intervalSteps", ck + ".intervalSteps",
           static_cast<double>(spec.checkpoints.interval_steps));

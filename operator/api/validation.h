@@ -25,4 +25,20 @@ Status CheckJob(const ModelSelectionJob& job);
 bool IsDns1123Label(const std::string& s);      // [a-z0-9]([-a-z0-9]*[a-z0-9])?, <= 63
 bool IsDns1123Subdomain(const std::string& s);  // dot-separated labels, <= 253
 
+// What goes into a worker pod, checked as the API server and the kubelet check
+// it (schema.h's patterns say the same to the CRD).
+bool IsLabelValue(const std::string& s);  // <= 63 of [A-Za-z0-9-_.], alphanumeric ends; or ""
+// A qualified name: [DNS-1123 subdomain "/"] name, the name <= 63 of
+// [A-Za-z0-9-_.] with alphanumeric ends.
+bool IsLabelKey(const std::string& s);
+// A label key with a prefix, outside kubernetes.io (the native resources'), as
+// a container may request it.
+bool IsExtendedResourceName(const std::string& s);
+// What is wrong with a container image reference the kubelet would refuse to
+// pull (InvalidImageName), or "" when it parses.
+std::string ImageReferenceProblem(const std::string& image);
+// What is wrong with an absolute path a worker pod mounts a volume at, or ""
+// ("" for a path that is clean, absolute, not / and free of ':').
+std::string MountPathProblem(const std::string& path);
+
 }  // namespace orrery::api

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -24,11 +25,13 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/metrics/metrics.h"
+#include "common/metrics/tls.h"
 #include "operator/cli/commands.h"
 #include "operator/cli/stop_signals.h"
 #include "operator/controller/manager.h"
 #include "operator/controller/probe_server.h"
 #include "operator/kube/config.h"
+#include "operator/kube/delegated_auth.h"
 #include "operator/kube/leader_election.h"
 #include "operator/kube/rest_client.h"
 
@@ -39,8 +42,9 @@ constexpr const char* kUsage =
     "Usage: orrery operator [--kubeconfig FILE] [--namespace NS]...\n"
     "         [--leader-elect=true|false] [--leader-election-namespace NS]\n"
     "         [--leader-election-id NAME] [--lease-duration 15s] [--renew-deadline 10s]\n"
-    "         [--retry-period 2s] [--metrics-bind-address :8080] [--health-probe-bind-address "
+    "         [--retry-period 2s] [--metrics-bind-address :8443] [--health-probe-bind-address "
     ":8081]\n"
+    "         [--metrics-secure=true|false] [--metrics-cert-dir DIR]\n"
     "         [--worker-image IMAGE] [--gpu-resource nvidia.com/gpu] [--device cuda|cpu]\n"
     "         [--profile-namespace NS] [--workers 2] [--gang-timeout 10m] [--solver-time-limit "
     "10s]\n"
@@ -60,7 +64,11 @@ struct OperatorFlags {
   Duration lease_duration = std::chrono::seconds(15);
   Duration renew_deadline = std::chrono::seconds(10);
   Duration retry_period = std::chrono::seconds(2);
-  std::string metrics_address = ":8080";
+  std::string metrics_address = ":8443";
+  // HTTPS, and every scrape's bearer token reviewed by the API server (TokenReview,
+  // then SubjectAccessReview for GET /metrics); false: plain HTTP, open to all.
+  bool metrics_secure = true;
+  std::string metrics_cert_dir;  // tls.crt and tls.key; "" = self-signed at start
   std::string health_address = ":8081";
   std::string worker_image;
   std::string gpu_resource = "nvidia.com/gpu";
@@ -133,14 +141,16 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
       if (i + 1 >= args.size()) return InvalidArgumentError(name + " needs a value");
       return args[++i];
     };
-    if (name == "--leader-elect" || name == "--cluster-shares") {
+    if (name == "--leader-elect" || name == "--cluster-shares" || name == "--metrics-secure") {
       std::string v = has_value ? value : "true";
       if (v != "true" && v != "false") {
         std::string message = name;
         message += "=" + v + ": expected true or false";
         return InvalidArgumentError(message);
       }
-      (name == "--leader-elect" ? f.leader_elect : f.cluster_shares) = v == "true";
+      (name == "--leader-elect"     ? f.leader_elect
+       : name == "--cluster-shares" ? f.cluster_shares
+                                    : f.metrics_secure) = v == "true";
       continue;
     }
     static const std::set<std::string> kValued = {"--kubeconfig",
@@ -154,6 +164,7 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
                                                   "--node-lost-grace",
                                                   "--solver-time-limit",
                                                   "--metrics-bind-address",
+                                                  "--metrics-cert-dir",
                                                   "--health-probe-bind-address",
                                                   "--worker-image",
                                                   "--gpu-resource",
@@ -169,6 +180,11 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
     if (name == "--kubeconfig") {
       f.kubeconfig = v;
     } else if (name == "--namespace") {
+      if (controller::IsSystemNamespace(v)) {
+        return InvalidArgumentError("--namespace=" + v +
+                                    ": the operator never runs workers in a system namespace "
+                                    "(fix: put ModelSelectionJobs in a namespace of their own)");
+      }
       if (!v.empty()) f.namespaces.push_back(v);
     } else if (name == "--leader-election-namespace") {
       f.lease_namespace = v;
@@ -191,6 +207,8 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
       f.solver_time_limit_s = std::chrono::duration<double>(d).count();
     } else if (name == "--metrics-bind-address") {
       f.metrics_address = v;
+    } else if (name == "--metrics-cert-dir") {
+      f.metrics_cert_dir = v;
     } else if (name == "--health-probe-bind-address") {
       f.health_address = v;
     } else if (name == "--worker-image") {
@@ -238,6 +256,11 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
   }
   ORRERY_RETURN_IF_ERROR(
       controller::ParseBindAddress(f.health_address, "--health-probe-bind-address").status());
+  if (!f.metrics_cert_dir.empty() && !f.metrics_secure) {
+    return InvalidArgumentError(
+        "--metrics-cert-dir is set but --metrics-secure=false serves plain HTTP "
+        "(fix: drop one of them)");
+  }
   if (f.leader_elect &&
       !(f.retry_period < f.renew_deadline && f.renew_deadline < f.lease_duration)) {
     return InvalidArgumentError(
@@ -305,6 +328,8 @@ int RunOperator(Invocation& in) {
   auto registry = std::make_shared<prometheus::Registry>();
   metrics::OperatorMetrics metrics(*registry);
   controller::InstrumentedClient client(rest->get(), &metrics);
+  // Declared before the exposer, which calls it until it is destroyed.
+  std::unique_ptr<kube::DelegatedAuthorizer> authorizer;
   std::unique_ptr<metrics::Exposer> exposer;
   if (f.metrics_address != "0") {
     auto bind = controller::ParseBindAddress(f.metrics_address, "--metrics-bind-address");
@@ -313,14 +338,45 @@ int RunOperator(Invocation& in) {
       return kExitUsage;
     }
     std::string host = bind->first.empty() ? "0.0.0.0" : bind->first;
-    auto started = metrics::Exposer::Start(host + ":" + std::to_string(bind->second), registry);
+    metrics::ExposerOptions secure;
+    if (f.metrics_secure) {
+      secure.https = true;
+      if (!f.metrics_cert_dir.empty()) {
+        secure.cert_file = f.metrics_cert_dir + "/tls.crt";
+        secure.key_file = f.metrics_cert_dir + "/tls.key";
+      } else {
+        // No certificate given: one made now, for this process only (scrapers
+        // then skip verification or pin nothing, as with controller-runtime's).
+        char hostname[256] = {0};
+        gethostname(hostname, sizeof(hostname) - 1);
+        auto made = metrics::SelfSignedCertificate({"localhost", "127.0.0.1", hostname});
+        if (!made.ok()) {
+          in.err << "orrery operator: " << made.status() << "\n";
+          return kExitInvalid;
+        }
+        secure.tls = std::move(*made);
+      }
+      authorizer = std::make_unique<kube::DelegatedAuthorizer>(rest->get(), SystemClock::Get());
+      secure.authorize = [a = authorizer.get()](const std::string& method, const std::string& path,
+                                                const std::string& authorization) {
+        // Verbs as the API server names HTTP methods on non-resource URLs.
+        std::string verb = method == "HEAD" ? "get" : method;
+        for (char& c : verb) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        return a->Check(authorization, verb, path);
+      };
+    }
+    auto started = metrics::Exposer::Start(host + ":" + std::to_string(bind->second), registry,
+                                           "--metrics-bind-address", std::move(secure));
     if (!started.ok()) {
       in.err << "orrery operator: " << started.status() << "\n";
       return kExitInvalid;
     }
     exposer = std::move(*started);
     Log(LogLevel::kInfo, "Serving metrics",
-        {{"address", host + ":" + std::to_string(exposer->port())}, {"path", "/metrics"}});
+        {{"address", host + ":" + std::to_string(exposer->port())},
+         {"path", "/metrics"},
+         {"scheme", f.metrics_secure ? "https" : "http"},
+         {"auth", f.metrics_secure ? "TokenReview+SubjectAccessReview" : "none"}});
   }
 
   auto probes = controller::ProbeServer::Start(f.health_address, [&]() -> std::string {

@@ -117,29 +117,52 @@ Manager::Manager(kube::Client* client, ManagerOptions options, metrics::Operator
 Manager::~Manager() { Stop(); }
 
 bool Manager::Watched(const std::string& ns) const {
-  return namespaces_.empty() || namespaces_.count(ns) > 0;
+  if (!namespaces_.empty()) return namespaces_.count(ns) > 0;
+  // Watching every namespace still leaves the system ones alone: no worker pod
+  // is ever created there (as Kueue's default namespace selector does).
+  return !IsSystemNamespace(ns);
+}
+
+bool IsSystemNamespace(const std::string& ns) {
+  return ns == "kube-system" || ns == "kube-public" || ns == "kube-node-lease";
+}
+
+std::vector<kube::Informer*> Manager::Informers() const {
+  std::vector<kube::Informer*> all;
+  for (const auto& j : jobs_) all.push_back(j.get());
+  for (const auto* i : {&pods_, &nodes_, &configmaps_}) {
+    if (*i) all.push_back(i->get());
+  }
+  return all;
 }
 
 void Manager::EnqueueAllJobs() {
-  if (!controller_ || !jobs_) return;
-  for (const std::string& key : jobs_->store().Keys()) {
-    std::string ns = key.substr(0, key.find('/'));
-    if (Watched(ns)) controller_->queue().Add(key);
+  if (!controller_) return;
+  for (const auto& informer : jobs_) {
+    for (const std::string& key : informer->store().Keys()) {
+      std::string ns = key.substr(0, key.find('/'));
+      if (Watched(ns)) controller_->queue().Add(key);
+    }
   }
 }
 
 Status Manager::Run(const std::atomic<bool>& stop) {
-  // One namespace: the job informer watches only it (a namespaced Role suffices
-  // for jobs); several or none: it watches all and the handlers filter.
+  // Named namespaces: one job informer each, so a Role in each suffices; none:
+  // one informer over all namespaces, filtered by Watched().
   kube::InformerOptions job_options;
-  if (namespaces_.size() == 1) job_options.ns = *namespaces_.begin();
   job_options.resync_period = options_.resync_period;
   kube::InformerOptions profile_options;
   profile_options.ns = options_.reconciler.profile_namespace;
   profile_options.field_selector = std::string("metadata.name=") + kProfileConfigMapName;
   Clock* mutable_clock = const_cast<Clock*>(clock_);
-  jobs_ =
-      std::make_unique<kube::Informer>(client_, ModelSelectionJobs(), job_options, mutable_clock);
+  std::vector<std::string> job_namespaces(namespaces_.begin(), namespaces_.end());
+  if (job_namespaces.empty()) job_namespaces.emplace_back();
+  jobs_.clear();
+  for (const std::string& ns : job_namespaces) {
+    job_options.ns = ns;
+    jobs_.push_back(std::make_unique<kube::Informer>(client_, ModelSelectionJobs(), job_options,
+                                                     mutable_clock));
+  }
   pods_ = std::make_unique<kube::Informer>(client_, kube::Pods(), kube::InformerOptions{},
                                            mutable_clock);
   nodes_ = std::make_unique<kube::Informer>(client_, kube::Nodes(), kube::InformerOptions{},
@@ -158,9 +181,9 @@ Status Manager::Run(const std::atomic<bool>& stop) {
   ro.enqueue = [this](const std::string& key) {
     if (controller_) controller_->queue().Add(key);
   };
-  reconciler_ = std::make_unique<Reconciler>(
-      client_, Caches{&jobs_->store(), &pods_->store(), &nodes_->store(), &configmaps_->store()},
-      ro, clock_);
+  Caches caches{&jobs_.front()->store(), &pods_->store(), &nodes_->store(), &configmaps_->store()};
+  for (size_t i = 1; i < jobs_.size(); ++i) caches.more_jobs.push_back(&jobs_[i]->store());
+  reconciler_ = std::make_unique<Reconciler>(client_, caches, ro, clock_);
 
   Reconciler* reconciler = reconciler_.get();
   metrics::OperatorMetrics* m = metrics_;
@@ -188,7 +211,7 @@ Status Manager::Run(const std::atomic<bool>& stop) {
                                                    mutable_clock);
 
   kube::EventHandlers job_handlers = controller_->EnqueueHandlers();
-  jobs_->AddEventHandler(job_handlers);
+  for (const auto& informer : jobs_) informer->AddEventHandler(job_handlers);
   pods_->AddEventHandler(controller_->EnqueueOwnerHandlers(kJobKind));
   std::string gpu = options_.gpu_resource;
   nodes_->AddEventHandler({[this](const kube::ObjectPtr&) { EnqueueAllJobs(); },
@@ -202,11 +225,9 @@ Status Manager::Run(const std::atomic<bool>& stop) {
        [this](const kube::ObjectPtr&, const kube::ObjectPtr&) { EnqueueAllJobs(); },
        [this](const kube::ObjectPtr&, bool) { EnqueueAllJobs(); }});
 
-  for (kube::Informer* i : {jobs_.get(), pods_.get(), nodes_.get(), configmaps_.get()}) {
-    i->Start();
-  }
+  for (kube::Informer* i : Informers()) i->Start();
   auto deadline = std::chrono::steady_clock::now() + options_.sync_timeout;
-  for (kube::Informer* i : {jobs_.get(), pods_.get(), nodes_.get(), configmaps_.get()}) {
+  for (kube::Informer* i : Informers()) {
     while (!i->HasSynced()) {
       if (stop.load()) return OkStatus();
       if (std::chrono::steady_clock::now() > deadline) {
@@ -239,15 +260,13 @@ void Manager::Stop() {
   if (metrics_thread_.joinable()) metrics_thread_.join();
   if (scraper_) scraper_->Stop();
   if (controller_) controller_->Stop();
-  for (kube::Informer* i : {jobs_.get(), pods_.get(), nodes_.get(), configmaps_.get()}) {
-    if (i != nullptr) i->Stop();
-  }
+  for (kube::Informer* i : Informers()) i->Stop();
 }
 
 std::string Manager::NotReadyReason() const {
   if (running_.load()) return "";
-  if (!jobs_) return "starting";
-  for (const kube::Informer* i : {jobs_.get(), pods_.get(), nodes_.get(), configmaps_.get()}) {
+  if (jobs_.empty()) return "starting";
+  for (const kube::Informer* i : Informers()) {
     if (!i->HasSynced()) return "waiting for the " + i->resource().Name() + " cache to sync";
   }
   return stopped_.load() ? "stopping" : "starting workers";
@@ -304,7 +323,11 @@ void Manager::SampleMetrics() {
   std::map<std::string, int> phases;
   for (std::string_view p : api::EnumNames<api::Phase>::kNames) phases[Lower(p)] = 0;
   std::set<std::string> seen;
-  for (const kube::ObjectPtr& j : jobs_->store().List()) {
+  std::vector<kube::ObjectPtr> jobs;
+  for (const auto& informer : jobs_) {
+    for (kube::ObjectPtr& j : informer->store().List()) jobs.push_back(std::move(j));
+  }
+  for (const kube::ObjectPtr& j : jobs) {
     std::string key = kube::KeyOf(*j);
     if (!Watched(key.substr(0, key.find('/')))) continue;
     seen.insert(key);

@@ -75,6 +75,10 @@ class InstrumentedClient final : public kube::Client {
   metrics::OperatorMetrics* metrics_;
 };
 
+// kube-system, kube-public, kube-node-lease: never managed, even when the
+// operator watches every namespace.
+bool IsSystemNamespace(const std::string& ns);
+
 class Manager {
  public:
   // `client`, `metrics` (may be null) and `clock` must outlive the manager.
@@ -106,7 +110,11 @@ class Manager {
   metrics::OperatorMetrics* metrics_;
   const Clock* clock_;
   std::set<std::string> namespaces_;
-  std::unique_ptr<kube::Informer> jobs_, pods_, nodes_, configmaps_;
+  // One per watched namespace (one for all when none is named).
+  std::vector<std::unique_ptr<kube::Informer>> jobs_;
+  std::unique_ptr<kube::Informer> pods_, nodes_, configmaps_;
+  // Every informer, for starting, syncing and stopping them together.
+  std::vector<kube::Informer*> Informers() const;
   std::unique_ptr<kube::EventRecorder> events_;
   ProgressBoard progress_;
   std::unique_ptr<ProgressScraper> scraper_;

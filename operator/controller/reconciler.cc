@@ -19,6 +19,17 @@
 #include "worker/contract/templates.h"
 
 namespace orrery::controller {
+
+kube::ObjectPtr Caches::Job(const std::string& key) const {
+  if (jobs != nullptr) {
+    if (kube::ObjectPtr found = jobs->Get(key)) return found;
+  }
+  for (const kube::Store* store : more_jobs) {
+    if (kube::ObjectPtr found = store->Get(key)) return found;
+  }
+  return nullptr;
+}
+
 namespace {
 
 constexpr double kGpuMemoryGib = 1e6;  // memory is checked by profiling, not modelled here
@@ -386,7 +397,7 @@ struct Reconciler::JobContext {
 Reconciler::Reconciler(kube::Client* client, Caches caches, ReconcilerOptions options,
                        const Clock* clock)
     : client_(client),
-      caches_(caches),
+      caches_(std::move(caches)),
       options_(std::move(options)),
       clock_(clock),
       claims_(options_.expectation_timeout_s),
@@ -404,17 +415,22 @@ std::string Reconciler::NowText() const {
 
 void Reconciler::Event(const JobContext& ctx, kube::EventType type, const std::string& reason,
                        const std::string& action, const std::string& note) {
+  Event(ctx.loaded.job.metadata, type, reason, action, note);
+}
+
+void Reconciler::Event(const api::ObjectMeta& job, kube::EventType type, const std::string& reason,
+                       const std::string& action, const std::string& note) {
   if (options_.events == nullptr) return;
-  kube::Object regarding = {{"apiVersion", ModelSelectionJobs().ApiVersion()},
-                            {"kind", "ModelSelectionJob"},
-                            {"metadata",
-                             {{"name", ctx.loaded.job.metadata.name},
-                              {"namespace", ctx.loaded.job.metadata.namespace_},
-                              {"uid", ctx.loaded.job.metadata.uid}}}};
+  kube::Object regarding = {
+      {"apiVersion", ModelSelectionJobs().ApiVersion()},
+      {"kind", "ModelSelectionJob"},
+      {"metadata", {{"name", job.name}, {"namespace", job.namespace_}, {"uid", job.uid}}}};
   Status s = options_.events->Record(regarding, type, reason, action, note);
   // An event is for people; failing to record one must not stop the work.
-  if (!s.ok())
-    Log(LogLevel::kWarning, "Could not record event", {{"job", ctx.key}, {"error", s.ToString()}});
+  if (!s.ok()) {
+    Log(LogLevel::kWarning, "Could not record event",
+        {{"job", job.namespace_ + "/" + job.name}, {"error", s.ToString()}});
+  }
 }
 
 double Reconciler::NowSeconds() const { return ToSeconds(clock_->Now().time_since_epoch()); }
@@ -613,6 +629,18 @@ Status Reconciler::WriteStatus(JobContext& ctx,
   // Progress moves every few seconds; a phase or task count change is news.
   const api::ModelSelectionJobStatus* before =
       ctx.loaded.job.status ? &*ctx.loaded.job.status : nullptr;
+  // A task that can never fit is said once, when the condition first says so.
+  auto never_fits = [](const api::ModelSelectionJobStatus* s) -> const api::Condition* {
+    if (s == nullptr) return nullptr;
+    for (const api::Condition& c : s->conditions) {
+      if (c.type == "Degraded" && c.status == "True" && c.reason == "TaskNeverFits") return &c;
+    }
+    return nullptr;
+  };
+  if (const api::Condition* c = never_fits(&status);
+      c != nullptr && never_fits(before) == nullptr) {
+    Event(ctx, kube::EventType::kWarning, "TaskNeverFits", "Plan", c->message);
+  }
   bool news = before == nullptr || before->phase != status.phase ||
               before->task_summary != status.task_summary;
   Log(news ? LogLevel::kInfo : LogLevel::kDebug, "Updated status",
@@ -722,7 +750,7 @@ Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConf
 }
 
 StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
-  kube::ObjectPtr object = caches_.jobs->Get(key);
+  kube::ObjectPtr object = caches_.Job(key);
   if (!object) {
     Drop(key);  // deleted: its children go by owner reference
     return kube::Result{};
@@ -837,6 +865,10 @@ StatusOr<kube::Result> Reconciler::RejectInvalid(const std::string& key, const k
   auto stored = client_->UpdateStatus(ModelSelectionJobs(), job.metadata.namespace_,
                                       ToKube(StatusUpdateObject(job, next)));
   if (!stored.ok()) return stored.status();
+  // Once per spec, when the status first says so (RejectPods records its own).
+  if (std::string_view(reason) != kPodRejected) {
+    Event(job.metadata, kube::EventType::kWarning, reason, "Validate", message);
+  }
   return kube::Result{};
 }
 

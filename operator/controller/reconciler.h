@@ -191,6 +191,11 @@ struct Caches {
   const kube::Store* pods = nullptr;
   const kube::Store* nodes = nullptr;
   const kube::Store* configmaps = nullptr;
+  // Several watched namespaces, one job informer each (namespaced RBAC); a job
+  // is looked up in `jobs` first, then in these.
+  std::vector<const kube::Store*> more_jobs = {};
+
+  kube::ObjectPtr Job(const std::string& key) const;
 };
 
 class Reconciler {
@@ -254,6 +259,8 @@ class Reconciler {
   void LeaveShares(const std::string& key);
   std::string NowText() const;
   void Event(const JobContext& ctx, kube::EventType type, const std::string& reason,
+             const std::string& action, const std::string& note);
+  void Event(const api::ObjectMeta& job, kube::EventType type, const std::string& reason,
              const std::string& action, const std::string& note);
   double NowSeconds() const;
 

@@ -2,7 +2,12 @@
 // rendered objects pass the real API server's validation, it installs into a
 // namespace that enforces the restricted Pod Security profile and becomes
 // available, and its service account holds exactly the permissions the operator
-// uses: a sample of what it must not do is refused.
+// uses: a sample of what it must not do is refused, and `kubectl auth can-i
+// --list` in every namespace that matters equals an explicit allow-list, both
+// when it manages every namespace and when it manages a few (watchNamespaces).
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -39,6 +44,117 @@ class ChartTest : public ControlPlaneTestWith<true, true, true> {
   }
 };
 
+// What `kubectl auth can-i --list` grants `user` in `ns`, one "resource verb"
+// or "url verb" per entry, less what every authenticated user holds (discovery,
+// self reviews), so the rest is what the chart granted.
+std::set<std::string> Grants(const ControlPlane& plane, const std::string& user,
+                             const std::string& ns) {
+  auto list = [&](const std::string& as) {
+    std::set<std::string> out;
+    CommandResult r = plane.Kubectl("auth can-i --list -n " + ns + " --as " + as);
+    std::istringstream lines(r.output);
+    std::string line;
+    const std::regex row(R"(^(\S*)\s+\[([^\]]*)\]\s+\[([^\]]*)\]\s+\[([^\]]*)\]\s*$)");
+    while (std::getline(lines, line)) {
+      std::smatch m;
+      if (!std::regex_match(line, m, row)) continue;
+      std::string what = m[1].str();
+      if (!m[3].str().empty()) what += "(" + m[3].str() + ")";  // resource names
+      std::istringstream urls(m[2].str()), verbs_text(m[4].str());
+      std::vector<std::string> subjects;
+      for (std::string u; urls >> u;) subjects.push_back(u);
+      if (subjects.empty()) subjects.push_back(what);
+      for (std::string v; verbs_text >> v;) {
+        for (const std::string& subject : subjects) out.insert(subject + " " + v);
+      }
+    }
+    return out;
+  };
+  std::set<std::string> granted = list(user);
+  for (const std::string& base : list("system:serviceaccount:default:nobody")) granted.erase(base);
+  return granted;
+}
+
+std::set<std::string> Expand(const std::string& resource, const std::vector<std::string>& verbs) {
+  std::set<std::string> out;
+  for (const std::string& v : verbs) out.insert(resource + " " + v);
+  return out;
+}
+
+std::set<std::string> Union(std::initializer_list<std::set<std::string>> sets) {
+  std::set<std::string> out;
+  for (const auto& s : sets) out.insert(s.begin(), s.end());
+  return out;
+}
+
+TEST_F(ChartTest, ServiceAccountHoldsExactlyTheAllowListInBothModes) {
+  // Cluster scope, read-only, in both modes: nodes, pods (other workloads'
+  // GPUs), and the reviews that guard /metrics.
+  const std::set<std::string> cluster_read =
+      Union({Expand("nodes", {"get", "list", "watch"}), Expand("pods", {"get", "list", "watch"}),
+             Expand("tokenreviews.authentication.k8s.io", {"create"}),
+             Expand("subjectaccessreviews.authorization.k8s.io", {"create"})});
+  // Where it manages jobs.
+  const std::set<std::string> job_rules =
+      Union({Expand("modelselectionjobs.orrery.dev", {"get", "list", "watch", "update", "patch"}),
+             Expand("modelselectionjobs.orrery.dev/status", {"get", "update", "patch"}),
+             Expand("modelselectionjobs.orrery.dev/finalizers", {"update"}),
+             Expand("pods", {"create", "delete"}),
+             Expand("services", {"get", "list", "watch", "create", "delete"}),
+             Expand("events.events.k8s.io", {"create", "patch"})});
+  // Its own namespace: the profile cache and the leader Lease.
+  const std::set<std::string> own =
+      Union({Expand("configmaps", {"get", "list", "watch", "create", "update", "patch"}),
+             Expand("leases.coordination.k8s.io", {"get", "create", "update"})});
+
+  for (const char* ns :
+       {"team-a", "team-b", "elsewhere", "orrery-all", "orrery-few", "orrery-plain"}) {
+    CommandResult r = plane()->Kubectl("create namespace " + std::string(ns));
+    ASSERT_TRUE(r.exit_code == 0 || r.output.find("AlreadyExists") != std::string::npos)
+        << r.output;
+  }
+  auto install = [&](const std::string& release, const std::string& flags) {
+    // Only the RBAC and the service account: what `helm install` would create.
+    CommandResult r = RunCommand(Helm("template " + release + " " + kSource +
+                                      "/helm/orrery --namespace " + release +
+                                      " --show-only templates/rbac.yaml --show-only "
+                                      "templates/serviceaccount.yaml " +
+                                      flags) +
+                                 " > " + plane()->dir() + "/" + release + ".yaml");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = plane()->Kubectl("apply -f " + plane()->dir() + "/" + release + ".yaml");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  };
+  install("orrery-all", "");
+  install("orrery-few", "--set 'watchNamespaces={team-a,team-b}'");
+  const std::string all = "system:serviceaccount:orrery-all:orrery-all";
+  const std::string few = "system:serviceaccount:orrery-few:orrery-few";
+
+  // Every namespace: its jobs anywhere (but the operator itself skips kube-*).
+  for (const char* ns : {"team-a", "elsewhere", "kube-system"}) {
+    EXPECT_EQ(Grants(*plane(), all, ns), Union({cluster_read, job_rules})) << ns;
+  }
+  EXPECT_EQ(Grants(*plane(), all, "orrery-all"), Union({cluster_read, job_rules, own}));
+
+  // A few namespaces: write access there and in its own namespace only; no
+  // write access at all in kube-system or anywhere else.
+  for (const char* ns : {"team-a", "team-b"}) {
+    EXPECT_EQ(Grants(*plane(), few, ns), Union({cluster_read, job_rules})) << ns;
+  }
+  for (const char* ns : {"elsewhere", "kube-system", "default"}) {
+    EXPECT_EQ(Grants(*plane(), few, ns), cluster_read) << ns;
+  }
+  EXPECT_EQ(Grants(*plane(), few, "orrery-few"), Union({cluster_read, own}));
+
+  // Plain-HTTP metrics need no reviews; no leader election, no Lease.
+  install("orrery-plain",
+          "--set metrics.secure=false --set leaderElection.enabled=false --set "
+          "'watchNamespaces={team-a}'");
+  EXPECT_EQ(
+      Grants(*plane(), "system:serviceaccount:orrery-plain:orrery-plain", "kube-system"),
+      Union({Expand("nodes", {"get", "list", "watch"}), Expand("pods", {"get", "list", "watch"})}));
+}
+
 TEST_F(ChartTest, LintsAndDeployIsInSync) {
   CommandResult lint = RunCommand(Helm("lint " + kSource + "/helm/orrery --strict"));
   EXPECT_EQ(lint.exit_code, 0) << lint.output;
@@ -70,6 +186,16 @@ TEST_F(ChartTest, SchemaRejectsBadValues) {
                       "/helm/orrery --set replicaCount=2 --set leaderElection.enabled=false"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("leaderElection.enabled"), std::string::npos) << r.output;
+  r = RunCommand(
+      Helm("template x " + kSource + "/helm/orrery --set 'watchNamespaces={kube-system}'"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("watchNamespaces lists kube-system"), std::string::npos) << r.output;
+  r = RunCommand(Helm("template x " + kSource +
+                      "/helm/orrery --set metrics.secure=false --set metrics.certSecret=tls"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("metrics.certSecret is set but metrics.secure is false"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST_F(ChartTest, RenderedManifestsPassServerSideDryRun) {
@@ -108,13 +234,15 @@ TEST_F(ChartTest, InstallsUnderRestrictedPodSecurityWithLeastPrivilege) {
   EXPECT_EQ(r.output, "1");
 
   // What the operator does.
-  for (const char* allowed : {"list modelselectionjobs.orrery.dev",
-                              "update modelselectionjobs.orrery.dev --subresource=status",
-                              "create pods", "delete pods", "watch pods", "create services",
-                              "list nodes", "update configmaps", "create events.events.k8s.io"}) {
+  for (const char* allowed :
+       {"list modelselectionjobs.orrery.dev",
+        "update modelselectionjobs.orrery.dev --subresource=status", "create pods", "delete pods",
+        "watch pods", "create services", "list nodes", "create events.events.k8s.io"}) {
     EXPECT_EQ(CanI(std::string(allowed) + " -A"), "yes") << allowed;
   }
   EXPECT_EQ(CanI("update leases.coordination.k8s.io -n orrery-system"), "yes");
+  EXPECT_EQ(CanI("update configmaps -n orrery-system"), "yes");  // the profile cache
+  EXPECT_EQ(CanI("update configmaps -n default"), "no");
   // A sample of what it must not do.
   for (const char* denied :
        {"get secrets", "delete nodes", "patch nodes", "create deployments.apps",

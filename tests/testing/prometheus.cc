@@ -53,7 +53,7 @@ void ReplaceAll(std::string& s, const std::string& from, const std::string& to) 
 }  // namespace
 
 StatusOr<std::unique_ptr<PrometheusServer>> PrometheusServer::Start(
-    const std::vector<std::string>& targets) {
+    const std::vector<std::string>& targets, const std::vector<SecureTarget>& secure) {
   if (!fs::exists("/usr/bin/prometheus")) {
     return NotFoundError("prometheus not found; run scripts/setup (Debian package prometheus)");
   }
@@ -65,9 +65,23 @@ StatusOr<std::unique_ptr<PrometheusServer>> PrometheusServer::Start(
   {
     std::ofstream cfg(p->dir_ + "/prometheus.yml");
     cfg << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        << "scrape_configs:\n  - job_name: orrery\n    static_configs:\n      - targets: [";
-    for (size_t i = 0; i < targets.size(); ++i) cfg << (i ? ", " : "") << '"' << targets[i] << '"';
-    cfg << "]\n";
+        << "scrape_configs:\n";
+    if (!targets.empty()) {
+      cfg << "  - job_name: orrery\n    static_configs:\n      - targets: [";
+      for (size_t i = 0; i < targets.size(); ++i) {
+        cfg << (i ? ", " : "") << '"' << targets[i] << '"';
+      }
+      cfg << "]\n";
+    }
+    // One job per secure target: each has its own token file.
+    for (size_t i = 0; i < secure.size(); ++i) {
+      const std::string token_file = p->dir_ + "/token-" + std::to_string(i);
+      std::ofstream(token_file) << secure[i].token;
+      cfg << "  - job_name: orrery-secure-" << i << "\n    scheme: https\n"
+          << "    tls_config: {insecure_skip_verify: true}\n"
+          << "    authorization: {type: Bearer, credentials_file: " << token_file << "}\n"
+          << "    static_configs:\n      - targets: [\"" << secure[i].address << "\"]\n";
+    }
   }
   p->port_ = FreePort();
   if (p->port_ == 0) return UnavailableError("no free port for prometheus");

@@ -14,11 +14,21 @@
 
 namespace orrery::testing {
 
+// A target scraped over HTTPS (certificate not verified: the operator's is
+// self-signed) with a bearer token, as a ServiceMonitor with
+// bearerTokenFile and insecureSkipVerify scrapes it.
+struct SecureTarget {
+  std::string address;  // "127.0.0.1:PORT"
+  std::string token;
+};
+
 class PrometheusServer {
  public:
   // Starts Prometheus scraping `targets` ("127.0.0.1:PORT") at /metrics every
-  // second. Fails with a hint when the binary is missing.
-  static StatusOr<std::unique_ptr<PrometheusServer>> Start(const std::vector<std::string>& targets);
+  // second over plain HTTP, and `secure` ones over HTTPS with their tokens.
+  // Fails with a hint when the binary is missing.
+  static StatusOr<std::unique_ptr<PrometheusServer>> Start(
+      const std::vector<std::string>& targets, const std::vector<SecureTarget>& secure = {});
   ~PrometheusServer();  // Stops the server and removes its folder.
   PrometheusServer(const PrometheusServer&) = delete;
   PrometheusServer& operator=(const PrometheusServer&) = delete;

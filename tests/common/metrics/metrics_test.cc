@@ -1,11 +1,17 @@
-// The metrics follow Prometheus conventions and are really served over HTTP.
+// The metrics follow Prometheus conventions and are really served over HTTP, or
+// HTTPS with an access check.
 #include "common/metrics/metrics.h"
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 
+#include "common/metrics/tls.h"
 #include "tests/testing/control_plane.h"  // RunCommand
 
 namespace orrery::metrics {
@@ -142,6 +148,129 @@ TEST(MetricsTest, RankZeroRecordsTaskSeriesOtherRanksOnlyTheirOwn) {
   }
   EXPECT_EQ(text.find("} 9\n"), std::string::npos) << text;
   EXPECT_EQ(text.find("} 4096\n"), std::string::npos) << text;
+}
+
+// HTTPS with a caller-supplied access check: the status codes a scraper sees.
+class SecureExposerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    registry_ = std::make_shared<prometheus::Registry>();
+    OperatorMetrics op(*registry_);
+    op.leader.Add({}).Set(1);
+  }
+  // The HTTP status of GET `path` with `token` ("" for none), certificate unchecked.
+  static std::string Code(int port, const std::string& token, const std::string& path = "/metrics",
+                          const std::string& scheme = "https") {
+    std::string command = "curl -sk --max-time 10 -o /dev/null -w '%{http_code}' ";
+    if (!token.empty()) command += "-H 'Authorization: Bearer " + token + "' ";
+    return orrery::testing::RunCommand(command + scheme + "://127.0.0.1:" + std::to_string(port) +
+                                       path)
+        .output;
+  }
+  static ExposerOptions Options(TlsMaterial tls) {
+    ExposerOptions o;
+    o.https = true;
+    o.tls = std::move(tls);
+    o.authorize = [](const std::string& method, const std::string& path,
+                     const std::string& authorization) -> Status {
+      if (authorization.empty()) return UnauthenticatedError("a bearer token is required");
+      if (authorization == "Bearer down") return UnavailableError("API server down");
+      if (authorization != "Bearer reader") return PermissionDeniedError("may not");
+      if (method != "GET" || path != "/metrics") return PermissionDeniedError("only GET /metrics");
+      return OkStatus();
+    };
+    return o;
+  }
+  std::shared_ptr<prometheus::Registry> registry_;
+};
+
+TEST_F(SecureExposerTest, RefusesWithoutTokenOrPermissionAndServesTheReader) {
+  auto tls = SelfSignedCertificate({"localhost", "127.0.0.1"});
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_NE(tls->cert_pem.find("BEGIN CERTIFICATE"), std::string::npos);
+  auto exposer = Exposer::Start("127.0.0.1:0", registry_, "--metrics-bind-address", Options(*tls));
+  ASSERT_TRUE(exposer.ok()) << exposer.status();
+  const int port = (*exposer)->port();
+  EXPECT_EQ(Code(port, ""), "401");
+  EXPECT_EQ(Code(port, "someone"), "403");
+  EXPECT_EQ(Code(port, "down"), "503");
+  EXPECT_EQ(Code(port, "reader"), "200");
+  EXPECT_EQ(Code(port, "reader", "/other"), "403");            // refused before a 404 says anything
+  EXPECT_EQ(Code(port, "reader", "/metrics", "http"), "000");  // no plain HTTP on the port
+  const auto body = orrery::testing::RunCommand(
+      "curl -sk -H 'Authorization: Bearer reader' https://127.0.0.1:" + std::to_string(port) +
+      "/metrics");
+  EXPECT_NE(body.output.find("orrery_leader 1"), std::string::npos) << body.output;
+  // The certificate names the hosts it was made for: curl verifies it against itself.
+  const std::string ca = ::testing::TempDir() + "/orrery_self_signed.crt";
+  std::ofstream(ca) << tls->cert_pem;
+  const auto verified = orrery::testing::RunCommand(
+      "curl -s -o /dev/null -w '%{http_code}' --cacert " + ca +
+      " -H 'Authorization: Bearer reader' https://localhost:" + std::to_string(port) + "/metrics");
+  EXPECT_EQ(verified.output, "200");
+}
+
+TEST_F(SecureExposerTest, CertificateFilesAreReloadedWhenRotated) {
+  const std::string dir = ::testing::TempDir() + "/orrery_metrics_tls";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto write = [&](const TlsMaterial& m) {
+    // As the kubelet updates a Secret volume: new files renamed into place.
+    std::ofstream(dir + "/tls.key.new") << m.key_pem;
+    std::ofstream(dir + "/tls.crt.new") << m.cert_pem;
+    std::filesystem::rename(dir + "/tls.key.new", dir + "/tls.key");
+    std::filesystem::rename(dir + "/tls.crt.new", dir + "/tls.crt");
+  };
+  auto first = SelfSignedCertificate({"localhost"});
+  auto second = SelfSignedCertificate({"localhost"});
+  ASSERT_TRUE(first.ok() && second.ok());
+  write(*first);
+  ExposerOptions o = Options({});
+  o.cert_file = dir + "/tls.crt";
+  o.key_file = dir + "/tls.key";
+  auto exposer = Exposer::Start("127.0.0.1:0", registry_, "--metrics-bind-address", o);
+  ASSERT_TRUE(exposer.ok()) << exposer.status();
+  const std::string url = "https://localhost:" + std::to_string((*exposer)->port()) + "/metrics";
+  auto served_by = [&](const TlsMaterial& m) {
+    const std::string ca = dir + "/ca.crt";
+    std::ofstream(ca) << m.cert_pem;
+    return orrery::testing::RunCommand("curl -s -o /dev/null -w '%{http_code}' --cacert " + ca +
+                                       " -H 'Authorization: Bearer reader' " + url)
+               .output == "200";
+  };
+  EXPECT_TRUE(served_by(*first));
+  EXPECT_FALSE(served_by(*second));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a new mtime
+  write(*second);
+  EXPECT_TRUE(served_by(*second));
+  EXPECT_FALSE(served_by(*first));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(SecureExposerTest, BadCertificateFailsTheStartWithTheFile) {
+  const std::string dir = ::testing::TempDir() + "/orrery_metrics_badtls";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/tls.crt") << "not a certificate";
+  std::ofstream(dir + "/tls.key") << "not a key";
+  ExposerOptions o = Options({});
+  o.cert_file = dir + "/tls.crt";
+  o.key_file = dir + "/tls.key";
+  auto e = Exposer::Start("127.0.0.1:0", registry_, "--metrics-bind-address", o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find(dir + "/tls.crt"), std::string::npos) << e.status();
+  o.cert_file = dir + "/missing.crt";
+  e = Exposer::Start("127.0.0.1:0", registry_, "--metrics-bind-address", o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("missing.crt"), std::string::npos) << e.status();
+  // A key that is not the certificate's.
+  auto a = SelfSignedCertificate({"localhost"});
+  auto b = SelfSignedCertificate({"localhost"});
+  ASSERT_TRUE(a.ok() && b.ok());
+  e = Exposer::Start("127.0.0.1:0", registry_, "--metrics-bind-address",
+                     Options(TlsMaterial{a->cert_pem, b->key_pem}));
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("does not match"), std::string::npos) << e.status();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -4,12 +4,15 @@
 #include "operator/api/schema.h"
 
 #include <fstream>
+#include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "operator/api/codec.h"
+#include "operator/api/validation.h"
 #include "operator/api/yaml.h"
 #include "tests/operator/api/test_jobs.h"
 
@@ -230,12 +233,14 @@ TEST(SchemaTest, LimitsMatch) {
   for (const Limit& l : kLimits) {
     const Json* node = SchemaAt(std::string(l.path));
     ASSERT_NE(node, nullptr) << l.path;
-    const char* min_key = l.kind == LimitKind::kValue   ? "minimum"
-                          : l.kind == LimitKind::kItems ? "minItems"
-                                                        : "minLength";
-    const char* max_key = l.kind == LimitKind::kValue   ? "maximum"
-                          : l.kind == LimitKind::kItems ? "maxItems"
-                                                        : "maxLength";
+    const char* min_key = l.kind == LimitKind::kValue        ? "minimum"
+                          : l.kind == LimitKind::kItems      ? "minItems"
+                          : l.kind == LimitKind::kProperties ? "minProperties"
+                                                             : "minLength";
+    const char* max_key = l.kind == LimitKind::kValue        ? "maximum"
+                          : l.kind == LimitKind::kItems      ? "maxItems"
+                          : l.kind == LimitKind::kProperties ? "maxProperties"
+                                                             : "maxLength";
     if (l.min) {
       ASSERT_TRUE(node->contains(min_key)) << l.path << " lacks " << min_key;
       EXPECT_DOUBLE_EQ((*node)[min_key].get<double>(), *l.min) << l.path;
@@ -295,6 +300,108 @@ TEST(SchemaTest, ListsUnderCelRulesAreBounded) {
     EXPECT_TRUE(node->contains("maxItems")) << path;
   }
   EXPECT_TRUE(SchemaAt("spec.tasks[].name")->contains("maxLength"));
+}
+
+// The syntax of what reaches a worker pod: the CRD's patterns are schema.h's,
+// and each says what validation's hand-written check says on every sample (a
+// pattern cannot count a label key's prefix, so the samples keep it short).
+const std::string& CrdPattern(const char* path) {
+  static std::map<std::string, std::string> cache;
+  const Json* node = SchemaAt(path);
+  EXPECT_NE(node, nullptr) << path;
+  return cache[path] = node != nullptr ? node->value("pattern", "") : "";
+}
+
+bool Matches(const std::string& pattern, const std::string& s) {
+  return std::regex_search(s, std::regex(pattern, std::regex::ECMAScript));
+}
+
+TEST(SchemaTest, PodFieldPatternsAreSchemasAndAgreeWithValidation) {
+  EXPECT_EQ(CrdPattern("spec.resources.image"), kImagePattern);
+  EXPECT_EQ(CrdPattern("spec.resources.gpuResourceName"), kExtendedResourcePattern);
+  EXPECT_EQ(CrdPattern("spec.resources.tolerations[].key"), kTolerationKeyPattern);
+  EXPECT_EQ(CrdPattern("spec.resources.tolerations[].value"), kLabelValuePattern);
+  const Json* selector = SchemaAt("spec.resources.nodeSelector");
+  ASSERT_NE(selector, nullptr);
+  EXPECT_EQ((*selector)["additionalProperties"].value("pattern", ""), kLabelValuePattern);
+  EXPECT_NE(
+      (*selector)["x-kubernetes-validations"][0]["rule"].get<std::string>().find(kLabelKeyPattern),
+      std::string::npos)
+      << "the nodeSelector key rule matches kLabelKeyPattern";
+
+  const std::vector<std::string> images = {
+      "ghcr.io/orrery/worker:0.1.0",
+      "worker",
+      "localhost:5000/worker:dev",
+      "Registry.Example.com/team/worker",
+      "a.b_c/x",
+      "my-registry:443/a/b/c:v1.2_3",
+      "worker@sha256:" + std::string(64, 'a'),
+      "w:" + std::string(128, 't'),
+      "repo/a__b/c--d/e.f",
+      "Worker",
+      "ghcr.io/Orrery/worker",
+      "ghcr.io/orrery/worker:",
+      "ghcr.io/orrery/worker:.x",
+      "worker:" + std::string(129, 't'),
+      "worker@sha256:abc",
+      "worker@md5:" + std::string(32, 'a'),
+      "worker@sha256:" + std::string(64, 'A'),
+      " worker",
+      "work er",
+      "ghcr.io//worker",
+      "-worker",
+      "worker-",
+      "a___b",
+      "host:port/x",
+      ":tag",
+      "ghcr.io/orrery/worker:v1@sha512:" + std::string(128, '0')};
+  for (const std::string& image : images) {
+    EXPECT_EQ(Matches(kImagePattern, image), ImageReferenceProblem(image).empty()) << image;
+  }
+  const std::vector<std::string> keys = {"a",
+                                         "orrery.dev/pool",
+                                         "node.kubernetes.io/instance-type",
+                                         "A_b.C-1",
+                                         "x/" + std::string(63, 'n'),
+                                         "",
+                                         "/a",
+                                         "a/",
+                                         "a/b/c",
+                                         "Orrery.dev/pool",
+                                         "bad key",
+                                         "-a",
+                                         "a-",
+                                         "x/" + std::string(64, 'n'),
+                                         "a..b/c",
+                                         "a_b/c",
+                                         "under_score"};
+  for (const std::string& key : keys) {
+    EXPECT_EQ(Matches(kLabelKeyPattern, key), IsLabelKey(key)) << key;
+    EXPECT_EQ(Matches(kTolerationKeyPattern, key), key.empty() || IsLabelKey(key)) << key;
+  }
+  const std::vector<std::string> values = {"",   "a",  "A-b_c.d", std::string(63, 'v'),
+                                           "-a", "a.", "a b",     "ü"};
+  for (const std::string& value : values) {
+    // maxLength: 63 bounds a value's length beside the pattern.
+    EXPECT_EQ(Matches(kLabelValuePattern, value), IsLabelValue(value)) << value;
+  }
+  const std::vector<std::string> resources = {"nvidia.com/gpu",
+                                              "amd.com/gpu",
+                                              "example.com/GPU_1",
+                                              "gpu",
+                                              "cpu",
+                                              "kubernetes.io/gpu",
+                                              "nvidia.com/",
+                                              "/gpu",
+                                              "Nvidia.com/gpu",
+                                              "nvidia.com/gpu/x"};
+  for (const std::string& name : resources) {
+    // The pattern and the CEL rule against kubernetes.io/ and requests. together.
+    bool crd = Matches(kExtendedResourcePattern, name) &&
+               name.find("kubernetes.io/") == std::string::npos && name.rfind("requests.", 0) != 0;
+    EXPECT_EQ(crd, IsExtendedResourceName(name)) << name;
+  }
 }
 
 TEST(SchemaTest, LimitForFindsEveryLimit) {

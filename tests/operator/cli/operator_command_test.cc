@@ -1,8 +1,11 @@
 // `orrery operator` as a process against a real API server, installed by the
 // Helm chart (`helm install`, with no replica of its own) and authenticated
 // with a token of the chart's service account (TokenRequest), so a missing RBAC
-// rule fails this test. The flags are checked before anything starts; a
-// replica serves /healthz, /readyz and /metrics (scraped by a real Prometheus),
+// rule fails this test. The chart manages one namespace (watchNamespaces), so
+// the operator runs on namespaced Roles. The flags are checked before anything
+// starts; a replica serves /healthz, /readyz and /metrics over HTTPS, refusing
+// scrapes without a token (401) or whose account may not read it (403), and
+// scraped with a token by a real Prometheus;
 // takes the Lease, and reconciles a job whose profiles are already in the
 // shared ConfigMap into gangs on the planned nodes; a second replica waits as a
 // standby; killing the leader (SIGKILL, no release) hands the lease to the
@@ -121,10 +124,17 @@ class OperatorProcess {
                                  std::to_string(HealthPort()) + path);
     return r.output;
   }
-  std::string Metrics() const {
-    return RunCommand("curl -s http://127.0.0.1:" + std::to_string(MetricsPort()) + "/metrics")
+  // /metrics over HTTPS with `token` (the self-signed certificate is not
+  // checked): the body, or with `code_only` the HTTP status.
+  std::string Metrics(const std::string& token, bool code_only = false) const {
+    std::string command = "curl -sk --max-time 10 ";
+    if (code_only) command += "-o /dev/null -w '%{http_code}' ";
+    if (!token.empty()) command += "-H 'Authorization: Bearer " + token + "' ";
+    return RunCommand(command + "https://127.0.0.1:" + std::to_string(MetricsPort()) + "/metrics")
         .output;
   }
+  std::string Metrics() const { return Metrics(reader_token); }
+  static inline std::string reader_token;  // a service account bound to metrics-reader
   bool Leads() const { return Metrics().find("\norrery_leader 1") != std::string::npos; }
 
  private:
@@ -138,12 +148,33 @@ class OperatorCommandTest : public orrery::testing::ControlPlaneTest {
     ControlPlaneTest::SetUpTestSuite();
     if (!plane()) return;
     if (!testutil::InstallJobCrd(*plane(), &setup_output_)) return;
+    // The managed namespace exists before the chart puts its Role there; the
+    // scraper's service account lives in a monitoring namespace.
+    for (const std::string& command :
+         {"create namespace " + std::string(kNamespace), std::string("create namespace monitoring"),
+          std::string("-n monitoring create serviceaccount prometheus"),
+          std::string("-n monitoring create serviceaccount stranger")}) {
+      orrery::testing::CommandResult r = plane()->Kubectl(command);
+      setup_output_ += r.output;
+      if (r.exit_code != 0 && r.output.find("AlreadyExists") == std::string::npos) return;
+    }
     // The chart's service account and RBAC. Its Deployment's pod never runs
     // here (no scheduler, no kubelet): the test runs the operator itself, under
     // that account's token.
-    sa_kubeconfig_ =
-        testutil::InstallChartAsServiceAccount(*plane(), kOperatorNamespace, "", &setup_output_);
+    sa_kubeconfig_ = testutil::InstallChartAsServiceAccount(
+        *plane(), kOperatorNamespace,
+        "--set watchNamespaces={" + std::string(kNamespace) +
+            "} --set metrics.readers[0].name=prometheus,metrics.readers[0].namespace=monitoring",
+        &setup_output_);
     if (sa_kubeconfig_.empty()) return;
+    for (auto [account, token] : {std::pair{"prometheus", &OperatorProcess::reader_token},
+                                  std::pair{"stranger", &stranger_token_}}) {
+      orrery::testing::CommandResult r =
+          plane()->Kubectl("-n monitoring create token " + std::string(account) + " --duration 1h");
+      setup_output_ += r.output;
+      if (r.exit_code != 0) return;
+      *token = r.output.substr(0, r.output.find('\n'));
+    }
     ready_ = true;
   }
   static void TearDownTestSuite() {
@@ -197,6 +228,7 @@ class OperatorCommandTest : public orrery::testing::ControlPlaneTest {
 
   static bool ready_;
   static std::string setup_output_;
+  static inline std::string stranger_token_;  // valid, but not bound to metrics-reader
   static std::string sa_kubeconfig_;
   std::unique_ptr<kube::RestClient> client_;
   std::filesystem::path dir_;
@@ -278,10 +310,22 @@ TEST_F(OperatorCommandTest, LeaderReconcilesStandbyTakesOverWithoutDuplicatesAnd
   EXPECT_NE(metrics.find("orrery_cluster_gpus{state=\"allocatable\"} 4"), std::string::npos)
       << metrics;
 
-  // A real Prometheus scrapes both replicas: the dashboard's operator queries work.
+  // /metrics is HTTPS and reviewed: no token, a bad token and a token whose
+  // account may not get /metrics are all refused, plain HTTP gets no answer.
+  EXPECT_EQ(first.Metrics("", /*code_only=*/true), "401");
+  EXPECT_EQ(first.Metrics("not-a-token", /*code_only=*/true), "401");
+  EXPECT_EQ(first.Metrics(stranger_token_, /*code_only=*/true), "403");
+  EXPECT_EQ(first.Metrics(OperatorProcess::reader_token, /*code_only=*/true), "200");
+  EXPECT_EQ(RunCommand("curl -s --max-time 5 -o /dev/null -w '%{http_code}' http://127.0.0.1:" +
+                       std::to_string(first.MetricsPort()) + "/metrics")
+                .output,
+            "000");
+
+  // A real Prometheus scrapes both replicas over HTTPS with its service account
+  // token: the dashboard's operator queries work.
   auto prometheus = orrery::testing::PrometheusServer::Start(
-      {"127.0.0.1:" + std::to_string(first.MetricsPort()),
-       "127.0.0.1:" + std::to_string(second.MetricsPort())});
+      {}, {{"127.0.0.1:" + std::to_string(first.MetricsPort()), OperatorProcess::reader_token},
+           {"127.0.0.1:" + std::to_string(second.MetricsPort()), OperatorProcess::reader_token}});
   ASSERT_TRUE(prometheus.ok()) << prometheus.status();
   ASSERT_TRUE((*prometheus)->WaitForScrapes(2, 60).ok());
   auto leaders = (*prometheus)->Query("sum(orrery_leader)");

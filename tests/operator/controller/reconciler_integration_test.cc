@@ -550,21 +550,33 @@ TEST_F(NodeGraceTest, ANotReadyBlipTearsNothingDownAndALongOutageDoes) {
 }
 
 // A spec that passes the CRD and validation but whose pods the API server
-// rejects (a toleration key that is no qualified name) fails the job with the
-// server's message and an event, is not tried again while the spec stands, and
-// runs once the spec is fixed.
+// rejects (an image the cluster's admission policy refuses) fails the job with
+// the server's message and an event, is not tried again while the spec stands,
+// and runs once the spec is fixed. (A toleration key that is no label key, the
+// first such case found, is now refused by the CRD already.)
 class RejectedPodTest : public PlacementTest {};
 
 TEST_F(RejectedPodTest, APodTheServerRejectsFailsTheJobUntilTheSpecIsFixed) {
   const std::string key = kube::KeyFor(kPlacementNamespace, "small");
-  auto bad = client_->Patch(
+  auto refused = client_->Patch(
       ModelSelectionJobs(), kPlacementNamespace, "small", kube::PatchType::kMerge,
       {{"spec",
         {{"resources",
           {{"tolerations",
             kube::Object::array({{{"key", "bad key!"}, {"operator", "Exists"}}})}}}}}},
       {});
-  ASSERT_TRUE(bad.ok()) << "the CRD let it through: " << bad.status();
+  ASSERT_FALSE(refused.ok()) << "the CRD let a toleration key with a space through";
+  EXPECT_TRUE(kube::IsInvalid(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("spec.resources.tolerations[0].key"), std::string::npos)
+      << refused.status();
+  std::string out;
+  ASSERT_TRUE(testutil::InstallUntrustedImagePolicy(*plane(), kPlacementNamespace, &out)) << out;
+  auto bad = client_->Patch(
+      ModelSelectionJobs(), kPlacementNamespace, "small", kube::PatchType::kMerge,
+      {{"spec",
+        {{"resources", {{"image", std::string(testutil::kUntrustedRegistry) + "worker:1"}}}}}},
+      {});
+  ASSERT_TRUE(bad.ok()) << "the CRD refused an image only admission refuses: " << bad.status();
   PlaneCaches cache(client_.get(), kPlacementNamespace, kProfileNamespace);
   ASSERT_TRUE(cache.Start(key, 6));
   auto recorder = Recorder(client_.get(), "rejected-test");
@@ -584,7 +596,7 @@ TEST_F(RejectedPodTest, APodTheServerRejectsFailsTheJobUntilTheSpecIsFixed) {
     }
   }
   EXPECT_EQ(reason, "PodRejected");
-  EXPECT_NE(message.find("bad key!"), std::string::npos) << message;
+  EXPECT_NE(message.find("are not allowed in this cluster"), std::string::npos) << message;
   auto events = client_->List(kube::Events(), kPlacementNamespace, {});
   ASSERT_TRUE(events.ok());
   int rejected = 0;
@@ -599,13 +611,9 @@ TEST_F(RejectedPodTest, APodTheServerRejectsFailsTheJobUntilTheSpecIsFixed) {
   EXPECT_EQ(again->requeue_after.count(), 0);
   EXPECT_TRUE(ServerPods().empty());
   // Fixed: the next pass launches.
-  auto fixed = client_->Patch(
-      ModelSelectionJobs(), kPlacementNamespace, "small", kube::PatchType::kMerge,
-      {{"spec",
-        {{"resources",
-          {{"tolerations",
-            kube::Object::array({{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}}})}}}}}},
-      {});
+  auto fixed =
+      client_->Patch(ModelSelectionJobs(), kPlacementNamespace, "small", kube::PatchType::kMerge,
+                     {{"spec", {{"resources", {{"image", api::kDefaultWorkerImage}}}}}}, {});
   ASSERT_TRUE(fixed.ok()) << fixed.status();
   ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
   ASSERT_TRUE(reconciler.Reconcile(key).ok());
