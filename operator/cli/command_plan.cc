@@ -9,11 +9,13 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "operator/api/defaults.h"
 #include "operator/cli/commands.h"
 #include "operator/cli/job_file.h"
 #include "operator/engine/estimate.h"
+#include "operator/engine/profile_configs.h"
 #include "operator/engine/worker_command.h"
 #include "operator/local/pretrained_config.h"
 #include "operator/local/profile_cache.h"
@@ -160,12 +162,11 @@ int RunPlan(Invocation& in) {
   for (int n = 0; n < nodes; ++n) {
     problem.nodes.push_back({"node-" + std::to_string(n), per_node, dm.memory_gib});
   }
-  int quota = std::min(spec.resources.gpu_quota, nodes * per_node);
-  int max_gpus = std::min(spec.resources.gpus_per_task.max, quota);
-  std::vector<int> counts;
-  for (int g = std::max(1, spec.resources.gpus_per_task.min); g <= max_gpus; g *= 2)
-    counts.push_back(g);
-  if (!counts.empty() && counts.back() != max_gpus) counts.push_back(max_gpus);
+  // The configurations the operator and `orrery run` would offer the planner
+  // (engine::BuildTaskConfigs: templates, profiled GPU counts, elastic batches,
+  // interpolation), on one node each as gangs are: measured where the cache
+  // holds the point, else estimated.
+  const int max_gpus = std::min({spec.resources.gpu_quota, per_node, nodes * per_node});
   int measured = 0, estimated = 0;
   std::vector<std::set<size_t>> estimated_configs(a.tasks.size());
   for (size_t t = 0; t < a.tasks.size(); ++t) {
@@ -173,35 +174,45 @@ int RunPlan(Invocation& in) {
     planner::Task task;
     task.name = e.name;
     task.weight = e.task.weight;
-    task.work = static_cast<double>(engine::TotalSteps(e.task)) * e.task.training.batch_size;
-    for (api::Template tmpl : spec.resources.templates) {
-      std::string name(api::EnumName(tmpl));
-      for (int g : counts) {
-        int span = g <= per_node ? 1 : g / per_node;
-        if (g > per_node && g % per_node != 0) continue;
-        contract::ProfileEntry key;
-        key.signature = engine::ModelSignature(e.task);
-        key.template_name = contract::WorkerTemplate(name, g);
-        key.gpus = g;
-        key.batch_size = e.task.training.batch_size;
-        key.device = device;
-        std::optional<planner::Config> c;
-        if (const contract::ProfileEntry* hit = cache->Find(key)) {
-          c = planner::Config{name,
-                              g,
-                              span,
-                              static_cast<int>(key.batch_size),
-                              hit->samples_per_s,
-                              hit->peak_memory_bytes / (1ull << 30)};
-          ++measured;
-        } else if ((c = engine::EstimateConfig(e.task, name, g, dm,
-                                               shapes[t] ? &*shapes[t] : nullptr))) {
-          c->nodes = span;
-          estimated_configs[t].insert(task.configs.size());
-          ++estimated;
-        }
-        if (c && c->memory_gib <= dm.memory_gib) task.configs.push_back(*c);
+    task.work = static_cast<double>(engine::SampleBudget(e.task));
+    std::set<std::tuple<std::string, int, int64_t>> from_cache;
+    auto lookup = [&](api::Template tmpl, int g, int64_t batch) {
+      const std::string name(api::EnumName(tmpl));
+      api::TaskSpec at_batch = e.task;
+      at_batch.training.batch_size = batch;
+      contract::ProfileEntry key;
+      key.signature = engine::ModelSignature(e.task);  // as orrery run keys its cache
+      key.template_name = contract::WorkerTemplate(name, g);
+      key.gpus = g;
+      key.batch_size = batch;
+      key.device = device;
+      engine::ProfilePoint p;
+      if (const contract::ProfileEntry* hit = cache->Find(key)) {
+        from_cache.insert({name, g, batch});
+        p.state = engine::ProfilePoint::State::kMeasured;
+        p.samples_per_s = hit->samples_per_s;
+        p.memory_gib = hit->peak_memory_bytes / (1024.0 * 1024.0 * 1024.0);
+        return p;
       }
+      if (auto c = engine::EstimateConfig(at_batch, name, g, dm, shapes[t] ? &*shapes[t] : nullptr)) {
+        p.state = engine::ProfilePoint::State::kMeasured;
+        p.samples_per_s = c->throughput;
+        p.memory_gib = c->memory_gib;
+      } else {
+        p.state = engine::ProfilePoint::State::kInfeasible;  // nothing to plan on
+      }
+      return p;
+    };
+    engine::TaskConfigs built = engine::BuildTaskConfigs(spec, e.task, lookup, max_gpus);
+    for (const planner::Config& c : built.configs) {
+      if (c.memory_gib > dm.memory_gib) continue;
+      if (from_cache.count({c.template_name, c.gpus, c.batch_size}) > 0) {
+        ++measured;
+      } else {
+        estimated_configs[t].insert(task.configs.size());
+        ++estimated;
+      }
+      task.configs.push_back(c);
     }
     if (task.configs.empty()) {
       const engine::ParameterCount size =
@@ -239,7 +250,8 @@ int RunPlan(Invocation& in) {
   size_t w = 4;
   for (const auto& t : problem.tasks) w = std::max(w, t.name.size());
   o << std::left << std::setw(static_cast<int>(w) + 2) << "task" << std::setw(11) << "template"
-    << std::setw(6) << "gpus" << std::setw(7) << "nodes" << std::setw(11) << "start"
+    << std::setw(6) << "gpus" << std::setw(7) << "nodes" << std::setw(7) << "batch"
+    << std::setw(11) << "start"
     << std::setw(11) << "end"
     << "samples/s\n";
   for (size_t t = 0; t < problem.tasks.size(); ++t) {
@@ -249,7 +261,8 @@ int RunPlan(Invocation& in) {
     rate << (estimated_configs[t].count(static_cast<size_t>(as.config)) ? "~" : "") << std::fixed
          << std::setprecision(1) << c.throughput;
     o << std::setw(static_cast<int>(w) + 2) << problem.tasks[t].name << std::setw(11)
-      << c.template_name << std::setw(6) << c.gpus << std::setw(7) << c.nodes << std::setw(11)
+      << c.template_name << std::setw(6) << c.gpus << std::setw(7) << c.nodes << std::setw(7)
+      << c.batch_size << std::setw(11)
       << local::FormatDuration(as.start) << std::setw(11) << local::FormatDuration(as.end)
       << rate.str() << "\n";
   }

@@ -57,6 +57,41 @@ TEST(PlanCommandTest, MeasuredProfilesReplaceEstimates) {
   EXPECT_EQ(r.output.find("~400"), std::string::npos) << r.output;
 }
 
+// `orrery plan` offers the planner what the operator and `orrery run` would
+// (engine::BuildTaskConfigs): gangs on one node, and an elastic job's other
+// batch sizes, each keyed in the cache as orrery run keys it.
+TEST(PlanCommandTest, OffersWhatTheOperatorWouldOfferElasticBatchesAndOneNodeGangs) {
+  TempFiles files("plan_engine");
+  std::string svg = files.Write("plan.svg", "");
+  std::string quickstart = ReadAll(Example("quickstart.yaml"));
+  // The example with its data path made absolute, elastic, and allowed 4 GPUs.
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const size_t at = quickstart.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    quickstart.replace(at, from.size(), to);
+  };
+  replace("path: data/corpus/quickstart.txt",
+          "path: " + std::string(ORRERY_SOURCE_DIR) + "/data/corpus/quickstart.txt");
+  replace("gpusPerTask: {min: 1, max: 2}\n    gpuQuota: 2",
+          "gpusPerTask: {min: 1, max: 4}\n    gpuQuota: 4");
+  replace("  checkpoints:", "  elasticity: {enabled: true, minBatchSize: 8, maxBatchSize: 32}\n  checkpoints:");
+  std::string job = files.Write("elastic.yaml", quickstart);
+  // Measured: the task's own batch at 1 GPU; everything else is estimated.
+  std::string cache = files.Write("profiles.json", R"({"version": 1, "entries": [
+    {"signature": "gpt-l2-h64-a4-s64-v256/text/b8", "template": "single", "gpus": 1,
+     "batchSize": 8, "device": "cpu", "samplesPerSecond": 400}]})");
+  RunResult r = RunOrrery("plan " + job + " --gpus 2x2 --device cpu --svg " + svg +
+                          " --profile-cache " + cache);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // 3 tasks x (batches 8, 16, 32) x (1, 2 GPUs: a gang never spans the 2-GPU
+  // nodes) = 18 configurations, 3 of them measured.
+  EXPECT_NE(r.output.find("3 profiled configurations, 15 estimated"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("batch"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" 4     "), std::string::npos) << "no 4-GPU gang on 2-GPU nodes\n"
+                                                         << r.output;
+}
+
 // The example's claim "models" as this machine holds it: the two models'
 // config.json (their public values), no weights.
 const char* kLlama32_1b = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
