@@ -194,7 +194,8 @@ int RunPlan(Invocation& in) {
         p.memory_gib = hit->peak_memory_bytes / (1024.0 * 1024.0 * 1024.0);
         return p;
       }
-      if (auto c = engine::EstimateConfig(at_batch, name, g, dm, shapes[t] ? &*shapes[t] : nullptr)) {
+      if (auto c =
+              engine::EstimateConfig(at_batch, name, g, dm, shapes[t] ? &*shapes[t] : nullptr)) {
         p.state = engine::ProfilePoint::State::kMeasured;
         p.samples_per_s = c->throughput;
         p.memory_gib = c->memory_gib;
@@ -250,9 +251,8 @@ int RunPlan(Invocation& in) {
   size_t w = 4;
   for (const auto& t : problem.tasks) w = std::max(w, t.name.size());
   o << std::left << std::setw(static_cast<int>(w) + 2) << "task" << std::setw(11) << "template"
-    << std::setw(6) << "gpus" << std::setw(7) << "nodes" << std::setw(7) << "batch"
-    << std::setw(11) << "start"
-    << std::setw(11) << "end"
+    << std::setw(6) << "gpus" << std::setw(7) << "nodes" << std::setw(7) << "batch" << std::setw(11)
+    << "start" << std::setw(11) << "end"
     << "samples/s\n";
   for (size_t t = 0; t < problem.tasks.size(); ++t) {
     const planner::Assignment& as = plan->assignments[t];
@@ -262,9 +262,8 @@ int RunPlan(Invocation& in) {
          << std::setprecision(1) << c.throughput;
     o << std::setw(static_cast<int>(w) + 2) << problem.tasks[t].name << std::setw(11)
       << c.template_name << std::setw(6) << c.gpus << std::setw(7) << c.nodes << std::setw(7)
-      << c.batch_size << std::setw(11)
-      << local::FormatDuration(as.start) << std::setw(11) << local::FormatDuration(as.end)
-      << rate.str() << "\n";
+      << c.batch_size << std::setw(11) << local::FormatDuration(as.start) << std::setw(11)
+      << local::FormatDuration(as.end) << rate.str() << "\n";
   }
   // What each spec task's estimates rest on (one line per model, not per variant).
   std::set<std::string> notes;

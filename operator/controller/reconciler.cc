@@ -439,12 +439,16 @@ Reconciler::JobState* Reconciler::StateFor(const std::string& key,
                                            const api::ModelSelectionJob& job) {
   std::lock_guard<std::mutex> lock(mu_);
   std::unique_ptr<JobState>& s = jobs_[key];
+  // The job's scheduling spec, as the local runner and the simulator apply it.
+  engine::EngineOptions wanted = engine::JobEngineOptions(job.spec.scheduling, options_.engine);
   if (!s || s->uid != job.metadata.uid) {
     s = std::make_unique<JobState>();
     s->uid = job.metadata.uid;
-    // The job's scheduling spec, as the local runner and the simulator apply it.
-    s->engine = std::make_unique<engine::Engine>(
-        engine::JobEngineOptions(job.spec.scheduling, options_.engine), clock_);
+    s->engine = std::make_unique<engine::Engine>(std::move(wanted), clock_);
+  } else if (s->engine->UpdateOptions(wanted)) {
+    // Edited on a running job: the next step solves again under the new settings.
+    Log(LogLevel::kInfo, "Scheduling settings changed",
+        {{"msj", key}, {"generation", std::to_string(job.metadata.generation)}});
   }
   return s.get();
 }

@@ -20,6 +20,7 @@ const char* TriggerName(Trigger trigger) {
     case Trigger::kCapacityChanged: return "capacity-changed";
     case Trigger::kThroughputDrift: return "throughput-drift";
     case Trigger::kQuotaChanged: return "quota-changed";
+    case Trigger::kSpecChanged: return "spec-changed";
   }
   return "unknown";
 }
@@ -157,8 +158,21 @@ void Engine::Forget() {
   stale_resolved_at_.clear();
 }
 
+bool Engine::UpdateOptions(const EngineOptions& options) {
+  if (options == options_) return false;
+  if (options.policy != options_.policy) {
+    auto p = planner::MakePlanner(options.policy);
+    planner_ = p.ok() ? std::move(p).value() : planner::MakeGreedyPlanner();
+  }
+  options_ = options;
+  // A more urgent trigger waiting for a solve keeps its place; either way the
+  // next solve is under the new options.
+  if (current_ && !pending_) pending_ = Trigger::kSpecChanged;
+  return true;
+}
+
 bool Engine::ShouldSolve(Trigger trigger) const {
-  if (Forced(trigger) || !current_) return true;
+  if (Forced(trigger) || trigger == Trigger::kSpecChanged || !current_) return true;
   return options_.introspect;
 }
 
@@ -382,6 +396,11 @@ StepResult Engine::Step(const StepInput& in) {
   // A change only the world saw waits, like any other, until a solve can use it.
   if (in.also) pending_ = in.also;
   r.trigger = pending_ ? pending_ : DetectTrigger(in);
+  if (pending_ == Trigger::kSpecChanged) {
+    // A change that forces adoption outranks the edited settings (which the
+    // solve uses either way).
+    if (std::optional<Trigger> seen = DetectTrigger(in); seen && Forced(*seen)) r.trigger = seen;
+  }
   int alive_gpus = 0;
   for (const NodeView& n : w.nodes) alive_gpus += n.alive ? n.gpus : 0;
   bool any_waiting = false;

@@ -32,6 +32,7 @@ struct EngineOptions {
   double drift_tolerance = 0.10;    // |measured / profiled - 1| above this is a trigger
   double solver_time_limit_s = 5;
   int seed = 1;
+  bool operator==(const EngineOptions&) const = default;
 };
 
 enum class Trigger {
@@ -42,6 +43,7 @@ enum class Trigger {
   kCapacityChanged,
   kThroughputDrift,
   kQuotaChanged,  // the job's GPU cap (gpuQuota, or its cluster share) moved
+  kSpecChanged,   // the job's scheduling settings were edited (UpdateOptions)
 };
 const char* TriggerName(Trigger trigger);
 
@@ -194,6 +196,12 @@ class Engine {
   // Drops the plan and what the job looked like when it was made: the next
   // step plans from scratch (kStart). Counters stay.
   void Forget();
+
+  // New options for a running job (its spec.scheduling was edited): they
+  // apply from now on, and the next step solves again under them (kSpecChanged,
+  // adopted by the new rules) while the current plan stays in force until then.
+  // False when nothing changed.
+  bool UpdateOptions(const EngineOptions& options);
 
   const std::optional<planner::Plan>& current_plan() const { return current_; }
   // Names of the nodes the current plan's node indices refer to.

@@ -74,7 +74,8 @@ TEST(PlanCommandTest, OffersWhatTheOperatorWouldOfferElasticBatchesAndOneNodeGan
           "path: " + std::string(ORRERY_SOURCE_DIR) + "/data/corpus/quickstart.txt");
   replace("gpusPerTask: {min: 1, max: 2}\n    gpuQuota: 2",
           "gpusPerTask: {min: 1, max: 4}\n    gpuQuota: 4");
-  replace("  checkpoints:", "  elasticity: {enabled: true, minBatchSize: 8, maxBatchSize: 32}\n  checkpoints:");
+  replace("  checkpoints:",
+          "  elasticity: {enabled: true, minBatchSize: 8, maxBatchSize: 32}\n  checkpoints:");
   std::string job = files.Write("elastic.yaml", quickstart);
   // Measured: the task's own batch at 1 GPU; everything else is estimated.
   std::string cache = files.Write("profiles.json", R"({"version": 1, "entries": [

@@ -1071,6 +1071,32 @@ TEST_F(ReconcileTest, AGangSlowerThanItsProfilePlansAgainOnce) {
   EXPECT_EQ(reconciler.Solves(key_), 2) << "the plan already knows the measured speed";
 }
 
+// spec.scheduling edited on a running job takes effect without a restart: the
+// next pass solves again under it (trigger spec-changed), then not again.
+TEST_F(ReconcileTest, EditedSchedulingSettingsArePlannedWithAtTheNextPass) {
+  Reconciler reconciler(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  SyncPods("Running");
+  clock_.Advance(std::chrono::seconds(30));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  ASSERT_EQ(reconciler.Solves(key_), 1);
+  api::ModelSelectionJob edited = loaded_.job;
+  edited.spec.scheduling.replan_interval_seconds = 120;
+  edited.spec.scheduling.min_switch_gain = 0.2;
+  edited.metadata.generation += 1;
+  jobs_.Upsert(Ptr(api::EncodeJob(edited)));
+  clock_.Advance(std::chrono::seconds(5));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  EXPECT_EQ(reconciler.Solves(key_), 2) << "the edit is a trigger";
+  clock_.Advance(std::chrono::seconds(5));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  EXPECT_EQ(reconciler.Solves(key_), 2) << "once";
+  // The new interval is what counts: 120 s later the job plans again.
+  clock_.Advance(std::chrono::seconds(121));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  EXPECT_EQ(reconciler.Solves(key_), 3);
+}
+
 TEST(MeasuredSpeedFactor, ScalesRankZerosShareByTheReplicas) {
   planner::Config ddp;
   ddp.template_name = "ddp";

@@ -112,6 +112,37 @@ TEST(EngineStep, ADriftIsPlannedWithOnce) {
   EXPECT_EQ(engine.DetectTrigger(in), std::nullopt);  // the plan knows the new speed
 }
 
+// Scheduling settings edited on a running job: the next step solves under
+// them once (kSpecChanged); the same settings again change nothing; a change
+// that forces adoption in the same step keeps its own trigger.
+TEST(EngineStep, EditedSettingsAreSolvedWithOnceAndApplyFromThen) {
+  Engine engine(Options(), nullptr);
+  StepInput in = TwoNodes();
+  Apply(in, engine.Step(in));
+  EXPECT_FALSE(engine.UpdateOptions(Options()));
+  EngineOptions edited = Options();
+  edited.replan_interval_s = 60;
+  edited.switch_cost_s = 10;
+  EXPECT_TRUE(engine.UpdateOptions(edited));
+  EXPECT_EQ(engine.options().replan_interval_s, 60);
+  in.world.now += 5;
+  StepResult r = engine.Step(in);
+  ASSERT_EQ(r.trigger, Trigger::kSpecChanged);
+  EXPECT_TRUE(r.decision.has_value() && r.decision->solved);
+  in.world.now += 5;
+  EXPECT_EQ(engine.Step(in).trigger, std::nullopt);
+  // The new interval is the one that counts.
+  in.world.now += 61;
+  EXPECT_EQ(engine.DetectTrigger(in), Trigger::kInterval);
+  Apply(in, engine.Step(in));
+
+  edited.adopt_gain = 0.5;
+  ASSERT_TRUE(engine.UpdateOptions(edited));
+  in.world.nodes[1].alive = false;
+  in.world.now += 5;
+  EXPECT_EQ(engine.Step(in).trigger, Trigger::kCapacityChanged);
+}
+
 TEST(EngineStep, QuotaDownStopsWhatExceedsItAndUpLaunchesMore) {
   Engine engine(Options(), nullptr);
   StepInput in = TwoNodes();
