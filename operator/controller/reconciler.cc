@@ -612,7 +612,14 @@ Status Reconciler::WriteStatus(JobContext& ctx,
   in.max_restarts = options_.max_restarts;
   in.profiling = profiling;
   in.never_fits = ctx.never_fits;
-  if (ctx.state != nullptr) in.replanned = ctx.state->replanned;
+  if (ctx.state != nullptr) {
+    in.replanned = ctx.state->replanned;
+    for (const auto& [task, rejected] : ctx.state->pod_rejected) {
+      if (rejected.first == ctx.loaded.job.metadata.generation) {
+        in.pod_rejected[task] = rejected.second;
+      }
+    }
+  }
   std::map<std::string, TaskProgress> progress;
   if (options_.progress != nullptr) {
     progress = options_.progress->ForJob(ctx.key);
@@ -718,7 +725,23 @@ Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConf
   }
   if (Status s = CreateObjects(job.metadata.namespace_, gang.service, gang.pods); !s.ok()) {
     claims_.Release(ctx.key, claim);
-    return s;
+    if (!kube::IsInvalid(s)) return s;
+    // The API server refuses this task's pods (422): what was created of the
+    // gang goes, and the task fails for this spec; the others carry on.
+    std::vector<std::string> names;
+    for (const Json& p : gang.pods) names.push_back(Str(p, "metadata", "name"));
+    ORRERY_RETURN_IF_ERROR(
+        DeleteGang(job.metadata.namespace_, Str(gang.service, "metadata", "name"), names));
+    const std::string message = kube::HumanMessage(s);
+    st.pod_rejected[task.name] = {job.metadata.generation, message};
+    ctx.done.insert(task.name);
+    Log(LogLevel::kWarning, "Pods rejected",
+        {{"job", ctx.key}, {"task", task.name}, {"error", message}});
+    Event(ctx, kube::EventType::kWarning, kPodRejected, "Launch",
+          "task " + task.name + ": the API server rejected its pods: " + message +
+              " (fix the spec field it names, e.g. spec.resources.nodeSelector, tolerations, "
+              "image or gpuResourceName, and apply the job again)");
+    return OkStatus();
   }
   st.engine->journal().Launched(task.name, config);
   LiveGang created;
@@ -812,9 +835,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   StepEngine(ctx);
   ORRERY_RETURN_IF_ERROR(ApplyStops(ctx));
   // 4. Launch the gangs the step chose, on the nodes it chose.
-  if (Status s = ApplyLaunches(ctx); !s.ok()) {
-    return kube::IsInvalid(s) ? RejectPods(ctx, *object, s) : s;
-  }
+  ORRERY_RETURN_IF_ERROR(ApplyLaunches(ctx));
   // 5. Status, and when to come back.
   return FinishPass(ctx);
 }
@@ -825,7 +846,7 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
 StatusOr<kube::Result> Reconciler::RejectPods(JobContext& ctx, const kube::Object& object,
                                               const Status& why) {
   const std::string message =
-      "the API server rejected this job's pods: " + why.message() +
+      "the API server rejected this job's pods: " + kube::HumanMessage(why) +
       " (fix the spec field it names, e.g. spec.resources.nodeSelector, tolerations, image or "
       "gpuResourceName, and apply the job again)";
   Event(ctx, kube::EventType::kWarning, kPodRejected, "Launch", message);
@@ -1067,6 +1088,17 @@ void Reconciler::ObserveGangs(JobContext& ctx) {
     for (const api::TaskStatus& t : job.status->tasks) {
       ctx.steps_done[t.name] = t.steps_done;
       ctx.samples_done[t.name] = SamplesDone(t, batch_of[t.name]);
+      if (t.state == api::TaskState::kFailed && t.message.rfind(kPodRejectedMessage, 0) == 0) {
+        // Rejected pods fail the task for that spec only: an edited spec
+        // launches it again. What a restarted operator knows from the status.
+        if (job.status->observed_generation == job.metadata.generation &&
+            ctx.state->pod_rejected.count(t.name) == 0) {
+          ctx.state->pod_rejected[t.name] = {
+              job.metadata.generation,
+              t.message.substr(std::string_view(kPodRejectedMessage).size())};
+        }
+        continue;
+      }
       if (t.state == api::TaskState::kSucceeded || t.state == api::TaskState::kFailed) {
         ctx.prior_done.insert(t.name);
       }
@@ -1139,6 +1171,14 @@ Status Reconciler::ObserveTask(JobContext& ctx, size_t task_index) {
     done.insert(name);
     blocked.insert(name);
     return OkStatus();
+  }
+  if (auto pr = st.pod_rejected.find(name); pr != st.pod_rejected.end()) {
+    if (pr->second.first == job.metadata.generation) {
+      done.insert(name);
+      blocked.insert(name);
+      return OkStatus();
+    }
+    st.pod_rejected.erase(pr);  // a new spec: try it
   }
   if (g == nullptr) return OkStatus();
   std::string gang_label = GangLabelValue(name, g->generation);

@@ -248,6 +248,10 @@ class Reconciler {
     std::map<std::string, int> share_stopped;
     std::optional<api::PlanStatus> plan_status;
     double plan_ends_at = 0;  // the adopted plan's makespan, engine time (for the ETA)
+    // Tasks whose pods the API server rejected (422), with the generation of
+    // the spec rejected and the server's message: not launched again until the
+    // spec changes. Rebuilt from the status after a restart.
+    std::map<std::string, std::pair<int64_t, std::string>> pod_rejected;
     // Profiles this reconciler wrote that the ConfigMap cache may not show yet:
     // without them a pass could start the same trial again.
     ProfileTable harvested;

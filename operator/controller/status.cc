@@ -283,6 +283,10 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
           degraded.push_back(task.name + ": " + g->reason);
           break;
       }
+    } else if (auto pr = in.pod_rejected.find(task.name); pr != in.pod_rejected.end()) {
+      t.state = api::TaskState::kFailed;
+      t.message = kPodRejectedMessage + pr->second;
+      degraded.push_back(task.name + ": pods rejected: " + pr->second);
     } else if (!was_done) {
       t.state =
           in.profiling.count(task.name) > 0 ? api::TaskState::kProfiling : api::TaskState::kPending;
@@ -350,9 +354,11 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
     if (obs.gang && !obs.gang->lost_nodes.empty()) any_lost = true;
   }
   const bool only_never_fits = !degraded.empty() && degraded.size() == in.never_fits.size();
+  const bool only_rejected = !degraded.empty() && degraded.size() == in.pod_rejected.size();
   std::string deg_reason = degraded.empty()  ? "AllGangsHealthy"
                            : any_lost        ? "NodeLost"
                            : only_never_fits ? "TaskNeverFits"
+                           : only_rejected   ? "PodRejected"
                                              : "GangFailed";
   s.conditions.push_back(
       MakeCondition(previous, "Degraded", !degraded.empty(), deg_reason, deg_message, gen, in.now));

@@ -78,7 +78,14 @@ struct StatusInput {
   // Tasks that can never run on the nodes their pods may use, and why (the
   // task's message, and a Degraded condition TaskNeverFits).
   std::map<std::string, std::string> never_fits;
+  // Tasks whose pods the API server rejected for this spec, and its message:
+  // Failed, with a Degraded condition PodRejected, until the spec changes.
+  std::map<std::string, std::string> pod_rejected;
 };
+
+// How a task's message starts when the API server rejected its pods: a status
+// written for the same generation says the task is not to be launched again.
+inline constexpr char kPodRejectedMessage[] = "the API server rejected its pods: ";
 
 // The job status: phase, observedGeneration, conditions (Progressing, Degraded,
 // Complete; a condition keeps its lastTransitionTime while its status holds),

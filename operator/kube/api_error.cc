@@ -167,4 +167,9 @@ std::vector<StatusCause> InvalidCauses(const Status& s) {
   return out;
 }
 
+std::string HumanMessage(const Status& s) {
+  const std::string& m = s.message();
+  return m.substr(0, m.find(kMarker));
+}
+
 }  // namespace orrery::kube

@@ -81,5 +81,8 @@ int HttpCodeOf(const Status& s);
 std::optional<Duration> RetryAfter(const Status& s);
 // The causes of an Invalid error, in the server's order.
 std::vector<StatusCause> InvalidCauses(const Status& s);
+// The message for people: the context and the server's text, without the
+// machine-readable part the helpers above read.
+std::string HumanMessage(const Status& s);
 
 }  // namespace orrery::kube

@@ -274,50 +274,73 @@ inline std::string Edited(std::string yaml,
 // passes the CRD and validation, and only its create fails (422).
 inline constexpr const char* kUntrustedRegistry = "untrusted.example.com/";
 
-// A ValidatingAdmissionPolicy (and its binding, every namespace) that refuses
-// pods with an image from kUntrustedRegistry, as a platform team's "approved
-// registries only" policy would; true once the server enforces it (a policy is
-// compiled asynchronously, so a server-side dry run is retried until refused).
-inline bool InstallUntrustedImagePolicy(const orrery::testing::ControlPlane& plane,
-                                        const std::string& ns, std::string* output) {
-  const std::string registry = kUntrustedRegistry;
+// A ValidatingAdmissionPolicy `name` (and its binding, every namespace) that
+// refuses pod creates where the CEL `expression` is false, with `message`; true
+// once the server enforces it (a policy is compiled asynchronously, so a
+// server-side dry run of `probe_pod`, a pod it must refuse, is retried until
+// refused). RemovePodPolicy takes it away again.
+inline bool InstallPodPolicy(const orrery::testing::ControlPlane& plane, const std::string& name,
+                             const std::string& expression, const std::string& message,
+                             const std::string& probe_pod, std::string* output) {
   const std::string policy =
       "apiVersion: admissionregistration.k8s.io/v1\n"
       "kind: ValidatingAdmissionPolicy\n"
-      "metadata: {name: orrery-test-trusted-images}\n"
+      "metadata: {name: " +
+      name +
+      "}\n"
       "spec:\n"
       "  failurePolicy: Fail\n"
       "  matchConstraints:\n"
       "    resourceRules:\n"
       "    - {apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}\n"
       "  validations:\n"
-      "  - expression: \"object.spec.containers.all(c, !c.image.startsWith('" +
-      registry +
-      "'))\"\n"
-      "    message: images from " +
-      registry +
-      " are not allowed in this cluster\n"
+      "  - expression: \"" +
+      expression +
+      "\"\n"
+      "    message: " +
+      message +
+      "\n"
       "---\n"
       "apiVersion: admissionregistration.k8s.io/v1\n"
       "kind: ValidatingAdmissionPolicyBinding\n"
-      "metadata: {name: orrery-test-trusted-images}\n"
+      "metadata: {name: " +
+      name +
+      "}\n"
       "spec:\n"
-      "  policyName: orrery-test-trusted-images\n"
+      "  policyName: " +
+      name +
+      "\n"
       "  validationActions: [Deny]\n";
   auto r = plane.Kubectl("apply -f -", policy);
   *output += r.output;
   if (r.exit_code != 0) return false;
+  return orrery::testing::WaitUntil(
+      [&] {
+        auto dry = plane.Kubectl("create --dry-run=server -f -", probe_pod);
+        *output += dry.output;
+        return dry.exit_code != 0 && dry.output.find(message) != std::string::npos;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(500));
+}
+
+inline void RemovePodPolicy(const orrery::testing::ControlPlane& plane, const std::string& name) {
+  plane.Kubectl("delete validatingadmissionpolicybinding " + name + " --ignore-not-found");
+  plane.Kubectl("delete validatingadmissionpolicy " + name + " --ignore-not-found");
+}
+
+// A platform team's "approved registries only" policy: pods with an image
+// from kUntrustedRegistry are refused.
+inline bool InstallUntrustedImagePolicy(const orrery::testing::ControlPlane& plane,
+                                        const std::string& ns, std::string* output) {
+  const std::string registry = kUntrustedRegistry;
   const std::string probe = "apiVersion: v1\nkind: Pod\nmetadata: {name: probe, namespace: " + ns +
                             "}\nspec:\n  automountServiceAccountToken: false\n  containers:\n"
                             "  - {name: c, image: " +
                             registry + "probe:1}\n";
-  return orrery::testing::WaitUntil(
-      [&] {
-        auto dry = plane.Kubectl("create --dry-run=server -f -", probe);
-        *output += dry.output;
-        return dry.exit_code != 0 && dry.output.find("not allowed") != std::string::npos;
-      },
-      std::chrono::seconds(60), std::chrono::milliseconds(500));
+  return InstallPodPolicy(plane, "orrery-test-trusted-images",
+                          "object.spec.containers.all(c, !c.image.startsWith('" + registry + "'))",
+                          "images from " + registry + " are not allowed in this cluster", probe,
+                          output);
 }
 
 // Events on the server, as the operator's recorder writes them.

@@ -73,6 +73,7 @@ using testutil::JobPods;
 using testutil::PlaneCaches;
 using testutil::PlaneOptions;
 using testutil::Recorder;
+using testutil::RemovePodPolicy;
 
 class ReconcilerIntegrationTest : public orrery::testing::ControlPlaneTest {
  protected:
@@ -554,7 +555,27 @@ TEST_F(NodeGraceTest, ANotReadyBlipTearsNothingDownAndALongOutageDoes) {
 // the server's message and an event, is not tried again while the spec stands,
 // and runs once the spec is fixed. (A toleration key that is no label key, the
 // first such case found, is now refused by the CRD already.)
-class RejectedPodTest : public PlacementTest {};
+class RejectedPodTest : public PlacementTest {
+ protected:
+  void TearDown() override {
+    RemovePodPolicy(*plane(), "orrery-test-trusted-images");
+    RemovePodPolicy(*plane(), "orrery-test-one-task");
+    PlacementTest::TearDown();
+  }
+  std::string Phase(const std::string& job) {
+    auto got = client_->Get(ModelSelectionJobs(), kPlacementNamespace, job);
+    if (!got.ok() || !got->contains("status")) return "";
+    return (*got)["status"].value("phase", "");
+  }
+  int RejectionEvents() {
+    auto events = client_->List(kube::Events(), kPlacementNamespace, {});
+    int n = 0;
+    if (events.ok()) {
+      for (const kube::Object& e : (*events)["items"]) n += e.value("reason", "") == "PodRejected";
+    }
+    return n;
+  }
+};
 
 TEST_F(RejectedPodTest, APodTheServerRejectsFailsTheJobUntilTheSpecIsFixed) {
   const std::string key = kube::KeyFor(kPlacementNamespace, "small");
@@ -582,9 +603,13 @@ TEST_F(RejectedPodTest, APodTheServerRejectsFailsTheJobUntilTheSpecIsFixed) {
   auto recorder = Recorder(client_.get(), "rejected-test");
   FakeClock clock;
   Reconciler reconciler(client_.get(), cache.caches(), PlaneOptions(recorder.get()), &clock);
-  ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
-  auto first = reconciler.Reconcile(key);
-  ASSERT_TRUE(first.ok()) << first.status();
+  // Each task's pods are refused as it is launched: each fails for this spec,
+  // and with all of them the job.
+  for (int pass = 0; pass < 4 && Phase("small") != "Failed"; ++pass) {
+    ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
+    auto r = reconciler.Reconcile(key);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
   auto job = client_->Get(ModelSelectionJobs(), kPlacementNamespace, "small");
   ASSERT_TRUE(job.ok());
   EXPECT_EQ((*job)["status"].value("phase", ""), "Failed") << (*job)["status"].dump();
@@ -597,19 +622,27 @@ TEST_F(RejectedPodTest, APodTheServerRejectsFailsTheJobUntilTheSpecIsFixed) {
   }
   EXPECT_EQ(reason, "PodRejected");
   EXPECT_NE(message.find("are not allowed in this cluster"), std::string::npos) << message;
-  auto events = client_->List(kube::Events(), kPlacementNamespace, {});
-  ASSERT_TRUE(events.ok());
-  int rejected = 0;
-  for (const kube::Object& e : (*events)["items"])
-    rejected += e.value("reason", "") == "PodRejected";
-  EXPECT_EQ(rejected, 1);
-  // While the spec stands nothing is tried again.
-  ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
-  auto again = reconciler.Reconcile(key);
-  ASSERT_TRUE(again.ok());
-  EXPECT_FALSE(again->requeue);
-  EXPECT_EQ(again->requeue_after.count(), 0);
+  EXPECT_EQ(message.find("k8s-error"), std::string::npos) << "the server's words, not ours";
+  const size_t tasks = (*job)["status"]["tasks"].size();
+  for (const kube::Object& t : (*job)["status"]["tasks"]) {
+    EXPECT_EQ(t.value("state", ""), "Failed") << t.dump();
+  }
+  EXPECT_EQ(RejectionEvents(), static_cast<int>(tasks)) << "one per task";
+  // While the spec stands nothing is tried again, and nothing is left behind.
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
+    auto again = reconciler.Reconcile(key);
+    ASSERT_TRUE(again.ok());
+    EXPECT_FALSE(again->requeue);
+    EXPECT_EQ(again->requeue_after.count(), 0);
+  }
   EXPECT_TRUE(ServerPods().empty());
+  EXPECT_EQ(RejectionEvents(), static_cast<int>(tasks));
+  // A restarted operator knows it from the status: it tries nothing either.
+  Reconciler restarted(client_.get(), cache.caches(), PlaneOptions(recorder.get()), &clock);
+  ASSERT_TRUE(restarted.Reconcile(key).ok());
+  EXPECT_TRUE(ServerPods().empty());
+  EXPECT_EQ(RejectionEvents(), static_cast<int>(tasks));
   // Fixed: the next pass launches.
   auto fixed =
       client_->Patch(ModelSelectionJobs(), kPlacementNamespace, "small", kube::PatchType::kMerge,
@@ -618,6 +651,75 @@ TEST_F(RejectedPodTest, APodTheServerRejectsFailsTheJobUntilTheSpecIsFixed) {
   ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
   ASSERT_TRUE(reconciler.Reconcile(key).ok());
   EXPECT_FALSE(ServerPods().empty());
+}
+
+// A refusal that hits one task's pods fails that task only: the others run to
+// the end, the job ends Failed (one task of three), and an edited spec (once the
+// policy is gone) launches the refused task again.
+class OneTaskRejectedTest : public RejectedPodTest {};  // its own plane: fresh nodes and job
+
+TEST_F(OneTaskRejectedTest, APodRefusalOfOneTaskFailsThatTaskAndTheOthersFinish) {
+  const std::string key = kube::KeyFor(kPlacementNamespace, "small");
+  const std::string refused_task = "gpt";
+  const std::string probe = "apiVersion: v1\nkind: Pod\nmetadata: {name: probe, namespace: " +
+                            std::string(kPlacementNamespace) + ", labels: {" + kTaskLabel + ": " +
+                            LabelValue(refused_task) +
+                            "}}\nspec:\n  automountServiceAccountToken: false\n  containers:\n"
+                            "  - {name: c, image: busybox}\n";
+  std::string out;
+  ASSERT_TRUE(
+      testutil::InstallPodPolicy(*plane(), "orrery-test-one-task",
+                                 "!has(object.metadata.labels) || !('" + std::string(kTaskLabel) +
+                                     "' in object.metadata.labels) || object.metadata.labels['" +
+                                     kTaskLabel + "'] != '" + LabelValue(refused_task) + "'",
+                                 "this task may not run here", probe, &out))
+      << out;
+  PlaneCaches cache(client_.get(), kPlacementNamespace, kProfileNamespace);
+  ASSERT_TRUE(cache.Start(key, 6));
+  auto recorder = Recorder(client_.get(), "rejected-one-test");
+  FakeClock clock;
+  Reconciler reconciler(client_.get(), cache.caches(), PlaneOptions(recorder.get()), &clock);
+  auto run_to_end = [&] {
+    for (int round = 0; round < 10; ++round) {
+      ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
+      ASSERT_TRUE(reconciler.Reconcile(key).ok());
+      ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
+      for (const kube::Object& p : ServerPods()) {
+        if (p["status"].value("phase", "") != "Succeeded") SetPhase(p, "Succeeded");
+      }
+      clock.Advance(std::chrono::seconds(30));
+      const std::string phase = Phase("small");
+      if (phase == "Succeeded" || phase == "Failed") break;
+    }
+    ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
+    ASSERT_TRUE(reconciler.Reconcile(key).ok());
+  };
+  run_to_end();
+  auto job = client_->Get(ModelSelectionJobs(), kPlacementNamespace, "small");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ((*job)["status"].value("phase", ""), "Failed") << (*job)["status"].dump();
+  EXPECT_EQ((*job)["status"].value("taskSummary", ""), "2/3");
+  for (const kube::Object& t : (*job)["status"]["tasks"]) {
+    const bool refused = t.value("name", "") == refused_task;
+    EXPECT_EQ(t.value("state", ""), refused ? "Failed" : "Succeeded") << t.dump();
+    if (refused) {
+      EXPECT_NE(t.value("message", "").find("this task may not run here"), std::string::npos)
+          << t.dump();
+    }
+  }
+  EXPECT_EQ(RejectionEvents(), 1);
+  // The policy goes and the spec is edited: the refused task runs, the job succeeds.
+  RemovePodPolicy(*plane(), "orrery-test-one-task");
+  ASSERT_TRUE(WaitUntil(
+      [&] { return plane()->Kubectl("create --dry-run=server -f -", probe).exit_code == 0; }));
+  auto edited =
+      client_->Patch(ModelSelectionJobs(), kPlacementNamespace, "small", kube::PatchType::kMerge,
+                     {{"spec", {{"scheduling", {{"minSwitchGain", 0.07}}}}}}, {});
+  ASSERT_TRUE(edited.ok()) << edited.status();
+  run_to_end();
+  auto after = client_->Get(ModelSelectionJobs(), kPlacementNamespace, "small");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(Phase("small"), "Succeeded") << (*after)["status"].dump();
 }
 
 }  // namespace
