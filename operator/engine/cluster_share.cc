@@ -50,6 +50,14 @@ JobDemand DemandFromWorld(const std::string& job, int quota, const WorldView& wo
   return d;
 }
 
+bool ClusterShares::QuotasMoved() const {
+  for (const auto& [job, d] : demands_) {
+    auto it = decided_quotas_.find(job);
+    if (it != decided_quotas_.end() && it->second != d.quota) return true;
+  }
+  return false;
+}
+
 StatusOr<ShareUpdate> ClusterShares::Update(JobDemand demand, int capacity, double now) {
   if (capacity < 0) return InvalidArgumentError("capacity: must not be negative");
   if (demand.job.empty()) return InvalidArgumentError("demand.job: must name the job");
@@ -69,7 +77,8 @@ StatusOr<ShareUpdate> ClusterShares::Update(JobDemand demand, int capacity, doub
     trigger = ScaleTrigger::kArrival;
   } else if (tasks != decided_tasks_) {
     trigger = ScaleTrigger::kCompletion;
-  } else if (capacity != capacity_) {
+  } else if (capacity != capacity_ || QuotasMoved()) {
+    // A job's gpuQuota edited is capacity moved for it: decided again now.
     trigger = ScaleTrigger::kCapacityChanged;
   } else if (!tasks.empty() && now - last_decision_ >= options_.interval_s) {
     trigger = ScaleTrigger::kInterval;
@@ -192,6 +201,8 @@ StatusOr<ShareUpdate> ClusterShares::Decide(int capacity, ScaleTrigger trigger, 
     for (const ScaleTask& t : d.tasks) decided_tasks_.insert(job + "/" + t.name);
   }
   capacity_ = capacity;
+  decided_quotas_.clear();
+  for (const auto& [job, d] : demands_) decided_quotas_[job] = d.quota;
   last_decision_ = now;
   ++decisions_;
   return u;

@@ -98,13 +98,15 @@ class ClusterShares {
 
  private:
   StatusOr<ShareUpdate> Decide(int capacity, ScaleTrigger trigger, double now);
+  bool QuotasMoved() const;  // a job's quota differs from the one last decided with
 
   ClusterShareOptions options_;
   Autoscaler autoscaler_;
   std::map<std::string, JobDemand> demands_;
   std::map<std::string, JobShare> shares_;
-  std::set<std::string> decided_tasks_;  // "job/task" at the last decision
-  int capacity_ = -1;                    // at the last decision
+  std::set<std::string> decided_tasks_;        // "job/task" at the last decision
+  int capacity_ = -1;                          // at the last decision
+  std::map<std::string, int> decided_quotas_;  // each job's quota at the last decision
   double last_decision_ = 0;
   int decisions_ = 0;
 };

@@ -55,7 +55,7 @@ Status ReviewFailed(const Resource& r, const Status& s) {
 
 DelegatedAuthorizer::DelegatedAuthorizer(Client* client, const Clock* clock,
                                          DelegatedAuthOptions options)
-    : client_(client), clock_(clock), options_(std::move(options)) {}
+    : client_(client), clock_(clock), options_(options) {}
 
 DelegatedAuthorizer::Stats DelegatedAuthorizer::stats() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -11,7 +11,9 @@
 #  - nothing writes outside its volumes: each run again with a writable root, and
 #    `podman diff` must list no file the program changed;
 #  - each image's configuration runs as 65532 and it holds no compiler.
-# With --cuda-image (or ORRERY_IMAGES_CUDA=1), the CUDA worker image too, when built.
+# With --cuda-image (or ORRERY_IMAGES_CUDA=1), the CUDA worker image too, when built:
+# the same checks on its CPU path, and --device cuda (with no GPU: exit 1 naming
+# the fix; with one: the profile on "cuda").
 # Skips (exit 77) without podman or without the images, saying how to get them,
 # unless ORRERY_IMAGES_REQUIRED=1 (scripts/test sets it after building them).
 #
@@ -84,9 +86,16 @@ no_writes() { # NAME
   if [ -n "$diff" ]; then fail "$1 wrote outside its volumes: $(printf '%s ' $diff)"; else ok "$1 writes only to its volumes"; fi
 }
 
+with_cuda=0
+if [ "${ORRERY_IMAGES_CUDA:-0}" = 1 ] || [ "${2:-}" = --cuda-image ]; then
+  if podman image exists "$cuda_worker"; then with_cuda=1; else echo "SKIPPED: $cuda_worker not built (scripts/images --cuda)"; fi
+fi
+configured=("$operator" "$worker")
+[ $with_cuda -eq 1 ] && configured+=("$cuda_worker")
+
 # Each image's own configuration: non-root by default, what a pod without a
 # securityContext would run as.
-for image in "$operator" "$worker"; do
+for image in "${configured[@]}"; do
   user=$(podman image inspect --format '{{.Config.User}}' "$image")
   [ "$user" = 65532:65532 ] && ok "$image runs as 65532:65532" || fail "$image runs as '$user', want 65532:65532"
   out=$(podman run --rm --network host --entrypoint /bin/sh "$image" -c \
@@ -153,13 +162,15 @@ check_worker() { # IMAGE LABEL
 }
 check_worker "$worker" "orrery-worker (CPU)"
 
-if [ "${ORRERY_IMAGES_CUDA:-0}" = 1 ] || [ "${2:-}" = --cuda-image ]; then
-  if podman image exists "$cuda_worker"; then
-    # No GPU here: the CUDA build's CPU path, which every rank without a GPU runs.
-    check_worker "$cuda_worker" "orrery-worker (CUDA build)"
-    echo "     $cuda_worker: $(podman image inspect --format '{{.Size}}' "$cuda_worker" | awk '{printf "%.0f MB", $1 / 1e6}')"
+if [ $with_cuda -eq 1 ]; then
+  # The CUDA build's CPU path, which a rank without a GPU runs; without a GPU,
+  # --device cuda must fail (exit 1) naming the missing device and the fix.
+  check_worker "$cuda_worker" "orrery-worker (CUDA build)"
+  worker_pod "$cuda_worker" ro device-cuda profile --device cuda "${tiny[@]}" --profile-warmup 1 --profile-steps 2
+  if [ "$status" = 0 ]; then
+    expect "orrery-worker (CUDA build) profile --device cuda on a GPU" 0 '"device":"cuda"'
   else
-    echo "SKIPPED: $cuda_worker not built (scripts/images --cuda)"
+    expect "orrery-worker (CUDA build) --device cuda without a GPU says so" 1 "run with --device cpu"
   fi
 fi
 

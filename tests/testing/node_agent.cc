@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +15,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include "common/log.h"
 #include "common/time_text.h"
@@ -31,6 +35,7 @@ struct NodeAgent::PodRun {
   std::string first_seen_text;
   TimePoint first_seen{};
   std::optional<local::Process> process;
+  std::string container;  // container mode: the container's name
   std::string started_at, finished_at;
   std::optional<int> exit_status;  // code, or 128 + signal
   std::string start_error;         // the container could not start
@@ -167,6 +172,15 @@ void SignalGroup(const local::Process& p, int sig) {
   p.Signal(sig);
 }
 
+// Kills and removes a container by name: a container outlives its killed client.
+void RemoveContainer(const std::string& runtime, const std::string& name) {
+  std::string quiet = " >/dev/null 2>&1";
+  std::string command =
+      runtime + " kill " + name + quiet + "; " + runtime + " rm -f " + name + quiet;
+  int ignored = std::system(command.c_str());
+  (void)ignored;
+}
+
 Object Condition(const std::string& type, const std::string& status, const std::string& since,
                  const std::string& reason = "") {
   Object c = {{"type", type}, {"status", status}, {"lastTransitionTime", since}};
@@ -293,10 +307,7 @@ Status NodeAgent::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [uid, run] : runs_) {
-      if (run->process && !run->exit_status) {
-        SignalGroup(*run->process, SIGKILL);
-        run->exit_status = run->process->WaitOrKill(5);
-      }
+      if (run->process && !run->exit_status) KillLocked(*run);
     }
     runs_.clear();
   }
@@ -378,10 +389,7 @@ Status NodeAgent::StopNode(const std::string& node) {
     for (auto& [uid, run] : runs_) {
       if (run->node != node) continue;
       run->frozen = true;
-      if (run->process && !run->exit_status) {
-        SignalGroup(*run->process, SIGKILL);
-        run->exit_status = run->process->WaitOrKill(5);
-      }
+      if (run->process && !run->exit_status) KillLocked(*run);
     }
   }
   Log(LogLevel::kInfo, "Stopped Node", {{"node", node}});
@@ -520,10 +528,7 @@ void NodeAgent::SyncOnceLocked() {
       continue;
     }
     PodRun& run = *it->second;
-    if (run.process && !run.exit_status) {
-      SignalGroup(*run.process, SIGKILL);
-      run.exit_status = run.process->WaitOrKill(5);
-    }
+    if (run.process && !run.exit_status) KillLocked(run);
     it = runs_.erase(it);
   }
 }
@@ -535,6 +540,13 @@ void NodeAgent::ReapLocked(PodRun& run) {
   run.exit_status = code;
   run.finished_at = Now();
   SignalGroup(*run.process, SIGKILL);  // what the main process left behind goes with it
+}
+
+void NodeAgent::KillLocked(PodRun& run) {
+  if (!run.process) return;
+  SignalGroup(*run.process, SIGKILL);
+  if (!run.exit_status) run.exit_status = run.process->WaitOrKill(5);
+  if (!run.container.empty()) RemoveContainer(options_.container_runtime, run.container);
 }
 
 void NodeAgent::SyncPodLocked(const Object& pod, PodRun& run) {
@@ -553,6 +565,7 @@ void NodeAgent::SyncPodLocked(const Object& pod, PodRun& run) {
             {{"pod", run.ns + "/" + run.name}, {"grace", std::to_string(grace) + "s"}});
       } else if (Steady() >= run.kill_at) {
         SignalGroup(*run.process, SIGKILL);
+        if (!run.container.empty()) RemoveContainer(options_.container_runtime, run.container);
       }
       return;
     }
@@ -608,8 +621,7 @@ void NodeAgent::SyncPodLocked(const Object& pod, PodRun& run) {
     running = run.process.has_value() && !run.exit_status;
   }
   if (running && past_deadline) {
-    SignalGroup(*run.process, SIGKILL);
-    run.exit_status = run.process->WaitOrKill(5);
+    KillLocked(run);
     run.finished_at = Now();
     run.deadline_exceeded = true;
     Log(LogLevel::kInfo, "Killed container past its deadline", {{"pod", run.ns + "/" + run.name}});
@@ -653,6 +665,7 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
         {{"pod", run.ns + "/" + run.name},
          {"restartPolicy", spec.value("restartPolicy", "Always")}});
   }
+  const bool in_container = !options_.container_runtime.empty();
   std::error_code ec;
   // Volumes and the mount paths that name them.
   std::map<std::string, std::string> volume_dirs;
@@ -676,6 +689,18 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
     std::string path = Str(m, "mountPath");
     while (path.size() > 1 && path.back() == '/') path.pop_back();
     fs::create_directories(local, ec);
+    // The kubelet's fsGroup: the volume's group, writable by it, inherited by
+    // what is created in it (a container runs as the pod's user, not root).
+    const Object& pod_security = spec.value("securityContext", Object::object());
+    if (in_container && pod_security.contains("fsGroup") && !m.value("readOnly", false)) {
+      gid_t group = static_cast<gid_t>(pod_security["fsGroup"].get<int64_t>());
+      if (chown(local.c_str(), static_cast<uid_t>(-1), group) != 0 ||
+          chmod(local.c_str(), 02775) != 0) {
+        // Not retried: a start error the pod's status reports (an agent not root?).
+        return FailedPreconditionError("cannot give " + local + " to fsGroup " +
+                                       std::to_string(group) + ": " + std::strerror(errno));
+      }
+    }
     mappings.emplace_back(path, local);
   }
   std::string term_path = c.value("terminationMessagePath", "/dev/termination-log");
@@ -683,6 +708,11 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
   fs::create_directories(run.dir + "/tmp", ec);
   if (ec) return UnavailableError("cannot create " + run.dir + ": " + ec.message());
   std::ofstream(run.term_file, std::ios::trunc).close();
+  // Writable by the container's user, whoever it is.
+  if (in_container && chmod(run.term_file.c_str(), 0666) != 0) {
+    return FailedPreconditionError("cannot open " + run.term_file +
+                                   " to the container's user: " + std::strerror(errno));
+  }
   mappings.emplace_back(term_path, run.term_file);
   std::sort(mappings.begin(), mappings.end(),
             [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
@@ -711,8 +741,10 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
       else
         return InvalidArgumentError("env " + name + ": unsupported valueFrom " + from.dump());
     } else {
-      // Rewritten before expansion: a local path never passes through twice.
-      env[name] = ExpandVars(RewritePaths(Str(e, "value"), mappings), env);
+      // Rewritten before expansion: a local path never passes through twice. A
+      // container sees its volumes at their mount paths: nothing to rewrite.
+      env[name] =
+          ExpandVars(in_container ? Str(e, "value") : RewritePaths(Str(e, "value"), mappings), env);
     }
   }
   // Rendezvous without DNS: the master's pod IP and a port of the gang's own.
@@ -736,8 +768,34 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
   if (metrics != env.end() && !metrics->second.empty() && metrics->second[0] == ':') {
     metrics->second = run.ip + metrics->second;
   }
-  env["HOME"] = run.dir;
-  if (env.count("TMPDIR") == 0) env["TMPDIR"] = run.dir + "/tmp";
+  if (!in_container) {
+    env["HOME"] = run.dir;
+    if (env.count("TMPDIR") == 0) env["TMPDIR"] = run.dir + "/tmp";
+  }
+
+  std::string log = LogPath(run.ns, run.name);
+  if (in_container) {
+    std::vector<std::string> argv;
+    ORRERY_RETURN_IF_ERROR(ContainerArgvLocked(pod, run, mappings, env, &argv));
+    // The runtime's client runs in the foreground, its output (the container's)
+    // into the log; SIGTERM reaches the container through it (podman's
+    // --sig-proxy), and its exit status is the container's.
+    std::vector<std::string> wrapped = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\" 1>&2", run.dir};
+    wrapped.insert(wrapped.end(), argv.begin(), argv.end());
+    run.log_offset = fs::exists(log, ec) ? fs::file_size(log, ec) : 0;
+    auto process = local::Process::Spawn(wrapped, {}, log, false);
+    if (!process.ok()) return InvalidArgumentError(process.status().ToString());
+    run.process.emplace(std::move(*process));
+    run.container = "orrery-agent-" + run.uid;
+    run.started_at = Now();
+    Log(LogLevel::kInfo, "Started container",
+        {{"pod", run.ns + "/" + run.name},
+         {"node", run.node},
+         {"ip", run.ip},
+         {"container", run.container},
+         {"image", c.value("image", "")}});
+    return OkStatus();
+  }
 
   // The program: the command, else the binary standing in for the image.
   std::vector<std::string> argv;
@@ -758,7 +816,6 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
   // Process sends stdout nowhere; a shell puts it into the log, then becomes the program.
   std::vector<std::string> wrapped = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\" 1>&2", workdir};
   wrapped.insert(wrapped.end(), argv.begin(), argv.end());
-  std::string log = LogPath(run.ns, run.name);
   run.log_offset = fs::exists(log, ec) ? fs::file_size(log, ec) : 0;
   auto process = local::Process::Spawn(wrapped, env, log, false);
   if (!process.ok()) return InvalidArgumentError(process.status().ToString());
@@ -769,6 +826,92 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
        {"node", run.node},
        {"ip", run.ip},
        {"pid", std::to_string(run.process->pid())}});
+  return OkStatus();
+}
+
+// `podman run` for the pod's first container, as a kubelet would create it. The
+// pod's $(VAR) references are expanded here (the kubelet does it, not the
+// runtime); volumes and the termination-log file come from `mappings`.
+Status NodeAgent::ContainerArgvLocked(
+    const Object& pod, const PodRun& run,
+    const std::vector<std::pair<std::string, std::string>>& mappings,
+    const std::map<std::string, std::string>& env, std::vector<std::string>* argv) {
+  const Object& spec = pod["spec"];
+  const Object& c = spec["containers"][0];
+  std::string image = c.value("image", "");
+  auto mapped = options_.images.find(image);
+  if (mapped != options_.images.end()) image = mapped->second;
+  if (image.empty()) return InvalidArgumentError("the container has no image");
+  std::vector<std::string>& a = *argv;
+  a = {options_.container_runtime, "run", "--rm", "--name", "orrery-agent-" + run.uid};
+  a.insert(a.end(), {"--network", "host", "--pull", "never"});
+  // The container's securityContext over the pod's, field by field.
+  const Object& pod_security = spec.value("securityContext", Object::object());
+  const Object& security = c.value("securityContext", Object::object());
+  auto field = [&](const char* key) -> const Object* {
+    if (security.contains(key)) return &security[key];
+    if (pod_security.contains(key)) return &pod_security[key];
+    return nullptr;
+  };
+  const Object* user = field("runAsUser");
+  const Object* group = field("runAsGroup");
+  if (user != nullptr) {
+    a.push_back("--user");
+    a.push_back(std::to_string(user->get<int64_t>()) +
+                (group != nullptr ? ":" + std::to_string(group->get<int64_t>()) : ""));
+  }
+  if (pod_security.contains("fsGroup")) {
+    a.push_back("--group-add");
+    a.push_back(std::to_string(pod_security["fsGroup"].get<int64_t>()));
+  }
+  if (security.value("readOnlyRootFilesystem", false)) {
+    // Only the pod's volumes are writable: none of podman's own tmpfs mounts.
+    a.insert(a.end(), {"--read-only", "--read-only-tmpfs=false"});
+  }
+  if (security.contains("allowPrivilegeEscalation") && !security["allowPrivilegeEscalation"]) {
+    a.insert(a.end(), {"--security-opt", "no-new-privileges"});
+  }
+  if (security.contains("capabilities")) {
+    for (const Object& cap : security["capabilities"].value("drop", Object::array())) {
+      a.insert(a.end(), {"--cap-drop", cap.get<std::string>()});
+    }
+    for (const Object& cap : security["capabilities"].value("add", Object::array())) {
+      a.insert(a.end(), {"--cap-add", cap.get<std::string>()});
+    }
+  }
+  std::map<std::string, bool> read_only;
+  for (const Object& m : c.value("volumeMounts", Object::array())) {
+    std::string path = Str(m, "mountPath");
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    read_only[path] = m.value("readOnly", false);
+  }
+  // Shortest mount path first, so a mount inside another one lands on top of it.
+  std::vector<std::pair<std::string, std::string>> mounts(mappings.rbegin(), mappings.rend());
+  for (const auto& [path, local] : mounts) {
+    a.push_back("--volume");
+    a.push_back(local + ":" + path + (read_only[path] ? ":ro" : ""));
+  }
+  for (const auto& [name, value] : env) {
+    a.push_back("--env");
+    a.push_back(name + "=" + value);
+  }
+  if (c.contains("workingDir")) {
+    a.push_back("--workdir");
+    a.push_back(Str(c, "workingDir"));
+  }
+  std::vector<std::string> command;
+  for (const Object& x : c.value("command", Object::array())) {
+    command.push_back(ExpandVars(x.get<std::string>(), env));
+  }
+  if (!command.empty()) {
+    // The pod's command replaces the image's entrypoint (and its args the CMD).
+    a.push_back("--entrypoint");
+    a.push_back(Object(command).dump());
+  }
+  a.push_back(image);
+  for (const Object& x : c.value("args", Object::array())) {
+    a.push_back(ExpandVars(x.get<std::string>(), env));
+  }
   return OkStatus();
 }
 

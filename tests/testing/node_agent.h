@@ -12,9 +12,17 @@
 // that pod's IP and MASTER_PORT a free port per gang, since c10d's store binds all
 // interfaces.
 //
+// Container mode (NodeAgentOptions::container_runtime, "podman"): the container
+// runs as a container of its image instead, the way a kubelet runs it: host
+// network (the pod's loopback IP still names it), the pod's command, args, env
+// and working dir, its securityContext's user and group, read-only root,
+// capabilities and no-new-privileges, every volume bind-mounted from its host
+// folder at its mountPath (nothing is rewritten: the paths are the pod's), the
+// fsGroup given to the volume folders, and the termination-log file at its path.
+//
 // What it does not do: restart containers (every restartPolicy is treated as
 // Never, all Orrery uses), run init or sidecar containers, probes, resource limits,
-// user ids, configMap/secret env or volume contents.
+// configMap/secret env or volume contents; user ids only in container mode.
 //
 // One thread runs a level-triggered loop: an informer on pods wakes it, and it
 // re-reads the cache, starts, reaps and reports, heartbeating the nodes on its way.
@@ -51,6 +59,11 @@ struct NodeAgentOptions {
   // The program of a container without `command`: by image, else the default.
   std::map<std::string, std::string> image_binaries;
   std::string default_binary;
+  // Container mode: the runtime ("podman") that runs each pod's container from its
+  // image; empty runs local processes. `images` maps a pod's image to the local
+  // image that stands for it (a pod's image not in it is used as it is).
+  std::string container_runtime;
+  std::map<std::string, std::string> images;
   // Pod IPs are 127.0.<block>.1, .2, ... from this block on; agents running at the
   // same time on one machine (say, two test binaries) need distinct blocks.
   int first_ip_block = 1;
@@ -111,6 +124,13 @@ class NodeAgent {
   void SyncPodLocked(const kube::Object& pod, PodRun& run);
   Status StartPodLocked(const kube::Object& pod, PodRun& run);
   void ReapLocked(PodRun& run);
+  // SIGKILLs the run's process group and, in container mode, removes its container
+  // (which outlives a killed client); returns once the process is gone.
+  void KillLocked(PodRun& run);
+  Status ContainerArgvLocked(const kube::Object& pod, const PodRun& run,
+                             const std::vector<std::pair<std::string, std::string>>& mappings,
+                             const std::map<std::string, std::string>& env,
+                             std::vector<std::string>* argv);
   Status ReportLocked(PodRun& run, const kube::Object& status);
   void FinishLocked(PodRun& run, const kube::Object* pod);
   std::string AllocateIpLocked();

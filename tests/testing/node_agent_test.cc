@@ -3,19 +3,24 @@
 // report Running, Succeeded or Failed with their termination messages, the
 // environment is rewritten for a gang's rendezvous, deletion is graceful, deadlines
 // and dead nodes behave as on a cluster, and a real two-rank orrery-worker gang
-// built by the controller's BuildGang trains to completion.
+// built by the controller's BuildGang trains to completion, as processes and, in
+// container mode, as containers of the worker image (scripts/images).
 #include "tests/testing/node_agent.h"
 
 #include <signal.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include "operator/api/load.h"
+#include "operator/api/schema.h"
 #include "operator/api/yaml.h"
 #include "operator/controller/gang.h"
 #include "operator/controller/names.h"
@@ -132,8 +137,9 @@ class NodeAgentTest : public ControlPlaneTestWith<false, true, false> {
         },
         timeout);
     ok = ok && Phase(Pod(name)) == phase;
+    NodeAgent* agent = serving_ != nullptr ? serving_ : agent_.get();
     ASSERT_TRUE(ok) << "pod " << name << " never " << phase << ": " << Pod(name).dump(1) << "\n"
-                    << agent_->Describe() << "log: " << agent_->LogTail(ns_, name);
+                    << agent->Describe() << "log: " << agent->LogTail(ns_, name);
   }
   Object Terminated(const std::string& name) {
     Object pod = Pod(name);
@@ -159,10 +165,71 @@ class NodeAgentTest : public ControlPlaneTestWith<false, true, false> {
     }
   }
 
+  // A two-rank gang of the controller's worker pods (BuildGang) on `agent`'s
+  // nodes trains a tiny MLP to completion, both ranks checkpointing into a claim.
+  void TinyGangTrains(NodeAgent& agent) {
+    serving_ = &agent;
+    std::string yaml = R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: tiny, namespace: )" +
+                       ns_ + R"(, uid: 6f1d2c3a-0000-4000-8000-00000000a9e7}
+spec:
+  tasks:
+  - name: mlp
+    model:
+      mlp: {layers: 2, hidden: 16, inputs: 8, outputs: 2}
+    data:
+      synthetic: {seed: 1}
+    training: {steps: 12, batchSize: 8, learningRate: 1e-3}
+  resources: {gpuQuota: 2}
+  checkpoints: {claimName: ckpt, path: /ckpt, intervalSteps: 6}
+)";
+    auto json = api::YamlToJson(yaml);
+    ASSERT_TRUE(json.ok()) << json.status();
+    auto loaded = api::LoadJob(*json);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_TRUE(agent.CreateBoundClaim(ns_, "ckpt").ok());
+    controller::GangRequest r;
+    r.job = &loaded->job;
+    r.task = &loaded->tasks[0];
+    r.config.gpus = 2;
+    r.config.nodes = 2;
+    r.placement = agent.nodes();
+    r.options.backend = "gloo";
+    r.options.termination_grace_seconds = 30;
+    r.options.report_every = 4;
+    auto gang = controller::BuildGang(r);
+    ASSERT_TRUE(gang.ok()) << gang.status();
+    // The builders speak ordered JSON, the client plain JSON.
+    auto service =
+        client_->Create({"", "v1", "services", true}, ns_, Object::parse(gang->service.dump()));
+    ASSERT_TRUE(service.ok()) << service.status();
+    for (const api::Json& pod : gang->pods) Create(Object::parse(pod.dump()));
+    for (const api::Json& pod : gang->pods) {
+      std::string name = pod["metadata"]["name"];
+      WaitPhase(name, "Succeeded", std::chrono::seconds(240));
+      EXPECT_EQ(Pod(name)["spec"]["nodeName"],
+                pod["metadata"]["annotations"][controller::kNodeAnnotation].get<std::string>());
+    }
+    // Rank 0 reports (on stdout, into its log) that it trained in a world of two.
+    std::string rank0 = gang->pods[0]["metadata"]["name"];
+    std::string log = ReadFile(agent.LogPath(ns_, rank0));
+    EXPECT_NE(log.find("\"world_size\":2"), std::string::npos) << log;
+    EXPECT_NE(log.find("\"event\":\"done\""), std::string::npos) << log;
+    // Both ranks met at rank 0's address and checkpointed into the claim, under
+    // the job's name and uid (controller::CheckpointDir).
+    std::string ckpt = agent.PvcDir(ns_, "ckpt") + "/tiny-6f1d2c3a-0000-4000-8000-00000000a9e7/mlp";
+    EXPECT_EQ(controller::CheckpointDir(loaded->job, "mlp"),
+              "/ckpt/tiny-6f1d2c3a-0000-4000-8000-00000000a9e7/mlp");
+    ASSERT_TRUE(fs::exists(ckpt)) << agent.Describe();
+    EXPECT_FALSE(fs::is_empty(ckpt));
+  }
+
   std::unique_ptr<kube::RestClient> client_;
   std::string ns_;
   std::vector<std::string> nodes_;
   std::unique_ptr<NodeAgent> agent_;
+  NodeAgent* serving_ = nullptr;  // the agent whose pods WaitPhase describes
 };
 
 TEST_F(NodeAgentTest, NodesAreReadyAndHeartbeat) {
@@ -342,60 +409,37 @@ TEST_F(NodeAgentTest, StopNodeKillsItsPodsAndMarksItUnknown) {
 
 TEST_F(NodeAgentTest, GangOfOrreryWorkersRendezvousesAndSucceeds) {
   if (Worker().empty()) GTEST_SKIP() << "orrery-worker is built only with ORRERY_WITH_TORCH";
-  std::string yaml = R"(apiVersion: orrery.dev/v1alpha1
-kind: ModelSelectionJob
-metadata: {name: tiny, namespace: )" +
-                     ns_ + R"(, uid: 6f1d2c3a-0000-4000-8000-00000000a9e7}
-spec:
-  tasks:
-  - name: mlp
-    model:
-      mlp: {layers: 2, hidden: 16, inputs: 8, outputs: 2}
-    data:
-      synthetic: {seed: 1}
-    training: {steps: 12, batchSize: 8, learningRate: 1e-3}
-  resources: {gpuQuota: 2}
-  checkpoints: {claimName: ckpt, path: /ckpt, intervalSteps: 6}
-)";
-  auto json = api::YamlToJson(yaml);
-  ASSERT_TRUE(json.ok()) << json.status();
-  auto loaded = api::LoadJob(*json);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  ASSERT_TRUE(agent_->CreateBoundClaim(ns_, "ckpt").ok());
-  controller::GangRequest r;
-  r.job = &loaded->job;
-  r.task = &loaded->tasks[0];
-  r.config.gpus = 2;
-  r.config.nodes = 2;
-  r.placement = nodes_;
-  r.options.backend = "gloo";
-  r.options.termination_grace_seconds = 30;
-  r.options.report_every = 4;
-  auto gang = controller::BuildGang(r);
-  ASSERT_TRUE(gang.ok()) << gang.status();
-  // The builders speak ordered JSON, the client plain JSON.
-  auto service =
-      client_->Create({"", "v1", "services", true}, ns_, Object::parse(gang->service.dump()));
-  ASSERT_TRUE(service.ok()) << service.status();
-  for (const api::Json& pod : gang->pods) Create(Object::parse(pod.dump()));
-  for (const api::Json& pod : gang->pods) {
-    std::string name = pod["metadata"]["name"];
-    WaitPhase(name, "Succeeded", std::chrono::seconds(240));
-    EXPECT_EQ(Pod(name)["spec"]["nodeName"],
-              pod["metadata"]["annotations"][controller::kNodeAnnotation].get<std::string>());
+  TinyGangTrains(*agent_);
+}
+
+// Container mode: the same gang as containers of the CPU worker image, run as
+// their pod specs say (uid 65532, read-only root, no capabilities, the claim and
+// emptyDirs as bind mounts), on two nodes of a second agent.
+TEST_F(NodeAgentTest, GangOfOrreryWorkerContainersRendezvousesAndSucceeds) {
+  const char* env = std::getenv("ORRERY_WORKER_IMAGE");
+  std::string image = env != nullptr ? env : "localhost/orrery-worker:latest";
+  CommandResult exists = RunCommand("podman image exists '" + image + "' 2>&1");
+  if (exists.exit_code != 0) {
+    GTEST_SKIP() << "needs podman and the image " << image
+                 << " (scripts/setup installs podman, scripts/images builds the image)";
   }
-  // Rank 0 reports (on stdout, into its log) that it trained in a world of two.
-  std::string rank0 = gang->pods[0]["metadata"]["name"];
-  std::string log = ReadFile(agent_->LogPath(ns_, rank0));
-  EXPECT_NE(log.find("\"world_size\":2"), std::string::npos) << log;
-  EXPECT_NE(log.find("\"event\":\"done\""), std::string::npos) << log;
-  // Both ranks met at rank 0's address and checkpointed into the claim, under
-  // the job's name and uid (controller::CheckpointDir).
-  std::string ckpt = agent_->PvcDir(ns_, "ckpt") + "/tiny-6f1d2c3a-0000-4000-8000-00000000a9e7/mlp";
-  EXPECT_EQ(controller::CheckpointDir(loaded->job, "mlp"),
-            "/ckpt/tiny-6f1d2c3a-0000-4000-8000-00000000a9e7/mlp");
-  ASSERT_TRUE(fs::exists(ckpt)) << agent_->Describe();
-  EXPECT_FALSE(fs::is_empty(ckpt));
+  NodeAgentOptions o;
+  o.nodes = {ns_ + "-c", ns_ + "-d"};
+  o.root = plane()->dir() + "/" + ns_ + "-containers";
+  o.heartbeat_period = std::chrono::seconds(1);
+  o.first_ip_block = 2;
+  o.container_runtime = "podman";
+  o.images = {{api::kDefaultWorkerImage, image}};
+  auto agent = NodeAgent::Start(kube::testutil::PlaneConfig(*plane()), o);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  TinyGangTrains(**agent);
+  // The checkpoints were written by the pods' user, through the fsGroup.
+  std::string ckpt = (*agent)->PvcDir(ns_, "ckpt") + "/tiny-6f1d2c3a-0000-4000-8000-00000000a9e7";
+  struct stat st {};
+  ASSERT_EQ(stat(ckpt.c_str(), &st), 0) << ckpt;
+  EXPECT_EQ(st.st_uid, 65532u);
+  serving_ = nullptr;
+  EXPECT_TRUE((*agent)->Stop().ok());
 }
 
 }  // namespace

@@ -11,6 +11,9 @@
 //   - arrivals: both launch, both finish;
 //   - quota: the job's gpuQuota edited 4 -> 2 while both run (one is stopped
 //     for the quota), then 2 -> 4 (it is launched again);
+//   - elastic batch: the job elastic (batch 16 or 32) under a quota of 2, each
+//     task on one GPU at 16; the quota raised to 4: each is stopped for the new
+//     plan and relaunched on two GPUs at batch 32, where a GPU works best;
 //   - node loss (simulator and controller: the local world has one node): two
 //     nodes of two GPUs, the second lost while both run; its task waits for
 //     the first and runs after it.
@@ -18,6 +21,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -57,7 +61,7 @@ constexpr double kSwitchCostS = 5;  // every world's, so they weigh a switch ali
 
 // Two equal tasks (a grid of two learning rates) that run long enough for the
 // edits to land while they train, in every world.
-std::string JobYaml(int quota) {
+std::string JobYaml(int quota, bool elastic = false) {
   return std::string(R"(apiVersion: orrery.dev/v1alpha1
 kind: ModelSelectionJob
 metadata:
@@ -83,10 +87,26 @@ spec:
     gpuCounts: [1, 2]
   scheduling: {solverTimeLimitSeconds: 2}
   checkpoints: {intervalSteps: 50, keep: 2}
-)";
+)" +
+         std::string(elastic ? "  elasticity: {enabled: true, minBatchSize: 16, maxBatchSize: 32}\n"
+                             : "");
 }
 
 double Linear(int gpus) { return 100.0 * gpus; }
+
+// samples/s of a (GPUs, global batch) configuration.
+using Speed = std::function<double(int gpus, int64_t batch)>;
+const Speed kLinear = [](int gpus, int64_t) { return Linear(gpus); };
+
+// Elastic: each GPU is at its best with 16 samples of the batch; 8 runs it at
+// half speed, 32 at 0.8, and a second GPU costs 10% in communication. One GPU
+// prefers the task's batch of 16, two prefer 32; under a quota of 2 two tasks
+// on a GPU each beat one after the other on two.
+double PerGpuBatchSpeed(int gpus, int64_t batch) {
+  const int64_t per_gpu = batch / gpus;
+  const double efficiency = per_gpu == 16 ? 1.0 : per_gpu < 16 ? 0.5 : 0.8;
+  return 100.0 * gpus * efficiency * (gpus > 1 ? 0.9 : 1.0);
+}
 
 // A journal as the worlds are compared: "stop <reason>" and "launch <config>"
 // in order, the actions of one step sorted (stops first), task names left out.
@@ -126,8 +146,8 @@ struct SimEdit {
 };
 
 WorldRun RunSim(const api::LoadedJob& job, const std::vector<int>& nodes,
-                const std::vector<SimEdit>& edits) {
-  ProfileTable table = testutil::DdpProfiles(job, {1, 2}, Linear);
+                const std::vector<SimEdit>& edits, const Speed& speed = kLinear) {
+  ProfileTable table = testutil::DdpBatchProfiles(job, {1, 2}, speed);
   planner::Workload w;
   w.name = "conformance";
   w.gpus_per_node = nodes.front();
@@ -171,7 +191,7 @@ WorldRun RunSim(const api::LoadedJob& job, const std::vector<int>& nodes,
 class Controller {
  public:
   Controller(const orrery::testing::ControlPlane& plane, const api::LoadedJob& job,
-             const std::vector<int>& nodes, const std::string& tag)
+             const std::vector<int>& nodes, const std::string& tag, const Speed& speed = kLinear)
       : kNs("conform-" + tag), kProfileNs("profiles-" + tag), key_(kube::KeyFor(kNs, "conform")) {
     client_ = kube::testutil::PlaneClient(plane);
     std::string out;
@@ -183,9 +203,9 @@ class Controller {
       node_names_.push_back(tag + "-" + std::to_string(n));
       EXPECT_TRUE(testutil::CreateReadyGpuNode(*client_, node_names_.back(), nodes[n], kGpu).ok());
     }
-    EXPECT_TRUE(
-        testutil::StoreProfiles(*client_, testutil::DdpProfiles(job, {1, 2}, Linear), kProfileNs)
-            .ok());
+    EXPECT_TRUE(testutil::StoreProfiles(*client_, testutil::DdpBatchProfiles(job, {1, 2}, speed),
+                                        kProfileNs)
+                    .ok());
     api::ModelSelectionJob in_ns = job.job;
     in_ns.metadata.namespace_ = kNs;
     auto created = testutil::CreateJob(*client_, in_ns, kNs);
@@ -296,13 +316,14 @@ class Controller {
 // profile cache seeded with the profiles the other worlds plan on; `drive`
 // runs beside it with the work directory and edits the live run.
 WorldRun RunLocal(const api::LoadedJob& job, const std::string& dir,
-                  const std::function<void(const std::string& workdir)>& drive) {
+                  const std::function<void(const std::string& workdir)>& drive,
+                  const Speed& speed = kLinear) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   auto cache = local::ProfileCache::Load(dir + "/profiles.json");
   EXPECT_TRUE(cache.ok()) << cache.status();
   if (!cache.ok()) return {};
-  for (const auto& [key, p] : testutil::DdpProfiles(job, {1, 2}, Linear, "cpu")) {
+  for (const auto& [key, p] : testutil::DdpBatchProfiles(job, {1, 2}, speed, "cpu")) {
     cache->Put(p.entry);
   }
   EXPECT_TRUE(cache->Save().ok());
@@ -468,6 +489,41 @@ TEST_F(ConformanceTest, NodeLostWhileRunningReplansAlikeInSimulatorAndController
     worlds["controller"] = c.Journal();
   }
   Compare(worlds);
+}
+
+TEST_F(ConformanceTest, ElasticBatchChangesWithTheQuotaAlikeInEveryWorld) {
+  auto loaded = api::LoadJobText(JobYaml(2, /*elastic=*/true));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const api::LoadedJob job = *loaded;
+  std::map<std::string, WorldRun> worlds;
+  worlds["simulator"] =
+      RunSim(job, {4}, {{100, planner::ClusterEvent::Kind::kQuota, 4}}, PerGpuBatchSpeed);
+  {
+    Controller c(*plane(), job, {4}, "elastic", PerGpuBatchSpeed);
+    c.Pass();
+    c.Kubelet();
+    c.Pass();
+    ASSERT_EQ(c.Running(), 2);
+    c.SetQuota(4);
+    c.Pass();     // stops both for the plan at two GPUs
+    c.Kubelet();  // their ranks go
+    c.Pass();     // and relaunches them there
+    c.Finish();
+    worlds["controller"] = c.Journal();
+  }
+  worlds["local"] = RunLocal(
+      job, dir_ + "/local",
+      [](const std::string& workdir) {
+        ASSERT_TRUE(
+            WaitUntil([&] { return LocalCount(ReadReport(workdir), "running", "running") == 2; },
+                      std::chrono::seconds(120)));
+        Control(workdir, "quota 4");
+      },
+      PerGpuBatchSpeed);
+  Compare(worlds);
+  // What they all did: one GPU at 16 each, then two GPUs at 32 each.
+  const std::vector<std::string> done = Canonical(worlds["simulator"].actions);
+  EXPECT_NE(std::find(done.begin(), done.end(), "launch ddp x2 b32"), done.end()) << Lines(done);
 }
 
 }  // namespace

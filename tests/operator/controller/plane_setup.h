@@ -20,6 +20,7 @@
 #include "operator/controller/profile_configmap.h"
 #include "operator/controller/profile_pod.h"
 #include "operator/controller/reconciler.h"
+#include "operator/engine/profile_configs.h"
 #include "operator/kube/client.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
@@ -136,28 +137,40 @@ inline Status SetNodeReady(kube::Client& client, const std::string& name, const 
 // A measured ddp profile of every task of `job` at each of `gpus`, as if
 // profiling had run: samples/s from `samples_per_s(g)`, the step time that
 // follows from the task's batch.
-inline ProfileTable DdpProfiles(const api::LoadedJob& job, const std::vector<int>& gpus,
-                                const std::function<double(int)>& samples_per_s,
-                                const std::string& device = "cuda") {
+// ddp profiles at every GPU count in `gpus` and every batch size the job
+// offers its tasks (engine::CandidateBatches: the task's own unless elastic),
+// `samples_per_s(gpus, batch)` each.
+inline ProfileTable DdpBatchProfiles(const api::LoadedJob& job, const std::vector<int>& gpus,
+                                     const std::function<double(int, int64_t)>& samples_per_s,
+                                     const std::string& device = "cuda") {
   ProfileTable table;
   for (const api::ExpandedTask& task : job.tasks) {
-    for (int g : gpus) {
-      ProfileRequest r;
-      r.job = &job.job;
-      r.task = &task;
-      r.template_ = api::Template::kDdp;
-      r.gpus = g;
-      r.device = device;
-      CachedProfile p;
-      p.entry = ProfileKey(r);
-      p.entry.samples_per_s = samples_per_s(g);
-      p.entry.step_time_s =
-          static_cast<double>(task.task.training.batch_size) / p.entry.samples_per_s;
-      p.entry.measured_at = "2026-01-01T00:00:00Z";
-      table[ProfileDataKey(p.entry)] = p;
+    for (int64_t batch : engine::CandidateBatches(job.job.spec, task.task.training.batch_size)) {
+      for (int g : gpus) {
+        ProfileRequest r;
+        r.job = &job.job;
+        r.task = &task;
+        r.template_ = api::Template::kDdp;
+        r.gpus = g;
+        r.batch_size = batch;
+        r.device = device;
+        CachedProfile p;
+        p.entry = ProfileKey(r);
+        p.entry.samples_per_s = samples_per_s(g, batch);
+        p.entry.step_time_s = static_cast<double>(batch) / p.entry.samples_per_s;
+        p.entry.measured_at = "2026-01-01T00:00:00Z";
+        table[ProfileDataKey(p.entry)] = p;
+      }
     }
   }
   return table;
+}
+
+inline ProfileTable DdpProfiles(const api::LoadedJob& job, const std::vector<int>& gpus,
+                                const std::function<double(int)>& samples_per_s,
+                                const std::string& device = "cuda") {
+  return DdpBatchProfiles(
+      job, gpus, [&](int g, int64_t) { return samples_per_s(g); }, device);
 }
 
 // Stores `table` as the profile ConfigMap of namespace `ns`.

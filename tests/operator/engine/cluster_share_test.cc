@@ -168,6 +168,27 @@ TEST(ClusterSharesTest, TheQuotaBoundsShareAndCapAndIdleGpusAreAnyones) {
   EXPECT_EQ(u->shares.at("b").cap, 2);   // its quota
 }
 
+// A job's gpuQuota edited is decided again at once, up or down, not at the
+// next interval: the quota bounds what the allocation may give it.
+TEST(ClusterSharesTest, AnEditedQuotaIsDecidedAgainAtOnce) {
+  ClusterShares shares({AutoscalerOptions{}, 300});
+  auto first = shares.Update(Job("a", {Task("t", 1e5, kScales)}, 2), 8, 0);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->shares.at("a").cap, 2);
+  auto raised = shares.Update(Job("a", {Task("t", 1e5, kScales)}, 8), 8, 10);
+  ASSERT_TRUE(raised.ok());
+  EXPECT_TRUE(raised->decided);
+  EXPECT_EQ(raised->trigger, ScaleTrigger::kCapacityChanged);
+  EXPECT_EQ(raised->shares.at("a").cap, 8);
+  auto same = shares.Update(Job("a", {Task("t", 1e5, kScales)}, 8), 8, 20);
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(same->decided);
+  auto lowered = shares.Update(Job("a", {Task("t", 1e5, kScales)}, 4), 8, 30);
+  ASSERT_TRUE(lowered.ok());
+  EXPECT_TRUE(lowered->decided);
+  EXPECT_EQ(lowered->shares.at("a").cap, 4);
+}
+
 TEST(ClusterSharesTest, GpusGivenPastAJobsQuotaAreIdle) {
   // a's tasks are short, so the allocation favours them: 2 GPUs each, 8 in
   // all, though a may hold only 4. The 4 past its quota are nobody's.
