@@ -144,6 +144,11 @@ class Runner {
         start_(std::chrono::steady_clock::now()) {}
 
   int Run();
+  // Profiles, configurations and the first plan: an exit code when the run
+  // cannot go on (or has nothing to do), nullopt when the loop runs.
+  std::optional<int> Begin();
+  bool Loop();                // until every task is done or the run stops; true: interrupted
+  int End(bool interrupted);  // the outcome, the report and the exit code
 
  private:
   double Elapsed() const {
@@ -182,6 +187,10 @@ class Runner {
   std::vector<int> DevicesFor(const engine::LaunchAction& launch, std::set<int>& busy) const;
   Status Launch(size_t t, int config, const std::vector<int>& devices);
   void ReadProgress(size_t t);
+  // ReadProgress's handling of one progress line of each kind.
+  void OnStart(size_t t, const Json& j);
+  void OnProgress(size_t t, const Json& j);
+  void OnExport(size_t t, const Json& j);
   void Reap(size_t t);
   void ApplyDeviceEvents();
   void ReadControlFile();
@@ -592,13 +601,16 @@ void Runner::Step() {
   for (const engine::LaunchAction& l : r.launches) {
     std::vector<int> devices = DevicesFor(l, busy);
     if (devices.size() != l.gpus.size()) continue;  // the engine counted the same devices
-    engine_->journal().Launched(tasks_[l.task].spec.name, l.config);
     Status s = Launch(l.task, l.config, devices);
     if (!s.ok()) {
       Event("launch " + tasks_[l.task].spec.name + " failed: " + s.ToString());
       tasks_[l.task].failed = true;
       report_.tasks[l.task].state = "failed";
+      continue;
     }
+    // Journaled once its processes run, as the controller journals a gang once
+    // the API server took its pods.
+    engine_->journal().Launched(tasks_[l.task].spec.name, l.config);
   }
   if (r.decision && r.decision->adopted) WriteReport();
 }
@@ -749,79 +761,9 @@ void Runner::ReadProgress(size_t t) {
     if (j.is_discarded() || !j.is_object()) continue;
     std::string ev = j.value("event", "");
     if (ev == "start") {
-      if (j.contains("layout") && j["layout"].is_string()) task.gang->layout = j["layout"];
-      if (j.contains("steps") && j["steps"].is_number_integer()) {
-        task.steps_total = j["steps"].get<int64_t>();
-        rt.steps_total = task.steps_total;
-      }
-      if (j.contains("resumed_from_step") && j["resumed_from_step"].is_number_integer()) {
-        int64_t from = j["resumed_from_step"].get<int64_t>();
-        bool wrong_point = task.gang->steps_from_budget && from != task.gang->start_step;
-        task.step = from;
-        task.checkpoint_step = from;
-        task.gang->start_step = from;
-        task.gang->start_samples = SamplesAtStep(task, from);
-        task.samples = task.gang->start_samples;
-        // Progress after that checkpoint was lost; its loss points go too.
-        auto& l = rt.losses;
-        l.erase(std::remove_if(l.begin(), l.end(),
-                               [&](const ReportLossPoint& p) { return p.step > from; }),
-                l.end());
-        if (wrong_point) {
-          // Its --steps assumed another resume point (a checkpoint this
-          // invocation had not seen): stopped at once, it starts again with
-          // the steps that finish the budget from here.
-          Event(task.spec.name + ": resumed from step " + std::to_string(from) +
-                ", not the step its launch assumed; restarting with the steps left");
-          StopGang(t, "rescaled", SIGTERM);
-        }
-      } else {
-        if (task.step > 0) {
-          task.step = 0;  // no checkpoint survived: starting over
-          rt.losses.clear();
-        }
-        bool short_run = task.gang->steps_from_budget && task.gang->start_step > 0;
-        task.checkpoint_step = 0;
-        task.gang->start_step = 0;
-        task.gang->start_samples = 0;
-        task.samples = 0;
-        task.checkpoint_samples.clear();
-        // A fresh run's steps at its batch are the budget (epochs of data whose
-        // size only the worker knows).
-        if (!task.budget_known && task.steps_total > 0) {
-          task.sample_budget = task.steps_total * task.gang->batch;
-          task.budget_known = true;
-        }
-        if (short_run) {
-          // Launched with the steps left after a checkpoint that is gone: it
-          // would stop short of the sample budget. Stopped at once (nothing to
-          // checkpoint yet), it starts again with the whole budget.
-          Event(task.spec.name +
-                ": no checkpoint to resume from; restarting with its whole budget");
-          StopGang(t, "rescaled", SIGTERM);
-        }
-      }
+      OnStart(t, j);
     } else if (ev == "progress") {
-      task.step = j.value("step", task.step);
-      task.samples = j.value("samples", task.gang->start_samples +
-                                            (task.step - task.gang->start_step) * task.gang->batch);
-      task.loss = j.value("loss", task.loss);
-      task.samples_per_s = j.value("samples_per_s", task.samples_per_s);
-      rt.losses.push_back({task.step, task.loss, Now()});
-      ++task.gang->progress_lines;
-      // Measured over profiled throughput, once past the first report (warm-up).
-      const planner::Config& c = task.configs[static_cast<size_t>(task.gang->config)];
-      if (task.gang->progress_lines >= 2 && c.throughput > 0 && task.samples_per_s > 0) {
-        task.speed_factor = task.samples_per_s / c.throughput;
-        if (!task.gang->drift_reported &&
-            std::abs(task.speed_factor - 1) > engine_->options().drift_tolerance) {
-          task.gang->drift_reported = true;
-          char buf[200];
-          std::snprintf(buf, sizeof(buf), "%s runs at %.0f%% of its profiled speed",
-                        task.spec.name.c_str(), 100 * task.speed_factor);
-          Event(buf);  // the next step re-plans with the measured speed
-        }
-      }
+      OnProgress(t, j);
     } else if (ev == "restore") {
       // Right after "start" on a resume: what the new layout read to get here.
       if (std::optional<ReportStateIo> io = ParseStateIo(j, Now())) {
@@ -839,21 +781,7 @@ void Runner::ReadProgress(size_t t) {
           task.gang->start_samples +
           (task.checkpoint_step - task.gang->start_step) * task.gang->batch;
     } else if (ev == "export") {
-      // Before "done": the trained model, as a Hugging Face directory.
-      if (j.contains("path") && j["path"].is_string()) {
-        rt.export_path = j["path"].get<std::string>();
-        std::string seconds;
-        if (j.contains("seconds") && j["seconds"].is_number()) {
-          char buf[32];
-          std::snprintf(buf, sizeof(buf), " in %.1f s", j["seconds"].get<double>());
-          seconds = buf;
-        }
-        Event(task.spec.name + ": exported the model to " + rt.export_path +
-              (j.contains("dtype") && j["dtype"].is_string()
-                   ? " (" + j["dtype"].get<std::string>() + ")"
-                   : "") +
-              seconds);
-      }
+      OnExport(t, j);
     } else if (ev == "done") {
       task.done_status = j.value("status", "");
       task.step = j.value("step", task.step);
@@ -864,6 +792,112 @@ void Runner::ReadProgress(size_t t) {
   rt.steps_done = task.step;
   rt.final_loss = task.loss;
   rt.samples_per_s = task.samples_per_s;
+}
+
+// The worker started: its layout, its steps, and where it resumed from (or that
+// it starts over).
+void Runner::OnStart(size_t t, const Json& j) {
+  TaskRun& task = tasks_[t];
+  ReportTask& rt = report_.tasks[t];
+  if (j.contains("layout") && j["layout"].is_string()) task.gang->layout = j["layout"];
+  if (j.contains("steps") && j["steps"].is_number_integer()) {
+    task.steps_total = j["steps"].get<int64_t>();
+    rt.steps_total = task.steps_total;
+  }
+  if (j.contains("resumed_from_step") && j["resumed_from_step"].is_number_integer()) {
+    int64_t from = j["resumed_from_step"].get<int64_t>();
+    bool wrong_point = task.gang->steps_from_budget && from != task.gang->start_step;
+    task.step = from;
+    task.checkpoint_step = from;
+    task.gang->start_step = from;
+    task.gang->start_samples = SamplesAtStep(task, from);
+    task.samples = task.gang->start_samples;
+    // Progress after that checkpoint was lost; its loss points go too.
+    auto& l = rt.losses;
+    l.erase(
+        std::remove_if(l.begin(), l.end(), [&](const ReportLossPoint& p) { return p.step > from; }),
+        l.end());
+    if (wrong_point) {
+      // Its --steps assumed another resume point (a checkpoint this
+      // invocation had not seen): stopped at once, it starts again with
+      // the steps that finish the budget from here.
+      Event(task.spec.name + ": resumed from step " + std::to_string(from) +
+            ", not the step its launch assumed; restarting with the steps left");
+      StopGang(t, "rescaled", SIGTERM);
+    }
+  } else {
+    if (task.step > 0) {
+      task.step = 0;  // no checkpoint survived: starting over
+      rt.losses.clear();
+    }
+    bool short_run = task.gang->steps_from_budget && task.gang->start_step > 0;
+    task.checkpoint_step = 0;
+    task.gang->start_step = 0;
+    task.gang->start_samples = 0;
+    task.samples = 0;
+    task.checkpoint_samples.clear();
+    // A fresh run's steps at its batch are the budget (epochs of data whose
+    // size only the worker knows).
+    if (!task.budget_known && task.steps_total > 0) {
+      task.sample_budget = task.steps_total * task.gang->batch;
+      task.budget_known = true;
+    }
+    if (short_run) {
+      // Launched with the steps left after a checkpoint that is gone: it
+      // would stop short of the sample budget. Stopped at once (nothing to
+      // checkpoint yet), it starts again with the whole budget.
+      Event(task.spec.name + ": no checkpoint to resume from; restarting with its whole budget");
+      StopGang(t, "rescaled", SIGTERM);
+    }
+  }
+}
+
+// A progress report: steps, samples, loss, and the measured speed against the
+// profile (a drift the next step re-plans on).
+void Runner::OnProgress(size_t t, const Json& j) {
+  TaskRun& task = tasks_[t];
+  ReportTask& rt = report_.tasks[t];
+  task.step = j.value("step", task.step);
+  task.samples = j.value(
+      "samples", task.gang->start_samples + (task.step - task.gang->start_step) * task.gang->batch);
+  task.loss = j.value("loss", task.loss);
+  task.samples_per_s = j.value("samples_per_s", task.samples_per_s);
+  rt.losses.push_back({task.step, task.loss, Now()});
+  ++task.gang->progress_lines;
+  // Measured over profiled throughput, once past the first report (warm-up).
+  const planner::Config& c = task.configs[static_cast<size_t>(task.gang->config)];
+  if (task.gang->progress_lines >= 2 && c.throughput > 0 && task.samples_per_s > 0) {
+    task.speed_factor = task.samples_per_s / c.throughput;
+    if (!task.gang->drift_reported &&
+        std::abs(task.speed_factor - 1) > engine_->options().drift_tolerance) {
+      task.gang->drift_reported = true;
+      char buf[200];
+      std::snprintf(buf, sizeof(buf), "%s runs at %.0f%% of its profiled speed",
+                    task.spec.name.c_str(), 100 * task.speed_factor);
+      Event(buf);  // the next step re-plans with the measured speed
+    }
+  }
+}
+
+// The trained model written as a Hugging Face directory (before "done").
+void Runner::OnExport(size_t t, const Json& j) {
+  TaskRun& task = tasks_[t];
+  ReportTask& rt = report_.tasks[t];
+  // Before "done": the trained model, as a Hugging Face directory.
+  if (j.contains("path") && j["path"].is_string()) {
+    rt.export_path = j["path"].get<std::string>();
+    std::string seconds;
+    if (j.contains("seconds") && j["seconds"].is_number()) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), " in %.1f s", j["seconds"].get<double>());
+      seconds = buf;
+    }
+    Event(task.spec.name + ": exported the model to " + rt.export_path +
+          (j.contains("dtype") && j["dtype"].is_string()
+               ? " (" + j["dtype"].get<std::string>() + ")"
+               : "") +
+          seconds);
+  }
 }
 
 void Runner::StopGang(size_t t, const std::string& reason, int signal) {
@@ -1087,6 +1121,13 @@ int Runner::Run() {
     if (lock_fd >= 0) close(lock_fd);
     return 1;
   }
+  std::optional<int> early = Begin();
+  const int code = early ? *early : End(Loop());
+  close(lock_fd);
+  return code;
+}
+
+std::optional<int> Runner::Begin() {
   Event("job " + job_.job.metadata.name + ": " + std::to_string(tasks_.size()) + " tasks on " +
         opt_.devices.text + ", work directory " + opt_.workdir);
   if (std::all_of(tasks_.begin(), tasks_.end(), [](const TaskRun& t) { return t.done; })) {
@@ -1095,15 +1136,13 @@ int Runner::Run() {
     WriteReport();
     out_ << "report: " << opt_.workdir << "/report.html\n"
          << "every task had already completed; remove " << opt_.workdir << " to run again\n";
-    close(lock_fd);
     return 0;
   }
-  s = ProfileAll();
+  Status s = ProfileAll();
   if (!s.ok()) {
     err_ << "orrery run: " << s << "\n";
     report_.outcome = s.code() == StatusCode::kCancelled ? "interrupted" : "failed";
     WriteReport();
-    close(lock_fd);
     return s.code() == StatusCode::kCancelled ? 130 : 1;
   }
   BuildConfigs();
@@ -1115,7 +1154,6 @@ int Runner::Run() {
            << "fix the model\n";
       report_.outcome = "failed";
       WriteReport();
-      close(lock_fd);
       return 1;
     }
   }
@@ -1132,9 +1170,12 @@ int Runner::Run() {
     err_ << "orrery run: no plan could be made (see the events above)\n";
     report_.outcome = "failed";
     WriteReport();
-    close(lock_fd);
     return 1;
   }
+  return std::nullopt;
+}
+
+bool Runner::Loop() {
   bool interrupted = false;
   double last_display = -1e9;
   while (true) {
@@ -1156,8 +1197,7 @@ int Runner::Run() {
       running = running || t.gang.has_value();
       left = left || !(t.done || t.failed);
     }
-    if (interrupted && !running) break;
-    if (!left) break;
+    if ((interrupted && !running) || !left) break;
     if (!interrupted) {
       Step();
       bool any_running = false;
@@ -1165,8 +1205,7 @@ int Runner::Run() {
       if (!any_running && AliveDevices().empty()) {
         Event("no device left: stopping; restore a device ('restore DEV' in " + opt_.workdir +
               "/control) or run again to resume");
-        interrupted = true;
-        break;
+        return true;
       }
     }
     if (Elapsed() - last_display >= (opt_.tty ? 0.5 : 1.0)) {
@@ -1176,6 +1215,10 @@ int Runner::Run() {
     if (Elapsed() - last_report_write_ >= 5) WriteReport();
     std::this_thread::sleep_for(std::chrono::duration<double>(opt_.tick_s));
   }
+  return interrupted;
+}
+
+int Runner::End(bool interrupted) {
   bool failed = false;
   for (const TaskRun& t : tasks_) failed = failed || t.failed;
   report_.outcome = interrupted ? "interrupted" : failed ? "failed" : "completed";
@@ -1191,7 +1234,6 @@ int Runner::Run() {
                   FormatDuration(Now()).c_str());
     out_ << buf << "\n";
   }
-  close(lock_fd);
   return interrupted ? 130 : failed ? 1 : 0;
 }
 

@@ -50,6 +50,10 @@ class Sim {
       : w_(w), o_(o), engine_(o.engine, clock) {}
 
   StatusOr<SimResult> Run();
+  void Init();                  // tasks, arrivals and the workload's cluster events
+  bool Handle(const Event& e);  // one event; true when it finished a task
+  void NodeLost(size_t node);
+  void Summarize();  // the result's figures from the finished run
 
  private:
   void Push(double t, Kind k, int index, int epoch = 0) {
@@ -208,7 +212,7 @@ void Sim::Start(const engine::LaunchAction& l) {
     Push(t.progress_from + o_.measure_after_s, Kind::kMeasure, static_cast<int>(l.task), t.epoch);
 }
 
-StatusOr<SimResult> Sim::Run() {
+void Sim::Init() {
   result_.workload = w_.name;
   result_.policy = o_.engine.policy + (o_.engine.introspect ? "" : "-static");
   result_.gpus_per_node = w_.gpus_per_node;
@@ -234,6 +238,67 @@ StatusOr<SimResult> Sim::Run() {
       case planner::ClusterEvent::Kind::kQuota: Push(e.time, Kind::kQuota, e.gpus); break;
     }
   }
+}
+
+void Sim::NodeLost(size_t i) {
+  if (i >= alive_.size() || !alive_[i]) return;
+  alive_gpu_seconds_ += alive_gpus_ * (now_ - alive_since_);
+  alive_since_ = now_;
+  alive_gpus_ -= nodes_[i].gpus;
+  alive_[i] = false;
+  for (size_t k = 0; k < tasks_.size(); ++k) {
+    if (!tasks_[k].running) continue;
+    bool hit = false;
+    for (const planner::GpuSlot& g : tasks_[k].gpus) hit = hit || g.node == static_cast<int>(i);
+    if (hit) Stop(k, "node-lost");
+  }
+  ++result_.node_events;
+}
+
+bool Sim::Handle(const Event& e) {
+  const size_t i = static_cast<size_t>(std::max(0, e.index));
+  switch (e.kind) {
+    case Kind::kArrival: tasks_[i].arrived = true; break;
+    case Kind::kFinish: {
+      SimTask& t = tasks_[i];
+      if (!t.running || e.epoch != t.epoch) break;
+      Advance(t);
+      Record(i, "finished");
+      for (const planner::GpuSlot& g : t.gpus) owner_[g] = -1;
+      t.running = false;
+      t.done = true;
+      t.remaining = 0;
+      t.completion = now_;
+      return true;
+    }
+    case Kind::kMeasure: {
+      SimTask& t = tasks_[i];
+      if (!t.running || e.epoch != t.epoch || t.measured) break;
+      t.measured = true;
+      t.speed_factor = t.true_speed;
+      break;
+    }
+    case Kind::kNodeLost: NodeLost(i); break;
+    case Kind::kNodeJoined:
+      alive_gpu_seconds_ += alive_gpus_ * (now_ - alive_since_);
+      alive_since_ = now_;
+      nodes_.push_back(
+          {"node-" + std::to_string(nodes_.size()), w_.gpus_per_node, w_.gpu_memory_gib});
+      alive_.push_back(true);
+      alive_gpus_ += w_.gpus_per_node;
+      ++result_.node_events;
+      break;
+    case Kind::kQuota:  // the job's gpuQuota edited: the engine stops or plans
+      cap_ = e.index;
+      break;
+    case Kind::kTick:  // the engine asked to be asked again now
+      break;
+  }
+  return false;
+}
+
+StatusOr<SimResult> Sim::Run() {
+  Init();
   ORRERY_RETURN_IF_ERROR(Step());
   size_t done = 0;
   while (!queue_.empty() && done < tasks_.size()) {
@@ -241,67 +306,18 @@ StatusOr<SimResult> Sim::Run() {
     queue_.pop();
     if (e.time > o_.max_time_s) return DeadlineExceededError("simulation passed its time limit");
     now_ = e.time;
-    size_t i = static_cast<size_t>(std::max(0, e.index));
-    switch (e.kind) {
-      case Kind::kArrival: tasks_[i].arrived = true; break;
-      case Kind::kFinish: {
-        SimTask& t = tasks_[i];
-        if (!t.running || e.epoch != t.epoch) break;
-        Advance(t);
-        Record(i, "finished");
-        for (const planner::GpuSlot& g : t.gpus) owner_[g] = -1;
-        t.running = false;
-        t.done = true;
-        t.remaining = 0;
-        t.completion = now_;
-        ++done;
-        break;
-      }
-      case Kind::kMeasure: {
-        SimTask& t = tasks_[i];
-        if (!t.running || e.epoch != t.epoch || t.measured) break;
-        t.measured = true;
-        t.speed_factor = t.true_speed;
-        break;
-      }
-      case Kind::kNodeLost: {
-        if (i >= alive_.size() || !alive_[i]) break;
-        alive_gpu_seconds_ += alive_gpus_ * (now_ - alive_since_);
-        alive_since_ = now_;
-        alive_gpus_ -= nodes_[i].gpus;
-        alive_[i] = false;
-        for (size_t k = 0; k < tasks_.size(); ++k) {
-          if (!tasks_[k].running) continue;
-          bool hit = false;
-          for (const planner::GpuSlot& g : tasks_[k].gpus)
-            hit = hit || g.node == static_cast<int>(i);
-          if (hit) Stop(k, "node-lost");
-        }
-        ++result_.node_events;
-        break;
-      }
-      case Kind::kNodeJoined: {
-        alive_gpu_seconds_ += alive_gpus_ * (now_ - alive_since_);
-        alive_since_ = now_;
-        nodes_.push_back(
-            {"node-" + std::to_string(nodes_.size()), w_.gpus_per_node, w_.gpu_memory_gib});
-        alive_.push_back(true);
-        alive_gpus_ += w_.gpus_per_node;
-        ++result_.node_events;
-        break;
-      }
-      case Kind::kQuota:  // the job's gpuQuota edited: the engine stops or plans
-        cap_ = e.index;
-        break;
-      case Kind::kTick:  // the engine asked to be asked again now
-        break;
-    }
+    if (Handle(e)) ++done;
     // Events at the same instant are observed together: one step for all.
     if (!queue_.empty() && queue_.top().time == now_) continue;
     ORRERY_RETURN_IF_ERROR(Step());
   }
   if (done < tasks_.size())
     return InternalError("simulation stalled with tasks left (no plan places them)");
+  Summarize();
+  return result_;
+}
+
+void Sim::Summarize() {
   std::vector<double> ct;
   for (const SimTask& t : tasks_) {
     result_.makespan = std::max(result_.makespan, t.completion);
@@ -327,7 +343,6 @@ StatusOr<SimResult> Sim::Run() {
   result_.adoptions = engine_.adoptions();
   result_.tasks = static_cast<int>(tasks_.size());
   result_.nodes_total = static_cast<int>(nodes_.size());
-  return result_;
 }
 
 }  // namespace
