@@ -91,14 +91,19 @@ StatusOr<ShareUpdate> ClusterShares::Update(JobDemand demand, int capacity, doub
   return Decide(capacity, *trigger, now);
 }
 
-StatusOr<ShareUpdate> ClusterShares::Decide(int capacity, ScaleTrigger trigger, double now) {
+namespace {
+
+// Every job's tasks as one autoscaler problem, named "job/task", each task's
+// options bounded by its job's quota (no single task may hold more); `owner`
+// gets each task's job.
+std::vector<ScaleTask> CombinedTasks(const std::map<std::string, JobDemand>& demands,
+                                     std::vector<std::string>* owner) {
   std::vector<ScaleTask> all;
-  std::vector<std::string> owner;  // per task in `all`: its job
-  for (const auto& [job, d] : demands_) {
+  for (const auto& [job, d] : demands) {
     for (const ScaleTask& t : d.tasks) {
       ScaleTask s = t;
       s.name = job + "/" + t.name;
-      if (d.quota > 0) {  // no single task may hold more than the job's quota
+      if (d.quota > 0) {
         s.options.clear();
         s.current = -1;
         for (size_t j = 0; j < t.options.size(); ++j) {
@@ -109,9 +114,63 @@ StatusOr<ShareUpdate> ClusterShares::Decide(int capacity, ScaleTrigger trigger, 
         if (s.options.empty()) continue;
       }
       all.push_back(std::move(s));
-      owner.push_back(job);
+      owner->push_back(job);
     }
   }
+  return all;
+}
+
+// Per job, what the decision did to each of its tasks, as an event note.
+std::map<std::string, std::string> DecisionNotes(const std::vector<ScaleDecision>& decisions) {
+  std::map<std::string, std::string> reasons;
+  for (const ScaleDecision& d : decisions) {
+    const std::string job = d.task.substr(0, d.task.rfind('/'));
+    std::string& r = reasons[job];
+    if (r.size() > 700) continue;  // an event note, not the log: the log has every decision
+    char line[200];
+    if (d.to_gpus > 0) {
+      std::snprintf(line, sizeof(line), "%s%s %s %d GPUs at batch %d", r.empty() ? "" : "; ",
+                    d.task.substr(job.size() + 1).c_str(), ActionName(d.action), d.to_gpus,
+                    d.to_batch);
+    } else {
+      std::snprintf(line, sizeof(line), "%s%s %s", r.empty() ? "" : "; ",
+                    d.task.substr(job.size() + 1).c_str(),
+                    d.action == ScaleDecision::Action::kQueue ? "queued" : ActionName(d.action));
+    }
+    r += line;
+  }
+  return reasons;
+}
+
+// Shrinks that give GPUs to other jobs: a job the decision leaves as many GPUs
+// as it holds moves GPUs among its own tasks, and that is its own engine's
+// business, not the level above's.
+std::map<std::string, std::vector<ShareShrink>> ShrinksAcrossJobs(
+    const std::vector<ScaleTask>& all, const std::vector<std::string>& owner,
+    const std::map<std::string, int>& given, const std::vector<ScaleDecision>& decisions) {
+  std::map<std::string, int> holds;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].current >= 0)
+      holds[owner[i]] += all[i].options[static_cast<size_t>(all[i].current)].gpus;
+  }
+  std::map<std::string, std::vector<ShareShrink>> shrinks;
+  for (const ScaleDecision& d : decisions) {
+    const bool preempt = d.action == ScaleDecision::Action::kPreempt;
+    if (!preempt && !(d.action == ScaleDecision::Action::kRescale && d.to_gpus < d.from_gpus))
+      continue;
+    const std::string job = d.task.substr(0, d.task.rfind('/'));
+    auto g = given.find(job);
+    if ((g == given.end() ? 0 : g->second) >= holds[job]) continue;
+    shrinks[job].push_back({d.task.substr(job.size() + 1), d.from_gpus, preempt ? 0 : d.to_gpus});
+  }
+  return shrinks;
+}
+
+}  // namespace
+
+StatusOr<ShareUpdate> ClusterShares::Decide(int capacity, ScaleTrigger trigger, double now) {
+  std::vector<std::string> owner;  // per task in `all`: its job
+  std::vector<ScaleTask> all = CombinedTasks(demands_, &owner);
   StatusOr<ScalePlan> plan = autoscaler_.Decide(all, capacity, trigger, now);
   if (!plan.ok()) {
     // Name the job and task behind the autoscaler's tasks[i] path.
@@ -141,41 +200,9 @@ StatusOr<ShareUpdate> ClusterShares::Decide(int capacity, ScaleTrigger trigger, 
     used += d.quota > 0 ? std::min(given[job], d.quota) : given[job];
   }
   const int idle = std::max(0, capacity - used);
-  std::map<std::string, std::string> reasons;
-  for (const ScaleDecision& d : plan->decisions) {
-    const std::string job = d.task.substr(0, d.task.rfind('/'));
-    std::string& r = reasons[job];
-    if (r.size() > 700) continue;  // an event note, not the log: the log has every decision
-    char line[200];
-    if (d.to_gpus > 0) {
-      std::snprintf(line, sizeof(line), "%s%s %s %d GPUs at batch %d", r.empty() ? "" : "; ",
-                    d.task.substr(job.size() + 1).c_str(), ActionName(d.action), d.to_gpus,
-                    d.to_batch);
-    } else {
-      std::snprintf(line, sizeof(line), "%s%s %s", r.empty() ? "" : "; ",
-                    d.task.substr(job.size() + 1).c_str(),
-                    d.action == ScaleDecision::Action::kQueue ? "queued" : ActionName(d.action));
-    }
-    r += line;
-  }
-  // Shrinks that give GPUs to other jobs: a job the decision leaves as many
-  // GPUs as it holds moves GPUs among its own tasks, and that is its own
-  // engine's business, not the level above's.
-  std::map<std::string, int> holds;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (all[i].current >= 0)
-      holds[owner[i]] += all[i].options[static_cast<size_t>(all[i].current)].gpus;
-  }
-  std::map<std::string, std::vector<ShareShrink>> shrinks;
-  for (const ScaleDecision& d : plan->decisions) {
-    const bool preempt = d.action == ScaleDecision::Action::kPreempt;
-    if (!preempt && !(d.action == ScaleDecision::Action::kRescale && d.to_gpus < d.from_gpus))
-      continue;
-    const size_t slash = d.task.rfind('/');
-    if (given[d.task.substr(0, slash)] >= holds[d.task.substr(0, slash)]) continue;
-    shrinks[d.task.substr(0, slash)].push_back(
-        {d.task.substr(slash + 1), d.from_gpus, preempt ? 0 : d.to_gpus});
-  }
+  std::map<std::string, std::string> reasons = DecisionNotes(plan->decisions);
+  std::map<std::string, std::vector<ShareShrink>> shrinks =
+      ShrinksAcrossJobs(all, owner, given, plan->decisions);
   for (const auto& [job, d] : demands_) {
     JobShare s;
     s.decision = decisions_ + 1;
