@@ -162,46 +162,20 @@ StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks, int 
   return plan;
 }
 
-StatusOr<ScalePlan> Autoscaler::DecideJoint(const std::vector<ScaleTask>& tasks, int capacity,
-                                            ScaleTrigger trigger, double now,
-                                            const std::vector<std::vector<double>>* speeds) {
-  if (capacity < 0) return InvalidArgumentError("capacity: must be at least 0");
-  int held = 0;
-  bool running = false;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    if (tasks[i].current < -1 || tasks[i].current >= static_cast<int>(tasks[i].options.size()))
-      return InvalidArgumentError("tasks[" + std::to_string(i) +
-                                  "].current: must be -1 or an index into options");
-    if (tasks[i].current >= 0) {
-      held += tasks[i].options[static_cast<size_t>(tasks[i].current)].gpus;
-      running = true;
-    }
-  }
+namespace {
+
+// The decisions of a joint plan, task by task, with the gain, the cost and the
+// reason (the deadline and dwell bonuses stated apart).
+void ExplainJoint(const AutoscalerOptions& options,
+                  const std::map<std::string, double>& last_change,
+                  const std::vector<ScaleTask>& tasks, const Values& v,
+                  const std::vector<bool>& dwelling, const elastic::Knapsack& plan,
+                  const std::optional<elastic::Knapsack>& free, int capacity, int held,
+                  ScaleTrigger trigger, double now, ScalePlan* out_plan) {
+  ScalePlan& out = *out_plan;
   const size_t n = tasks.size();
-  const double charge = 1 + options_.hysteresis;
-  // Who is still dwelling after its last change; forget tasks no longer active.
-  std::map<std::string, double> last;
-  std::vector<bool> dwelling(n, false);
-  const double dwell = options_.dwell * options_.rescale_cost_s;
-  for (size_t i = 0; i < n; ++i) {
-    auto it = last_change_.find(tasks[i].name);
-    if (it == last_change_.end()) continue;
-    last.insert(*it);
-    dwelling[i] = tasks[i].current >= 0 && now - it->second < dwell;
-  }
-  last_change_ = std::move(last);
-  const Values v = Evaluate(tasks, capacity, options_, now, dwelling, speeds);
-  ORRERY_ASSIGN_OR_RETURN(elastic::Knapsack plan,
-                          elastic::Knapsack::Solve(tasks, v.charged, capacity, running));
-  ScalePlan out;
-  out.choice = plan.allocation().choice;
-  out.allocator_runs = 1;
-  // What the allocator alone would do: only needed to tell kept tasks apart.
-  std::optional<elastic::Knapsack> free;
-  if (running) {
-    ORRERY_ASSIGN_OR_RETURN(free, elastic::Knapsack::Solve(tasks, v.free, capacity, true));
-    ++out.allocator_runs;
-  }
+  const double charge = 1 + options.hysteresis;
+  const double dwell = options.dwell * options.rescale_cost_s;
   const bool over = held > capacity;
   auto option = [&](size_t i, int j) -> const elastic::Option& {
     return tasks[i].options[static_cast<size_t>(j)];
@@ -280,7 +254,7 @@ StatusOr<ScalePlan> Autoscaler::DecideJoint(const std::vector<ScaleTask>& tasks,
       d.cost = v.cost[i][static_cast<size_t>(wanted) + 1];
       d.reason = dwelling[i]
                      ? Fmt("kept: changed %.0f s ago, within the dwell time %.0f s",
-                           now - last_change_[t.name], dwell)
+                           now - last_change.at(t.name), dwell)
                      : Fmt("kept: gain %.4g over the horizon does not beat the rescale cost %.4g",
                            d.gain, d.cost) +
                            " with hysteresis";
@@ -313,6 +287,51 @@ StatusOr<ScalePlan> Autoscaler::DecideJoint(const std::vector<ScaleTask>& tasks,
     }
     out.decisions.push_back(std::move(d));
   }
+}
+
+}  // namespace
+
+StatusOr<ScalePlan> Autoscaler::DecideJoint(const std::vector<ScaleTask>& tasks, int capacity,
+                                            ScaleTrigger trigger, double now,
+                                            const std::vector<std::vector<double>>* speeds) {
+  if (capacity < 0) return InvalidArgumentError("capacity: must be at least 0");
+  int held = 0;
+  bool running = false;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (tasks[i].current < -1 || tasks[i].current >= static_cast<int>(tasks[i].options.size()))
+      return InvalidArgumentError("tasks[" + std::to_string(i) +
+                                  "].current: must be -1 or an index into options");
+    if (tasks[i].current >= 0) {
+      held += tasks[i].options[static_cast<size_t>(tasks[i].current)].gpus;
+      running = true;
+    }
+  }
+  const size_t n = tasks.size();
+  // Who is still dwelling after its last change; forget tasks no longer active.
+  std::map<std::string, double> last;
+  std::vector<bool> dwelling(n, false);
+  const double dwell = options_.dwell * options_.rescale_cost_s;
+  for (size_t i = 0; i < n; ++i) {
+    auto it = last_change_.find(tasks[i].name);
+    if (it == last_change_.end()) continue;
+    last.insert(*it);
+    dwelling[i] = tasks[i].current >= 0 && now - it->second < dwell;
+  }
+  last_change_ = std::move(last);
+  const Values v = Evaluate(tasks, capacity, options_, now, dwelling, speeds);
+  ORRERY_ASSIGN_OR_RETURN(elastic::Knapsack plan,
+                          elastic::Knapsack::Solve(tasks, v.charged, capacity, running));
+  ScalePlan out;
+  out.choice = plan.allocation().choice;
+  out.allocator_runs = 1;
+  // What the allocator alone would do: only needed to tell kept tasks apart.
+  std::optional<elastic::Knapsack> free;
+  if (running) {
+    ORRERY_ASSIGN_OR_RETURN(free, elastic::Knapsack::Solve(tasks, v.free, capacity, true));
+    ++out.allocator_runs;
+  }
+  ExplainJoint(options_, last_change_, tasks, v, dwelling, plan, free, capacity, held, trigger, now,
+               &out);
   for (const ScaleDecision& d : out.decisions)
     if (d.action == ScaleDecision::Action::kStart || d.action == ScaleDecision::Action::kRescale ||
         d.action == ScaleDecision::Action::kPreempt)
@@ -320,9 +339,29 @@ StatusOr<ScalePlan> Autoscaler::DecideJoint(const std::vector<ScaleTask>& tasks,
   return out;
 }
 
-StatusOr<ScalePlan> Autoscaler::DecideShadow(const std::vector<ScaleTask>& tasks, int capacity,
-                                             ScaleTrigger trigger, double now) {
-  if (capacity < 0) return InvalidArgumentError("capacity: must be at least 0");
+// The shadow problem and what DecideShadow derives from it.
+struct Autoscaler::Shadow {
+  // Per task: the fastest option at each GPU count.
+  std::vector<std::map<int, int>> fastest;
+  // Each task's options at its base batch, one per GPU count (a task without
+  // options at its base batch follows its fastest option per GPU count),
+  // running at the GPU count the shadow gave it.
+  std::vector<ScaleTask> tasks;
+  // [i][k]: the speed task i really runs at under shadow option k.
+  std::vector<std::vector<double>> speeds;
+  // Filled by ChooseUnderShadow: the option each task runs under, the shadow's
+  // GPU count for it, and the seconds a batch change or growth saves it.
+  std::vector<int> choice;
+  std::vector<int> shadow_gpus;
+  std::vector<double> saved;
+
+  int FastestAt(size_t i, int g) const {
+    auto it = fastest[i].find(g);
+    return it == fastest[i].end() ? -1 : it->second;
+  }
+};
+
+StatusOr<Autoscaler::Shadow> Autoscaler::MakeShadow(const std::vector<ScaleTask>& tasks) {
   const size_t n = tasks.size();
   std::vector<std::vector<double>> zero(n);
   for (size_t i = 0; i < n; ++i) {
@@ -336,26 +375,19 @@ StatusOr<ScalePlan> Autoscaler::DecideShadow(const std::vector<ScaleTask>& tasks
   auto option = [&](size_t i, int j) -> const elastic::Option& {
     return tasks[i].options[static_cast<size_t>(j)];
   };
-  // The fastest option of task i at g GPUs, -1 when it has none.
-  std::vector<std::map<int, int>> fastest(n);
+  Shadow sh;
+  sh.fastest.resize(n);
   for (size_t i = 0; i < n; ++i)
     for (size_t j = 0; j < tasks[i].options.size(); ++j) {
-      auto [it, fresh] = fastest[i].emplace(tasks[i].options[j].gpus, static_cast<int>(j));
+      auto [it, fresh] = sh.fastest[i].emplace(tasks[i].options[j].gpus, static_cast<int>(j));
       if (!fresh && tasks[i].options[j].throughput > option(i, it->second).throughput)
         it->second = static_cast<int>(j);
     }
-  auto fastest_at = [&](size_t i, int g) {
-    auto it = fastest[i].find(g);
-    return it == fastest[i].end() ? -1 : it->second;
-  };
-  // The shadow: each task's options at its base batch, one per GPU count (a task
-  // without options at its base batch follows its fastest option per GPU count),
-  // running at the GPU count the shadow gave it.
   std::map<std::string, int> entitled;
-  std::vector<ScaleTask> shadow(n);
+  sh.tasks.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const ScaleTask& t = tasks[i];
-    ScaleTask& s = shadow[i];
+    ScaleTask& s = sh.tasks[i];
     s.name = t.name;
     s.total_work = t.total_work;
     s.remaining_work = t.remaining_work;
@@ -388,28 +420,34 @@ StatusOr<ScalePlan> Autoscaler::DecideShadow(const std::vector<ScaleTask>& tasks
     s.current = near;
   }
   entitled_ = std::move(entitled);
-  std::vector<std::vector<double>> speeds(n);
+  sh.speeds.resize(n);
   for (size_t i = 0; i < n; ++i)
-    for (const elastic::Option& o : shadow[i].options)
-      speeds[i].push_back(option(i, fastest_at(i, o.gpus)).throughput);
-  // The deadline's on-course test at the speeds the tasks will really run at:
-  // judged at the base batch's speed, a job about to finish looked off course
-  // and was shrunk to start another that could have waited. The objective
-  // stays the base batch's, so batch never decides GPU counts.
-  ORRERY_ASSIGN_OR_RETURN(ScalePlan sp, DecideJoint(shadow, capacity, trigger, now, &speeds));
+    for (const elastic::Option& o : sh.tasks[i].options)
+      sh.speeds[i].push_back(option(i, sh.FastestAt(i, o.gpus)).throughput);
+  return sh;
+}
 
+void Autoscaler::ChooseUnderShadow(const std::vector<ScaleTask>& tasks, int capacity,
+                                   const ScalePlan& sp, Shadow& sh) const {
+  const size_t n = tasks.size();
+  auto option = [&](size_t i, int j) -> const elastic::Option& {
+    return tasks[i].options[static_cast<size_t>(j)];
+  };
   const double charge = 1 + options_.hysteresis;
   const double pause = options_.rescale_cost_s;
-  std::vector<int> choice(n, -1);
-  std::vector<int> shadow_gpus(n, 0);
-  std::vector<double> saved(n, 0);  // seconds a batch change or growth saves the task
+  std::vector<int>& choice = sh.choice;
+  std::vector<int>& shadow_gpus = sh.shadow_gpus;
+  std::vector<double>& saved = sh.saved;
+  choice.assign(n, -1);
+  shadow_gpus.assign(n, 0);
+  saved.assign(n, 0);
   int used = 0;
   for (size_t i = 0; i < n; ++i) {
     const int sj = sp.choice[i];
     if (sj < 0) continue;
-    const int g = shadow[i].options[static_cast<size_t>(sj)].gpus;
+    const int g = sh.tasks[i].options[static_cast<size_t>(sj)].gpus;
     shadow_gpus[i] = g;
-    const int best = fastest_at(i, g);
+    const int best = sh.FastestAt(i, g);
     const int cur = tasks[i].current;
     const double rem = tasks[i].remaining_work;
     if (cur >= 0 && option(i, cur).gpus == g) {
@@ -425,65 +463,68 @@ StatusOr<ScalePlan> Autoscaler::DecideShadow(const std::vector<ScaleTask>& tasks
     }
     used += option(i, choice[i]).gpus;
   }
-  {
-    int idle = capacity - used;
-    // A grown task keeps its growth while the shadow keeps its GPU count and the
-    // GPUs it grew onto are still idle.
+  int idle = capacity - used;
+  // A grown task keeps its growth while the shadow keeps its GPU count and the
+  // GPUs it grew onto are still idle.
+  for (size_t i = 0; i < n; ++i) {
+    const int cur = tasks[i].current;
+    if (cur < 0 || choice[i] < 0 || sh.tasks[i].current < 0) continue;
+    const int g = sh.tasks[i].options[static_cast<size_t>(sh.tasks[i].current)].gpus;
+    const int extra = option(i, cur).gpus - option(i, choice[i]).gpus;
+    if (g != shadow_gpus[i] || option(i, cur).gpus <= g || extra > idle) continue;
+    idle -= extra;
+    choice[i] = cur;
+  }
+  // New growth, the largest saving first, at another batch than the base (the
+  // shadow had the base batch's wider options and left them), when the saving
+  // beats two rescale costs: the growth and the shrink back.
+  for (;;) {
+    double top = 0;
+    size_t ti = n;
+    int tj = -1;
     for (size_t i = 0; i < n; ++i) {
-      const int cur = tasks[i].current;
-      if (cur < 0 || choice[i] < 0 || shadow[i].current < 0) continue;
-      const int g = shadow[i].options[static_cast<size_t>(shadow[i].current)].gpus;
-      const int extra = option(i, cur).gpus - option(i, choice[i]).gpus;
-      if (g != shadow_gpus[i] || option(i, cur).gpus <= g || extra > idle) continue;
-      idle -= extra;
-      choice[i] = cur;
-    }
-    // New growth, the largest saving first, at another batch than the base (the
-    // shadow had the base batch's wider options and left them), when the saving
-    // beats two rescale costs: the growth and the shrink back.
-    for (;;) {
-      double top = 0;
-      size_t ti = n;
-      int tj = -1;
-      for (size_t i = 0; i < n; ++i) {
-        if (choice[i] < 0 || option(i, choice[i]).gpus != shadow_gpus[i]) continue;
-        const double a = option(i, choice[i]).throughput;
-        if (!(a > 0)) continue;
-        const bool moving = tasks[i].current != choice[i];
-        for (size_t j = 0; j < tasks[i].options.size(); ++j) {
-          const elastic::Option& o = tasks[i].options[j];
-          if (o.gpus <= shadow_gpus[i] || o.gpus - shadow_gpus[i] > idle) continue;
-          if (o.batch_size == tasks[i].base_batch || fastest_at(i, o.gpus) != static_cast<int>(j) ||
-              !(o.throughput > a))
-            continue;
-          const double s = tasks[i].remaining_work / a - tasks[i].remaining_work / o.throughput;
-          const double need = 2 * pause * charge + (moving ? 0 : pause);
-          if (s > need && s > top) {
-            top = s;
-            ti = i;
-            tj = static_cast<int>(j);
-          }
+      if (choice[i] < 0 || option(i, choice[i]).gpus != shadow_gpus[i]) continue;
+      const double a = option(i, choice[i]).throughput;
+      if (!(a > 0)) continue;
+      const bool moving = tasks[i].current != choice[i];
+      for (size_t j = 0; j < tasks[i].options.size(); ++j) {
+        const elastic::Option& o = tasks[i].options[j];
+        if (o.gpus <= shadow_gpus[i] || o.gpus - shadow_gpus[i] > idle) continue;
+        if (o.batch_size == tasks[i].base_batch || sh.FastestAt(i, o.gpus) != static_cast<int>(j) ||
+            !(o.throughput > a))
+          continue;
+        const double s = tasks[i].remaining_work / a - tasks[i].remaining_work / o.throughput;
+        const double need = 2 * pause * charge + (moving ? 0 : pause);
+        if (s > need && s > top) {
+          top = s;
+          ti = i;
+          tj = static_cast<int>(j);
         }
       }
-      if (ti == n) break;
-      idle -= option(ti, tj).gpus - shadow_gpus[ti];
-      choice[ti] = tj;
-      saved[ti] = top;
     }
+    if (ti == n) break;
+    idle -= option(ti, tj).gpus - shadow_gpus[ti];
+    choice[ti] = tj;
+    saved[ti] = top;
   }
-  for (size_t i = 0; i < n; ++i)
-    if (choice[i] >= 0 && option(i, choice[i]).gpus != shadow_gpus[i])
-      entitled_[tasks[i].name] = shadow_gpus[i];
+}
 
+ScalePlan Autoscaler::ExplainShadow(const std::vector<ScaleTask>& tasks, const ScalePlan& sp,
+                                    const Shadow& sh, ScaleTrigger trigger, double now) const {
+  const size_t n = tasks.size();
+  auto option = [&](size_t i, int j) -> const elastic::Option& {
+    return tasks[i].options[static_cast<size_t>(j)];
+  };
+  const double pause = options_.rescale_cost_s;
   // The decisions: the shadow's, on the options the tasks really run under.
   std::map<std::string, const ScaleDecision*> said;
   for (const ScaleDecision& d : sp.decisions) said[d.task] = &d;
   ScalePlan out;
-  out.choice = choice;
+  out.choice = sh.choice;
   out.allocator_runs = sp.allocator_runs;
   for (size_t i = 0; i < n; ++i) {
     const ScaleTask& t = tasks[i];
-    const int from = t.current, to = choice[i];
+    const int from = t.current, to = sh.choice[i];
     if (to >= 0) out.gpus_used += option(i, to).gpus;
     auto it = said.find(t.name);
     const ScaleDecision* sd = it == said.end() ? nullptr : it->second;
@@ -496,7 +537,7 @@ StatusOr<ScalePlan> Autoscaler::DecideShadow(const std::vector<ScaleTask>& tasks
     d.from_batch = from >= 0 ? option(i, from).batch_size : 0;
     if (from == to) {
       if (d.action == ScaleDecision::Action::kKeep) {
-        const int wanted = d.to_gpus > 0 ? fastest_at(i, d.to_gpus) : -1;
+        const int wanted = d.to_gpus > 0 ? sh.FastestAt(i, d.to_gpus) : -1;
         d.to_batch = wanted >= 0 ? option(i, wanted).batch_size : 0;
       } else if (d.action != ScaleDecision::Action::kQueue) {
         d.action = ScaleDecision::Action::kKeep;
@@ -513,22 +554,24 @@ StatusOr<ScalePlan> Autoscaler::DecideShadow(const std::vector<ScaleTask>& tasks
     d.to_batch = to >= 0 ? option(i, to).batch_size : 0;
     const bool shadow_moved = sd != nullptr && sd->action != ScaleDecision::Action::kKeep &&
                               sd->action != ScaleDecision::Action::kQueue;
-    if (to >= 0 && d.to_gpus > shadow_gpus[i]) {
-      d.gain = saved[i];
+    const int shadow_gpus = sh.shadow_gpus[i];
+    const double saved = sh.saved[i];
+    if (to >= 0 && d.to_gpus > shadow_gpus) {
+      d.gain = saved;
       d.cost = 2 * pause;
       d.reason = Fmt("grown onto GPUs the fixed-batch decision leaves idle (it gave %.0f): "
                      "saves %.0f s",
-                     shadow_gpus[i], saved[i]) +
+                     shadow_gpus, saved) +
                  ", more than two rescale costs with hysteresis";
     } else if (shadow_moved && sd->to_gpus == d.to_gpus) {
       if (to >= 0 && d.to_batch != t.base_batch)
         d.reason += "; batch " + std::to_string(d.to_batch) + ", the fastest at " +
                     std::to_string(d.to_gpus) + " GPUs";
     } else if (from >= 0 && to >= 0 && d.from_gpus == d.to_gpus) {
-      d.gain = saved[i];
+      d.gain = saved;
       d.cost = pause;
       d.reason = Fmt("batch change at the same GPUs saves %.0f s, beating the rescale cost %.0f s",
-                     saved[i], pause) +
+                     saved, pause) +
                  " with hysteresis";
     } else {
       d.gain = 0;
@@ -536,11 +579,28 @@ StatusOr<ScalePlan> Autoscaler::DecideShadow(const std::vector<ScaleTask>& tasks
       d.reason =
           Fmt("shrunk back to the %.0f GPUs of the fixed-batch decision from %.0f: the "
               "GPUs it grew onto are needed",
-              shadow_gpus[i], d.from_gpus);
+              shadow_gpus, d.from_gpus);
     }
     out.decisions.push_back(std::move(d));
   }
   return out;
+}
+
+StatusOr<ScalePlan> Autoscaler::DecideShadow(const std::vector<ScaleTask>& tasks, int capacity,
+                                             ScaleTrigger trigger, double now) {
+  if (capacity < 0) return InvalidArgumentError("capacity: must be at least 0");
+  ORRERY_ASSIGN_OR_RETURN(Shadow sh, MakeShadow(tasks));
+  // The deadline's on-course test at the speeds the tasks will really run at:
+  // judged at the base batch's speed, a job about to finish looked off course
+  // and was shrunk to start another that could have waited. The objective
+  // stays the base batch's, so batch never decides GPU counts.
+  ORRERY_ASSIGN_OR_RETURN(ScalePlan sp, DecideJoint(sh.tasks, capacity, trigger, now, &sh.speeds));
+  ChooseUnderShadow(tasks, capacity, sp, sh);
+  for (size_t i = 0; i < tasks.size(); ++i)
+    if (sh.choice[i] >= 0 &&
+        tasks[i].options[static_cast<size_t>(sh.choice[i])].gpus != sh.shadow_gpus[i])
+      entitled_[tasks[i].name] = sh.shadow_gpus[i];
+  return ExplainShadow(tasks, sp, sh, trigger, now);
 }
 
 }  // namespace orrery::engine

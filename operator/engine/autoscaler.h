@@ -150,6 +150,14 @@ class Autoscaler {
   // batch at its count and guarded growth onto idle GPUs (not logged).
   StatusOr<ScalePlan> DecideShadow(const std::vector<ScaleTask>& tasks, int capacity,
                                    ScaleTrigger trigger, double now);
+  // DecideShadow's parts (autoscaler.cc): the shadow problem, the options the
+  // tasks run under given the shadow's GPU counts, and the decisions explained.
+  struct Shadow;
+  StatusOr<Shadow> MakeShadow(const std::vector<ScaleTask>& tasks);
+  void ChooseUnderShadow(const std::vector<ScaleTask>& tasks, int capacity, const ScalePlan& sp,
+                         Shadow& sh) const;
+  ScalePlan ExplainShadow(const std::vector<ScaleTask>& tasks, const ScalePlan& sp,
+                          const Shadow& sh, ScaleTrigger trigger, double now) const;
 
   AutoscalerOptions options_;
   std::vector<ScaleDecision> log_;
