@@ -164,6 +164,48 @@ StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks, int 
 
 namespace {
 
+// A plan's progress (the objective, no bonus), how many of its tasks are on
+// course to finish by the deadline, and how many dwelling tasks it keeps.
+struct PlanScore {
+  const std::vector<ScaleTask>& tasks;
+  const Values& v;
+  const std::vector<bool>& dwelling;
+
+  double Progress(const std::vector<int>& choice) const {
+    double sum = 0;
+    for (size_t k = 0; k < tasks.size(); ++k)
+      if (choice[k] >= 0) sum += v.raw[k][static_cast<size_t>(choice[k])];
+    return sum;
+  }
+  int OnCourse(const std::vector<int>& choice) const {
+    int count = 0;
+    for (size_t k = 0; k < tasks.size(); ++k)
+      if (choice[k] >= 0 && v.deadline[k][static_cast<size_t>(choice[k])] > 0) ++count;
+    return count;
+  }
+  int KeptDwelling(const std::vector<int>& choice) const {
+    int count = 0;
+    for (size_t k = 0; k < tasks.size(); ++k)
+      if (dwelling[k] && choice[k] == tasks[k].current) ++count;
+    return count;
+  }
+  // The bonuses that weighed in a choice of `chosen` over `other`, for the
+  // reason (the dwell bonus only where the plan weighed it).
+  std::string Bonuses(const std::vector<int>& chosen, const std::vector<int>& other,
+                      bool with_dwell) const {
+    std::string said;
+    if (OnCourse(chosen) != OnCourse(other))
+      said += "; deadline bonus: " + std::to_string(OnCourse(chosen)) +
+              " tasks on course to finish by the deadline against " +
+              std::to_string(OnCourse(other));
+    if (with_dwell && KeptDwelling(chosen) != KeptDwelling(other))
+      said += "; dwell bonus: " + std::to_string(KeptDwelling(chosen)) +
+              " tasks within their dwell time kept where they are against " +
+              std::to_string(KeptDwelling(other));
+    return said;
+  }
+};
+
 // The decisions of a joint plan, task by task, with the gain, the cost and the
 // reason (the deadline and dwell bonuses stated apart).
 void ExplainJoint(const AutoscalerOptions& options,
@@ -180,43 +222,10 @@ void ExplainJoint(const AutoscalerOptions& options,
   auto option = [&](size_t i, int j) -> const elastic::Option& {
     return tasks[i].options[static_cast<size_t>(j)];
   };
-  // A plan's progress (the objective, no bonus), how many of its tasks are on
-  // course to finish by the deadline, and how many dwelling tasks it keeps.
-  auto progress = [&](const std::vector<int>& choice) {
-    double sum = 0;
-    for (size_t k = 0; k < n; ++k)
-      if (choice[k] >= 0) sum += v.raw[k][static_cast<size_t>(choice[k])];
-    return sum;
-  };
-  auto on_course = [&](const std::vector<int>& choice) {
-    int count = 0;
-    for (size_t k = 0; k < n; ++k)
-      if (choice[k] >= 0 && v.deadline[k][static_cast<size_t>(choice[k])] > 0) ++count;
-    return count;
-  };
-  auto kept_dwelling = [&](const std::vector<int>& choice) {
-    int count = 0;
-    for (size_t k = 0; k < n; ++k)
-      if (dwelling[k] && choice[k] == tasks[k].current) ++count;
-    return count;
-  };
-  // The bonuses that weighed in a choice of `chosen` over `other`, for the reason
-  // (the dwell bonus only where the plan weighed it).
+  const PlanScore score{tasks, v, dwelling};
+  auto progress = [&](const std::vector<int>& choice) { return score.Progress(choice); };
   auto bonuses = [&](const std::vector<int>& chosen, const std::vector<int>& other,
-                     bool with_dwell) {
-    std::string said;
-    const int deadline = on_course(chosen) - on_course(other);
-    if (deadline != 0)
-      said += "; deadline bonus: " + std::to_string(on_course(chosen)) +
-              " tasks on course to finish by the deadline against " +
-              std::to_string(on_course(other));
-    const int dwell_kept = kept_dwelling(chosen) - kept_dwelling(other);
-    if (with_dwell && dwell_kept != 0)
-      said += "; dwell bonus: " + std::to_string(kept_dwelling(chosen)) +
-              " tasks within their dwell time kept where they are against " +
-              std::to_string(kept_dwelling(other));
-    return said;
-  };
+                     bool with_dwell) { return score.Bonuses(chosen, other, with_dwell); };
   for (size_t i = 0; i < n; ++i) {
     const ScaleTask& t = tasks[i];
     const int from = t.current, to = out.choice[i];
