@@ -12,11 +12,17 @@
 // ranks; the job reaches Succeeded, and its final loss equals an uninterrupted
 // single-process run of the same task. A real Prometheus scrapes the operator
 // and the worker: every dashboard query returns data.
+// Container mode: where podman and the CPU worker image (scripts/images;
+// ORRERY_WORKER_IMAGE names another) are present, the node agent runs every
+// worker pod as a container of that image as its pod spec says (uid 65532,
+// read-only root, the claim bind-mounted); else as processes. The log says which.
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -189,6 +195,19 @@ TEST_F(FullPathTest, QuickstartSurvivesANodeLossAndMatchesAnUninterruptedRun) {
   ao.root = (dir / "agent").string();
   ao.default_binary = kWorker;
   ao.first_ip_block = 7;
+  const char* image_env = std::getenv("ORRERY_WORKER_IMAGE");
+  const std::string image = image_env != nullptr ? image_env : "localhost/orrery-worker:latest";
+  const bool containers = RunCommand("podman image exists '" + image + "' 2>&1").exit_code == 0;
+  if (containers) {
+    ao.container_runtime = "podman";
+    ao.images = {{"orrery-worker", image}};
+    // The corpus, which the job names by a path on the node.
+    ao.host_folders = {std::filesystem::path(DataPath()).parent_path().string()};
+  }
+  std::printf("worker pods run as %s\n",
+              containers ? ("containers of " + image).c_str()
+                         : "processes (no podman or no worker image: scripts/images)");
+  std::fflush(stdout);  // before any fork: a child must not print it again
   auto agent = orrery::testing::NodeAgent::Start(kube::testutil::PlaneConfig(*plane()), ao);
   ASSERT_TRUE(agent.ok()) << agent.status();
   ASSERT_TRUE((*agent)->CreateBoundClaim(kNamespace, "checkpoints").ok());

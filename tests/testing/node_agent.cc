@@ -891,6 +891,10 @@ Status NodeAgent::ContainerArgvLocked(
     a.push_back("--volume");
     a.push_back(local + ":" + path + (read_only[path] ? ":ro" : ""));
   }
+  for (const std::string& folder : options_.host_folders) {
+    a.push_back("--volume");
+    a.push_back(folder + ":" + folder + ":ro");
+  }
   for (const auto& [name, value] : env) {
     a.push_back("--env");
     a.push_back(name + "=" + value);

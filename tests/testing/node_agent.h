@@ -64,6 +64,9 @@ struct NodeAgentOptions {
   // image that stands for it (a pod's image not in it is used as it is).
   std::string container_runtime;
   std::map<std::string, std::string> images;
+  // Container mode: host folders every container sees, read-only, at the same
+  // path (what a node's disk or an image would hold, such as a test's corpus).
+  std::vector<std::string> host_folders;
   // Pod IPs are 127.0.<block>.1, .2, ... from this block on; agents running at the
   // same time on one machine (say, two test binaries) need distinct blocks.
   int first_ip_block = 1;

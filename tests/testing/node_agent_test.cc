@@ -412,34 +412,86 @@ TEST_F(NodeAgentTest, GangOfOrreryWorkersRendezvousesAndSucceeds) {
   TinyGangTrains(*agent_);
 }
 
-// Container mode: the same gang as containers of the CPU worker image, run as
-// their pod specs say (uid 65532, read-only root, no capabilities, the claim and
-// emptyDirs as bind mounts), on two nodes of a second agent.
-TEST_F(NodeAgentTest, GangOfOrreryWorkerContainersRendezvousesAndSucceeds) {
+// Container mode: a second agent, on nodes of its own, running pods as containers
+// of the CPU worker image (scripts/images; ORRERY_WORKER_IMAGE names another).
+// Null, with the test skipped, without podman or the image.
+std::unique_ptr<NodeAgent> StartContainerAgent(const ControlPlane& plane, const std::string& ns,
+                                               std::string* skip) {
   const char* env = std::getenv("ORRERY_WORKER_IMAGE");
   std::string image = env != nullptr ? env : "localhost/orrery-worker:latest";
   CommandResult exists = RunCommand("podman image exists '" + image + "' 2>&1");
   if (exists.exit_code != 0) {
-    GTEST_SKIP() << "needs podman and the image " << image
-                 << " (scripts/setup installs podman, scripts/images builds the image)";
+    *skip = "needs podman and the image " + image +
+            " (scripts/setup installs podman, scripts/images builds the image)";
+    return nullptr;
   }
   NodeAgentOptions o;
-  o.nodes = {ns_ + "-c", ns_ + "-d"};
-  o.root = plane()->dir() + "/" + ns_ + "-containers";
+  o.nodes = {ns + "-c", ns + "-d"};
+  o.root = plane.dir() + "/" + ns + "-containers";
   o.heartbeat_period = std::chrono::seconds(1);
   o.first_ip_block = 2;
   o.container_runtime = "podman";
-  o.images = {{api::kDefaultWorkerImage, image}};
-  auto agent = NodeAgent::Start(kube::testutil::PlaneConfig(*plane()), o);
-  ASSERT_TRUE(agent.ok()) << agent.status();
-  TinyGangTrains(**agent);
+  o.images = {{api::kDefaultWorkerImage, image}, {"shell", image}};
+  auto agent = NodeAgent::Start(kube::testutil::PlaneConfig(plane), o);
+  if (!agent.ok()) {
+    *skip = "";
+    ADD_FAILURE() << agent.status();
+    return nullptr;
+  }
+  return std::move(*agent);
+}
+
+// A kubelet's container: the pod's user (not root), a read-only root filesystem,
+// the claim writable through the fsGroup, the exit code and the termination
+// message reported.
+TEST_F(NodeAgentTest, ContainerRunsAsThePodsUserOnAReadOnlyRoot) {
+  std::string skip;
+  std::unique_ptr<NodeAgent> agent = StartContainerAgent(*plane(), ns_, &skip);
+  if (agent == nullptr) {
+    if (!skip.empty()) GTEST_SKIP() << skip;
+    return;
+  }
+  serving_ = agent.get();
+  ASSERT_TRUE(agent->CreateBoundClaim(ns_, "shared").ok());
+  Object pod = ShellPod("confined",
+                        "id -u > /data/uid; if touch /probe 2>/dev/null; then exit 4; fi;"
+                        " printf 'read-only root' > /dev/termination-log; exit 3");
+  pod["spec"]["securityContext"] = {
+      {"runAsUser", 65532}, {"runAsGroup", 65532}, {"fsGroup", 65532}};
+  pod["spec"]["containers"][0]["securityContext"] = {
+      {"readOnlyRootFilesystem", true},
+      {"allowPrivilegeEscalation", false},
+      {"capabilities", {{"drop", Object::array({"ALL"})}}}};
+  pod["spec"]["nodeName"] = agent->nodes()[0];  // bound, as the scheduler would
+  Create(pod);
+  WaitPhase("confined", "Failed");
+  Object t = Terminated("confined");
+  EXPECT_EQ(t["exitCode"], 3) << t.dump();
+  EXPECT_EQ(t["reason"], "Error");
+  EXPECT_EQ(t["message"], "read-only root");
+  EXPECT_EQ(ReadFile(agent->PvcDir(ns_, "shared") + "/uid"), "65532\n");
+  serving_ = nullptr;
+  EXPECT_TRUE(agent->Stop().ok());
+}
+
+// The gang above as containers of the worker image, run as their pod specs say
+// (uid 65532, read-only root, no capabilities, the claim and emptyDirs as bind
+// mounts), on the second agent's two nodes.
+TEST_F(NodeAgentTest, GangOfOrreryWorkerContainersRendezvousesAndSucceeds) {
+  std::string skip;
+  std::unique_ptr<NodeAgent> agent = StartContainerAgent(*plane(), ns_, &skip);
+  if (agent == nullptr) {
+    if (!skip.empty()) GTEST_SKIP() << skip;
+    return;
+  }
+  TinyGangTrains(*agent);
   // The checkpoints were written by the pods' user, through the fsGroup.
-  std::string ckpt = (*agent)->PvcDir(ns_, "ckpt") + "/tiny-6f1d2c3a-0000-4000-8000-00000000a9e7";
+  std::string ckpt = agent->PvcDir(ns_, "ckpt") + "/tiny-6f1d2c3a-0000-4000-8000-00000000a9e7";
   struct stat st {};
   ASSERT_EQ(stat(ckpt.c_str(), &st), 0) << ckpt;
   EXPECT_EQ(st.st_uid, 65532u);
   serving_ = nullptr;
-  EXPECT_TRUE((*agent)->Stop().ok());
+  EXPECT_TRUE(agent->Stop().ok());
 }
 
 }  // namespace
