@@ -1134,6 +1134,16 @@ Status Reconciler::StopForRescale(JobContext& ctx, const std::string& task,
   return OkStatus();
 }
 
+// Whether the API server refused the task's pods for the job's current spec
+// (it is then not launched); a refusal of an older spec is forgotten.
+bool Reconciler::RefusedForThisSpec(JobContext& ctx, const std::string& task) {
+  auto pr = ctx.state->pod_rejected.find(task);
+  if (pr == ctx.state->pod_rejected.end()) return false;
+  if (pr->second.first == ctx.loaded.job.metadata.generation) return true;
+  ctx.state->pod_rejected.erase(pr);  // a new spec: try it
+  return false;
+}
+
 // What one task's gang is doing now, and what follows: a finished task is done,
 // a live gang is the world's, a failed or timed-out gang is torn down.
 Status Reconciler::ObserveTask(JobContext& ctx, size_t task_index) {
@@ -1167,18 +1177,10 @@ Status Reconciler::ObserveTask(JobContext& ctx, size_t task_index) {
     blocked.insert(name);
     return OkStatus();
   }
-  if (prior_done.count(name) > 0) {
+  if (prior_done.count(name) > 0 || RefusedForThisSpec(ctx, name)) {
     done.insert(name);
     blocked.insert(name);
     return OkStatus();
-  }
-  if (auto pr = st.pod_rejected.find(name); pr != st.pod_rejected.end()) {
-    if (pr->second.first == job.metadata.generation) {
-      done.insert(name);
-      blocked.insert(name);
-      return OkStatus();
-    }
-    st.pod_rejected.erase(pr);  // a new spec: try it
   }
   if (g == nullptr) return OkStatus();
   std::string gang_label = GangLabelValue(name, g->generation);

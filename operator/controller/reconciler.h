@@ -290,6 +290,7 @@ class Reconciler {
                                        const Status& why, const char* reason = "InvalidSpec");
   StatusOr<kube::Result> RejectPods(JobContext& ctx, const kube::Object& object, const Status& why);
   void ReadCluster(JobContext& ctx);
+  bool RefusedForThisSpec(JobContext& ctx, const std::string& task);
   Status ReadProfiles(JobContext& ctx, ProfileTable* table);
   void CountCapacity(JobContext& ctx);
   Status RequestProfiles(JobContext& ctx, const ProfileTable& table);

@@ -203,6 +203,70 @@ std::map<std::string, TaskObservation> ObserveTasks(const std::vector<Json>& pod
   return out;
 }
 
+namespace {
+
+// A task's state, message and progress from its newest gang.
+void TaskFromGang(const StatusInput& in, const api::ExpandedTask& task, const GangObservation& g,
+                  api::TaskStatus& t, std::vector<std::string>* degraded) {
+  const api::ModelSelectionJob& job = *in.job;
+  switch (g.phase) {
+    case GangPhase::kPending:
+      t.state = g.generation == 0 ? api::TaskState::kQueued : api::TaskState::kRescaling;
+      t.message = std::to_string(g.ranks_seen - g.pending) + "/" + std::to_string(g.world_size) +
+                  " ranks running";
+      break;
+    case GangPhase::kRunning: {
+      t.state = api::TaskState::kRunning;
+      if (in.progress == nullptr) break;
+      auto reported = in.progress->find(LabelValue(task.name));
+      if (reported == in.progress->end() || reported->second.generation != g.generation) {
+        break;
+      }
+      const TaskProgress& p = reported->second;
+      t.steps_done = std::min(p.step, t.steps_total);
+      t.progress = t.steps_total > 0
+                       ? static_cast<double>(t.steps_done) / static_cast<double>(t.steps_total)
+                       : 0;
+      t.samples_per_second = p.samples_per_second;
+      int64_t batch = g.config && g.config->batch_size > 0 ? g.config->batch_size
+                                                           : task.task.training.batch_size;
+      t.eta_seconds = p.samples_per_second > 0
+                          ? static_cast<double>(t.steps_total - t.steps_done) *
+                                static_cast<double>(batch) / p.samples_per_second
+                          : 0;
+      t.last_checkpoint =
+          LastCheckpoint(t.last_checkpoint, p, CheckpointDir(job, task.name), in.now);
+      t.last_restore = LastRestore(t.last_restore, p, in.now);
+      break;
+    }
+    case GangPhase::kSucceeded:
+      t.state = api::TaskState::kSucceeded;
+      t.progress = 1;
+      t.steps_done = t.steps_total;
+      t.eta_seconds = 0;
+      // The worker exits 0 only after the export is written (--export-dir
+      // fails the run otherwise), so the folder it was given now holds it.
+      t.export_path = engine::ExportDir(task, "");
+      break;
+    case GangPhase::kFailed:
+    case GangPhase::kPartial:
+      if (in.replanned.count(GangLabelValue(task.name, g.generation)) > 0) {
+        t.state = api::TaskState::kRescaling;
+        t.message = "stopping gang g" + std::to_string(g.generation) +
+                    " for a new plan (it checkpoints first)";
+        break;
+      }
+      t.state =
+          g.generation >= in.max_restarts ? api::TaskState::kFailed : api::TaskState::kRescaling;
+      t.message = std::string(GangPhaseName(g.phase)) + " gang g" + std::to_string(g.generation) +
+                  ": " + g.reason;
+      degraded->push_back(task.name + ": " + g.reason);
+      break;
+  }
+}
+
+}  // namespace
+
 api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
   const api::ModelSelectionJob& job = *in.job;
   const api::ModelSelectionJobStatus* previous = job.status ? &*job.status : nullptr;
@@ -229,60 +293,7 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
       s.gpus_held += g->gpus_held;
       t.restarts = it->second.restarts;
       if (g->config) t.config = g->config;
-      switch (g->phase) {
-        case GangPhase::kPending:
-          t.state = g->generation == 0 ? api::TaskState::kQueued : api::TaskState::kRescaling;
-          t.message = std::to_string(g->ranks_seen - g->pending) + "/" +
-                      std::to_string(g->world_size) + " ranks running";
-          break;
-        case GangPhase::kRunning: {
-          t.state = api::TaskState::kRunning;
-          if (in.progress == nullptr) break;
-          auto reported = in.progress->find(LabelValue(task.name));
-          if (reported == in.progress->end() || reported->second.generation != g->generation) {
-            break;
-          }
-          const TaskProgress& p = reported->second;
-          t.steps_done = std::min(p.step, t.steps_total);
-          t.progress = t.steps_total > 0
-                           ? static_cast<double>(t.steps_done) / static_cast<double>(t.steps_total)
-                           : 0;
-          t.samples_per_second = p.samples_per_second;
-          int64_t batch = g->config && g->config->batch_size > 0 ? g->config->batch_size
-                                                                 : task.task.training.batch_size;
-          t.eta_seconds = p.samples_per_second > 0
-                              ? static_cast<double>(t.steps_total - t.steps_done) *
-                                    static_cast<double>(batch) / p.samples_per_second
-                              : 0;
-          t.last_checkpoint =
-              LastCheckpoint(t.last_checkpoint, p, CheckpointDir(job, task.name), in.now);
-          t.last_restore = LastRestore(t.last_restore, p, in.now);
-          break;
-        }
-        case GangPhase::kSucceeded:
-          t.state = api::TaskState::kSucceeded;
-          t.progress = 1;
-          t.steps_done = t.steps_total;
-          t.eta_seconds = 0;
-          // The worker exits 0 only after the export is written (--export-dir
-          // fails the run otherwise), so the folder it was given now holds it.
-          t.export_path = engine::ExportDir(task, "");
-          break;
-        case GangPhase::kFailed:
-        case GangPhase::kPartial:
-          if (in.replanned.count(GangLabelValue(task.name, g->generation)) > 0) {
-            t.state = api::TaskState::kRescaling;
-            t.message = "stopping gang g" + std::to_string(g->generation) +
-                        " for a new plan (it checkpoints first)";
-            break;
-          }
-          t.state = g->generation >= in.max_restarts ? api::TaskState::kFailed
-                                                     : api::TaskState::kRescaling;
-          t.message = std::string(GangPhaseName(g->phase)) + " gang g" +
-                      std::to_string(g->generation) + ": " + g->reason;
-          degraded.push_back(task.name + ": " + g->reason);
-          break;
-      }
+      TaskFromGang(in, task, *g, t, &degraded);
     } else if (auto pr = in.pod_rejected.find(task.name); pr != in.pod_rejected.end()) {
       t.state = api::TaskState::kFailed;
       t.message = kPodRejectedMessage + pr->second;
