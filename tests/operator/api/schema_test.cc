@@ -330,7 +330,7 @@ TEST(SchemaTest, PodFieldPatternsAreSchemasAndAgreeWithValidation) {
       << "the nodeSelector key rule matches kLabelKeyPattern";
 
   const std::vector<std::string> images = {
-      "ghcr.io/orrery/worker:0.1.0",
+      "registry.example.com/orrery/worker:0.1.0",
       "worker",
       "localhost:5000/worker:dev",
       "Registry.Example.com/team/worker",
@@ -340,22 +340,22 @@ TEST(SchemaTest, PodFieldPatternsAreSchemasAndAgreeWithValidation) {
       "w:" + std::string(128, 't'),
       "repo/a__b/c--d/e.f",
       "Worker",
-      "ghcr.io/Orrery/worker",
-      "ghcr.io/orrery/worker:",
-      "ghcr.io/orrery/worker:.x",
+      "registry.example.com/Orrery/worker",
+      "registry.example.com/orrery/worker:",
+      "registry.example.com/orrery/worker:.x",
       "worker:" + std::string(129, 't'),
       "worker@sha256:abc",
       "worker@md5:" + std::string(32, 'a'),
       "worker@sha256:" + std::string(64, 'A'),
       " worker",
       "work er",
-      "ghcr.io//worker",
+      "registry.example.com//worker",
       "-worker",
       "worker-",
       "a___b",
       "host:port/x",
       ":tag",
-      "ghcr.io/orrery/worker:v1@sha512:" + std::string(128, '0')};
+      "registry.example.com/orrery/worker:v1@sha512:" + std::string(128, '0')};
   for (const std::string& image : images) {
     EXPECT_EQ(Matches(kImagePattern, image), ImageReferenceProblem(image).empty()) << image;
   }
