@@ -372,6 +372,8 @@ StatusOr<std::unique_ptr<Exposer>> Exposer::Start(const std::string& address,
   if (int rc = getaddrinfo(lookup.c_str(), port.c_str(), &want, &found); rc != 0) {
     return InvalidArgumentError(flag + ": cannot resolve '" + host + "': " + gai_strerror(rc));
   }
+  // Freed on every return below, the refusals of a bad certificate included.
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> found_guard(found, freeaddrinfo);
   std::unique_ptr<Exposer> e(new Exposer());
   e->options_ = std::move(options);
   if (e->options_.https) {
@@ -406,7 +408,7 @@ StatusOr<std::unique_ptr<Exposer>> Exposer::Start(const std::string& address,
       close(fd);
     }
   }
-  freeaddrinfo(found);
+  found_guard.reset();
   if (e->listen_fd_ < 0) {
     return UnavailableError("cannot serve metrics on " + host + ":" + port + ": " + bind_error +
                             hint);
