@@ -423,6 +423,15 @@ class ReconcileTest : public ReconcilerPureTest {
     ASSERT_TRUE(
         client_.Update(kube::ConfigMaps(), "orrery-system", kube::Object::parse(cm.dump())).ok());
   }
+  // The first pass plans and launches, the gangs run, the next pass sees them:
+  // one solve so far.
+  void LaunchAndRun(Reconciler& reconciler) {
+    ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+    SyncPods("Running");
+    clock_.Advance(std::chrono::seconds(30));
+    ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+    ASSERT_EQ(reconciler.Solves(key_), 1);
+  }
   // The pod cache catches up with the fake server.
   void SyncPods(const std::string& phase) {
     for (const kube::Object& p : client_.Pods(phase)) {
@@ -1046,11 +1055,7 @@ TEST_F(ReconcileTest, AGangSlowerThanItsProfilePlansAgainOnce) {
   ProgressBoard board;
   options_.progress = &board;
   Reconciler reconciler(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
-  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
-  SyncPods("Running");
-  clock_.Advance(std::chrono::seconds(30));
-  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
-  ASSERT_EQ(reconciler.Solves(key_), 1);
+  ASSERT_NO_FATAL_FAILURE(LaunchAndRun(reconciler));
   // Every running gang reports: ddp ranks each train their share of the batch,
   // the profile says 100 samples/s per GPU, the gangs make half of that.
   std::map<std::string, int> ranks;
@@ -1075,11 +1080,7 @@ TEST_F(ReconcileTest, AGangSlowerThanItsProfilePlansAgainOnce) {
 // next pass solves again under it (trigger spec-changed), then not again.
 TEST_F(ReconcileTest, EditedSchedulingSettingsArePlannedWithAtTheNextPass) {
   Reconciler reconciler(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
-  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
-  SyncPods("Running");
-  clock_.Advance(std::chrono::seconds(30));
-  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
-  ASSERT_EQ(reconciler.Solves(key_), 1);
+  ASSERT_NO_FATAL_FAILURE(LaunchAndRun(reconciler));
   api::ModelSelectionJob edited = loaded_.job;
   edited.spec.scheduling.replan_interval_seconds = 120;
   edited.spec.scheduling.min_switch_gain = 0.2;
