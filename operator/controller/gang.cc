@@ -215,6 +215,55 @@ std::vector<api::FieldError> ClusterSpecErrors(const api::ModelSelectionJob& job
   return errors;
 }
 
+std::string PodSettingsDigest(const api::ResourcesSpec& resources) {
+  // A canonical text of the settings (the selector map is sorted; the
+  // tolerations keep the spec's order, which is what the pods get).
+  Json tolerations = Json::array();
+  for (const api::Toleration& t : resources.tolerations) {
+    tolerations.push_back({t.key, t.operator_, t.value, t.effect,
+                           t.toleration_seconds ? std::to_string(*t.toleration_seconds) : ""});
+  }
+  const Json settings = {{"image", resources.image},
+                         {"gpuResourceName", resources.gpu_resource_name},
+                         {"nodeSelector", resources.node_selector},
+                         {"tolerations", tolerations}};
+  return HashHex(settings.dump(), 16);
+}
+
+namespace {
+// What the gang's workers are told to run (engine/worker_command.h): the
+// template, GPUs, batch, checkpoints, device and the task's budget.
+engine::LaunchConfig LaunchFor(const api::ModelSelectionJob& job, const GangRequest& r) {
+  const GangConfig& c = r.config;
+  const std::string& task = r.task->name;
+  engine::LaunchConfig launch;
+  launch.template_name = std::string(api::EnumName(c.template_));
+  launch.gpus = c.gpus;
+  launch.batch_size = c.batch_size;
+  launch.checkpoint_dir = CheckpointDir(job, task);
+  launch.checkpoint_every = job.spec.checkpoints.interval_steps;
+  launch.keep = job.spec.checkpoints.keep;
+  launch.report_every = r.options.report_every;
+  launch.threads = r.options.threads;
+  // NCCL talks between GPUs: a gang on the nccl backend computes on CUDA.
+  launch.device = r.options.backend == "nccl" ? "cuda" : "cpu";
+  launch.lr_scaling = job.spec.elasticity.enabled ? job.spec.elasticity.learning_rate_scaling
+                                                  : api::LrScaling::kNone;
+  // An elastic task's budget is its samples, whatever batches it runs at: the
+  // worker counts the steps that finish them from its checkpoint's exact
+  // cursor. The operator's own view of that checkpoint may lag (a gang stopped
+  // for a rescale writes its last one on SIGTERM, after the last progress poll),
+  // and a task back at its own batch after another one must not run its own
+  // step count again. An epoch budget on data of unknown size stays --epochs:
+  // the worker converts it at each batch from the samples it has consumed.
+  const api::TaskSpec& spec = r.task->task;
+  if (job.spec.elasticity.enabled && (!spec.training.epochs || spec.data.synthetic)) {
+    launch.samples = engine::SampleBudget(spec);
+  }
+  return launch;
+}
+}  // namespace
+
 StatusOr<Gang> BuildGang(const GangRequest& r) {
   if (r.job == nullptr || r.task == nullptr) return InvalidArgumentError("gang: job and task");
   ORRERY_RETURN_IF_ERROR(CheckJobMetadata(*r.job));
@@ -243,30 +292,7 @@ StatusOr<Gang> BuildGang(const GangRequest& r) {
   Json selector = GangSelector(job, task, r.generation);
   gang.service = HeadlessService(job, gang.service_name, selector, selector);
 
-  engine::LaunchConfig launch;
-  launch.template_name = std::string(api::EnumName(c.template_));
-  launch.gpus = c.gpus;
-  launch.batch_size = c.batch_size;
-  launch.checkpoint_dir = CheckpointDir(job, task);
-  launch.checkpoint_every = job.spec.checkpoints.interval_steps;
-  launch.keep = job.spec.checkpoints.keep;
-  launch.report_every = r.options.report_every;
-  launch.threads = r.options.threads;
-  // NCCL talks between GPUs: a gang on the nccl backend computes on CUDA.
-  launch.device = r.options.backend == "nccl" ? "cuda" : "cpu";
-  launch.lr_scaling = job.spec.elasticity.enabled ? job.spec.elasticity.learning_rate_scaling
-                                                  : api::LrScaling::kNone;
-  // An elastic task's budget is its samples, whatever batches it runs at: the
-  // worker counts the steps that finish them from its checkpoint's exact
-  // cursor. The operator's own view of that checkpoint may lag (a gang stopped
-  // for a rescale writes its last one on SIGTERM, after the last progress poll),
-  // and a task back at its own batch after another one must not run its own
-  // step count again. An epoch budget on data of unknown size stays --epochs:
-  // the worker converts it at each batch from the samples it has consumed.
-  const api::TaskSpec& spec = r.task->task;
-  if (job.spec.elasticity.enabled && (!spec.training.epochs || spec.data.synthetic)) {
-    launch.samples = engine::SampleBudget(spec);
-  }
+  const engine::LaunchConfig launch = LaunchFor(job, r);
   std::vector<std::string> args = {"train"};
   for (std::string& f : engine::TrainFlags(*r.task, launch)) args.push_back(std::move(f));
 
@@ -292,6 +318,7 @@ StatusOr<Gang> BuildGang(const GangRequest& r) {
     p.annotations[kGenerationAnnotation] = std::to_string(r.generation);
     p.annotations[kConfigAnnotation] = config_note.dump();
     p.annotations[kNodeAnnotation] = r.placement[static_cast<size_t>(rank)];
+    p.annotations[kPodSettingsAnnotation] = PodSettingsDigest(job.spec.resources);
     if (!has_claim) p.annotations[kCheckpointWarningAnnotation] = gang.warnings.front();
     p.args = args;
     p.rank = rank;

@@ -77,6 +77,14 @@ struct Gang {
   std::vector<std::string> warnings;
 };
 
+// A digest of what of the job's spec shapes its gang pods beyond the task and
+// the plan: spec.resources.image, nodeSelector, tolerations and
+// gpuResourceName. Every gang pod carries it (kPodSettingsAnnotation); a
+// running gang made under another digest restarts under the edited settings.
+// Checkpoint settings are left out on purpose: a new checkpoint path would
+// restart the task from nothing.
+std::string PodSettingsDigest(const api::ResourcesSpec& resources);
+
 // INVALID_ARGUMENT when the request is inconsistent (missing job metadata, a
 // placement that does not match the ranks or the nodes spanned).
 StatusOr<Gang> BuildGang(const GangRequest& request);

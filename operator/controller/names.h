@@ -33,6 +33,10 @@ inline constexpr const char* kConfigAnnotation = "orrery.dev/config";
 inline constexpr const char* kNodeAnnotation = "orrery.dev/planned-node";
 inline constexpr const char* kProfileKeyAnnotation = "orrery.dev/profile-key";
 inline constexpr const char* kCheckpointWarningAnnotation = "orrery.dev/checkpoint-warning";
+// A digest of the job's pod settings a gang was made with (gang.h:
+// PodSettingsDigest): a running gang whose digest differs from the job's now
+// was made before an edit of them, and restarts under the new ones.
+inline constexpr const char* kPodSettingsAnnotation = "orrery.dev/pod-settings";
 
 // 64-bit FNV-1a: fully specified, equal on every machine and standard library.
 uint64_t Fnv1a64(std::string_view data);

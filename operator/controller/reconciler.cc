@@ -297,6 +297,9 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
     v.arrival = in.now;
     auto live = in.live.find(task.name);
     if (live != in.live.end() && !v.done) {
+      // Pods from before the annotation existed ("") are left as they are.
+      v.outdated = !live->second.pod_settings.empty() && !in.pod_settings.empty() &&
+                   live->second.pod_settings != in.pod_settings;
       const api::TaskConfig& c = live->second.config;
       int config = -1;
       for (size_t k = 0; k < tc.configs.size(); ++k) {
@@ -750,6 +753,7 @@ Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConf
   created.config.gpus = c.gpus;
   created.config.batch_size = c.batch_size;
   created.config.nodes = placement;
+  created.pod_settings = PodSettingsDigest(job.spec.resources);
   st.expected[task.name] =
       Expected{created, clock_->Now(), ctx.job_label, GangLabelValue(task.name, generation)};
   st.last_generation[task.name] = generation;
@@ -1102,6 +1106,13 @@ void Reconciler::ObserveGangs(JobContext& ctx) {
       if (t.state == api::TaskState::kSucceeded || t.state == api::TaskState::kFailed) {
         ctx.prior_done.insert(t.name);
       }
+      // A gang this operator (or the one before it) stopped for a plan: its
+      // ranks going is that stop, not a failure to count against restarts.
+      if (auto g = StoppingForPlanGeneration(t.message);
+          t.state == api::TaskState::kRescaling && g &&
+          ctx.state->replanned.insert(GangLabelValue(t.name, *g)).second) {
+        ctx.state->rescaling.emplace(t.name, std::make_pair(ctx.now_tp, *g));
+      }
     }
   }
 }
@@ -1220,7 +1231,12 @@ Status Reconciler::ObserveTask(JobContext& ctx, size_t task_index) {
         }
         st.rescaling.erase(rs);
       }
-      if (g->config) live[name] = LiveGang{g->generation, *g->config};
+      // A gang this reconciler already stopped (the cache has not seen its
+      // ranks go yet) is not outdated again: its settings count as unknown.
+      if (g->config) {
+        live[name] = LiveGang{g->generation, *g->config,
+                              st.replanned.count(gang_label) > 0 ? "" : g->pod_settings};
+      }
       blocked.insert(name);
       break;
     case GangPhase::kFailed:
@@ -1344,6 +1360,7 @@ void Reconciler::BuildWorld(JobContext& ctx) {
   wi.done = ctx.done;
   wi.profiling = ctx.profiling;
   wi.live = ctx.live;
+  wi.pod_settings = PodSettingsDigest(ctx.loaded.job.spec.resources);
   ctx.world = BuildWorldView(wi);
   ctx.quota = ctx.loaded.job.spec.resources.gpu_quota;
   ctx.world.gpu_cap = ctx.quota;
@@ -1612,11 +1629,18 @@ Status Reconciler::ApplyStops(JobContext& ctx) {
          {"reason", why}});
     std::string stop_note = "stopping " + GangLabelValue(v.name, g.generation) + " to run it as " +
                             to + " (plan " + std::to_string(st.engine->adoptions()) + ")";
+    const char* event_reason = "Rescale";
     if (stop.reason == engine::StopReason::kQuota) {
       stop_note +=
           ": the job holds more GPUs than its quota of " + std::to_string(quota) + " allows";
+    } else if (stop.reason == engine::StopReason::kSpec) {
+      event_reason = "SpecChanged";
+      stop_note = "restarting " + GangLabelValue(v.name, g.generation) +
+                  ": spec.resources (image, nodeSelector, tolerations or gpuResourceName) was "
+                  "edited since its pods were made; it runs again as " +
+                  to + " under the new settings";
     }
-    Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale",
+    Event(ctx, kube::EventType::kNormal, event_reason, "Rescale",
           stop_note + "; it checkpoints first");
     st.engine->journal().Stopped(v.name);
     ORRERY_RETURN_IF_ERROR(StopForRescale(ctx, v.name, g, why));

@@ -108,7 +108,8 @@ TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
 // A live gang of the job (observed, or created and not yet in the cache).
 struct LiveGang {
   int generation = 0;
-  api::TaskConfig config;  // nodes by rank
+  api::TaskConfig config;    // nodes by rank
+  std::string pod_settings;  // PodSettingsDigest it was made with ("" unknown)
 };
 
 struct WorldInput {
@@ -126,6 +127,9 @@ struct WorldInput {
   std::set<std::string> done;
   std::set<std::string> profiling;
   std::map<std::string, LiveGang> live;  // by task
+  // The job's pod settings now (PodSettingsDigest): a live gang made under
+  // other ones is outdated (engine::TaskView::outdated).
+  std::string pod_settings;
 };
 // A duration as `kubectl get` shows ages: "45s", "12m", "1h20m", "2d3h".
 std::string HumanDuration(double seconds);

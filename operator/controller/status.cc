@@ -144,6 +144,7 @@ std::map<std::string, TaskObservation> ObserveTasks(const std::vector<Json>& pod
     g.task = task;
     g.generation = generation;
     g.world_size = std::max(g.world_size, IntAnnotation(annotations, kWorldSizeAnnotation, 0));
+    if (g.pod_settings.empty()) g.pod_settings = Str(annotations, kPodSettingsAnnotation);
     if (!g.config) {
       g.config = ConfigOf(annotations);
       if (g.config) g.config->nodes.assign(static_cast<size_t>(std::max(0, g.config->gpus)), "");
@@ -209,6 +210,14 @@ namespace {
 void TaskFromGang(const StatusInput& in, const api::ExpandedTask& task, const GangObservation& g,
                   api::TaskStatus& t, std::vector<std::string>* degraded) {
   const api::ModelSelectionJob& job = *in.job;
+  if ((g.phase == GangPhase::kRunning || g.phase == GangPhase::kPending) &&
+      in.replanned.count(GangLabelValue(task.name, g.generation)) > 0) {
+    // Stopped by this pass (the cache does not show its ranks going yet): said
+    // at once, so that an operator restarted before they go knows the stop.
+    t.state = api::TaskState::kRescaling;
+    t.message = StoppingForPlanMessage(g.generation);
+    return;
+  }
   switch (g.phase) {
     case GangPhase::kPending:
       t.state = g.generation == 0 ? api::TaskState::kQueued : api::TaskState::kRescaling;
@@ -252,8 +261,7 @@ void TaskFromGang(const StatusInput& in, const api::ExpandedTask& task, const Ga
     case GangPhase::kPartial:
       if (in.replanned.count(GangLabelValue(task.name, g.generation)) > 0) {
         t.state = api::TaskState::kRescaling;
-        t.message = "stopping gang g" + std::to_string(g.generation) +
-                    " for a new plan (it checkpoints first)";
+        t.message = StoppingForPlanMessage(g.generation);
         break;
       }
       t.state =
@@ -266,6 +274,27 @@ void TaskFromGang(const StatusInput& in, const api::ExpandedTask& task, const Ga
 }
 
 }  // namespace
+
+std::string StoppingForPlanMessage(int generation) {
+  return "stopping gang g" + std::to_string(generation) + " for a new plan (it checkpoints first)";
+}
+
+std::optional<int> StoppingForPlanGeneration(const std::string& message) {
+  const std::string head = "stopping gang g";
+  const std::string tail = " for a new plan (it checkpoints first)";
+  if (message.size() <= head.size() + tail.size() || message.rfind(head, 0) != 0 ||
+      message.compare(message.size() - tail.size(), tail.size(), tail) != 0) {
+    return std::nullopt;
+  }
+  const std::string digits =
+      message.substr(head.size(), message.size() - head.size() - tail.size());
+  if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  const int generation = std::stoi(digits);
+  if (StoppingForPlanMessage(generation) != message) return std::nullopt;  // no leading zeros
+  return generation;
+}
 
 api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
   const api::ModelSelectionJob& job = *in.job;

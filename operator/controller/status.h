@@ -40,6 +40,7 @@ struct GangObservation {
   std::optional<api::TaskConfig> config;  // from the pods' annotation, nodes by rank
   std::vector<std::string> lost_nodes;    // nodes whose loss took a rank (sorted)
   std::string reason;                     // first failure: "rank 2: OOMKilled (exit code 137)"
+  std::string pod_settings;               // kPodSettingsAnnotation ("" on older pods)
   std::vector<std::string> pod_names;     // sorted
 };
 
@@ -86,6 +87,13 @@ struct StatusInput {
 // How a task's message starts when the API server rejected its pods: a status
 // written for the same generation says the task is not to be launched again.
 inline constexpr char kPodRejectedMessage[] = "the API server rejected its pods: ";
+
+// A Rescaling task's message while the gang an adopted plan (or an edit) moved
+// goes: "stopping gang g<generation> for a new plan (it checkpoints first)". A
+// restarted operator reads the generation back (StoppingForPlanGeneration), so
+// that gang's end counts as the stop it is, not as a failure.
+std::string StoppingForPlanMessage(int generation);
+std::optional<int> StoppingForPlanGeneration(const std::string& message);
 
 // The job status: phase, observedGeneration, conditions (Progressing, Degraded,
 // Complete; a condition keeps its lastTransitionTime while its status holds),

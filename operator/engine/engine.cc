@@ -99,6 +99,7 @@ const char* StopReasonName(StopReason reason) {
     case StopReason::kReplan: return "replan";
     case StopReason::kQuota: return "quota";
     case StopReason::kShare: return "share";
+    case StopReason::kSpec: return "spec";
   }
   return "replan";
 }
@@ -390,6 +391,19 @@ std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Pla
   return out;
 }
 
+namespace {
+// Each outdated task (TaskView::outdated) the plan does not stop already stops
+// for the edit; it starts again as the plan has it, under the new settings.
+void AddSpecStops(const WorldView& w, std::vector<StopAction>* stops) {
+  for (size_t t = 0; t < w.tasks.size(); ++t) {
+    if (!w.tasks[t].outdated || w.tasks[t].done) continue;
+    const bool stopping =
+        std::any_of(stops->begin(), stops->end(), [&](const StopAction& s) { return s.task == t; });
+    if (!stopping) stops->push_back({t, StopReason::kSpec});
+  }
+}
+}  // namespace
+
 StepResult Engine::Step(const StepInput& in) {
   StepResult r;
   const WorldView& w = in.world;
@@ -424,6 +438,7 @@ StepResult Engine::Step(const StepInput& in) {
     r.decision = std::move(d).value();
   };
   if (r.trigger) solve(*r.trigger);
+  AddSpecStops(w, &r.stops);
   if (current_) r.launches = SelectLaunches(in, *current_, plan_nodes_, r.stops);
   // A plan under which nothing runs and nothing can start is stale (made for
   // GPUs that are gone, or under a cap since lifted): plan again, once for

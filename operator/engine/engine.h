@@ -64,6 +64,10 @@ struct TaskView {
   // Measured throughput over profiled throughput of the configuration it runs
   // (or ran) in; 1 when nothing was measured. Applied to all its configurations.
   double speed_factor = 1;
+  // Its running gang (placed in this view or not) was made under pod settings
+  // since edited (image, node selector, tolerations): the step stops it
+  // (StopReason::kSpec) and the plan runs it again under the new ones.
+  bool outdated = false;
 };
 
 struct NodeView {
@@ -88,8 +92,9 @@ enum class StopReason {
   kReplan,  // the adopted plan runs it in another configuration or on other GPUs
   kQuota,   // the job holds more GPUs than its cap (a lowered gpuQuota or share)
   kShare,   // the cluster-wide share gives its GPUs to other jobs (cluster_share.h)
+  kSpec,    // its gang was made under pod settings since edited (TaskView::outdated)
 };
-const char* StopReasonName(StopReason reason);  // "replan" | "quota" | "share"
+const char* StopReasonName(StopReason reason);  // "replan" | "quota" | "share" | "spec"
 
 struct StopAction {
   size_t task = 0;  // index into WorldView::tasks

@@ -14,6 +14,8 @@
 //   - elastic batch: the job elastic (batch 16 or 32) under a quota of 2, each
 //     task on one GPU at 16; the quota raised to 4: each is stopped for the new
 //     plan and relaunched on two GPUs at batch 32, where a GPU works best;
+//   - drift (simulator and controller): under a quota of 3 the task on one GPU
+//     trains at half its profiled speed; the re-plan swaps the two tasks;
 //   - node loss (simulator and controller: the local world has one node): two
 //     nodes of two GPUs, the second lost while both run; its task waits for
 //     the first and runs after it.
@@ -37,6 +39,7 @@
 #include "common/clock.h"
 #include "operator/api/load.h"
 #include "operator/controller/names.h"
+#include "operator/controller/progress.h"
 #include "operator/controller/reconciler.h"
 #include "operator/engine/job_options.h"
 #include "operator/engine/journal.h"
@@ -97,6 +100,9 @@ double Linear(int gpus) { return 100.0 * gpus; }
 // samples/s of a (GPUs, global batch) configuration.
 using Speed = std::function<double(int gpus, int64_t batch)>;
 const Speed kLinear = [](int gpus, int64_t) { return Linear(gpus); };
+// A second GPU adds 60%: two tasks side by side (two GPUs and one under a
+// quota of 3) beat one after the other on two.
+const Speed kSublinear = [](int gpus, int64_t) { return gpus == 1 ? 100.0 : 160.0; };
 
 // Elastic: each GPU is at its best with 16 samples of the batch; 8 runs it at
 // half speed, 32 at 0.8, and a second GPU costs 10% in communication. One GPU
@@ -146,7 +152,8 @@ struct SimEdit {
 };
 
 WorldRun RunSim(const api::LoadedJob& job, const std::vector<int>& nodes,
-                const std::vector<SimEdit>& edits, const Speed& speed = kLinear) {
+                const std::vector<SimEdit>& edits, const Speed& speed = kLinear,
+                const std::map<std::string, double>& true_speed = {}) {
   ProfileTable table = testutil::DdpBatchProfiles(job, {1, 2}, speed);
   planner::Workload w;
   w.name = "conformance";
@@ -164,7 +171,8 @@ WorldRun RunSim(const api::LoadedJob& job, const std::vector<int>& nodes,
     task.work = static_cast<double>(engine::SampleBudget(t.task));
     task.configs = ConfigsFromProfiles(job.job.spec, t, table, "cuda", total).configs;
     w.problem.tasks.push_back(task);
-    w.true_speed.push_back(1.0);
+    auto ts = true_speed.find(t.name);
+    w.true_speed.push_back(ts == true_speed.end() ? 1.0 : ts->second);
   }
   for (const SimEdit& e : edits) {
     planner::ClusterEvent ev;
@@ -178,6 +186,7 @@ WorldRun RunSim(const api::LoadedJob& job, const std::vector<int>& nodes,
   engine::EngineOptions world;
   world.switch_cost_s = kSwitchCostS;
   o.engine = engine::JobEngineOptions(job.job.spec.scheduling, world);
+  o.measure_after_s = 60;  // a gang's speed is known a minute in, as its rank 0's reports
   auto r = sim::Simulate(w, o, nullptr);
   EXPECT_TRUE(r.ok()) << r.status();
   if (!r.ok()) return {};
@@ -192,7 +201,10 @@ class Controller {
  public:
   Controller(const orrery::testing::ControlPlane& plane, const api::LoadedJob& job,
              const std::vector<int>& nodes, const std::string& tag, const Speed& speed = kLinear)
-      : kNs("conform-" + tag), kProfileNs("profiles-" + tag), key_(kube::KeyFor(kNs, "conform")) {
+      : kNs("conform-" + tag),
+        kProfileNs("profiles-" + tag),
+        key_(kube::KeyFor(kNs, "conform")),
+        speed_(speed) {
     client_ = kube::testutil::PlaneClient(plane);
     std::string out;
     EXPECT_TRUE(testutil::InstallJobCrd(plane, &out)) << out;
@@ -215,6 +227,7 @@ class Controller {
     recorder_ = testutil::Recorder(client_.get(), "conformance");
     ReconcilerOptions options = testutil::PlaneOptions(recorder_.get(), kProfileNs);
     options.engine.switch_cost_s = kSwitchCostS;
+    options.progress = &board_;
     reconciler_ = std::make_unique<Reconciler>(client_.get(), cache_->caches(), options, &clock_);
   }
   ~Controller() {
@@ -269,6 +282,37 @@ class Controller {
     }
     return n;
   }
+  // Each running gang's rank 0 reports (as the progress scraper would read
+  // it): its data-parallel share of `fraction` of the profiled speed, a few
+  // steps in. Returns the tasks (names) running on one GPU.
+  std::set<std::string> Report(const std::map<std::string, double>& fraction) {
+    std::set<std::string> on_one;
+    std::map<std::string, int> ranks;
+    std::map<std::string, int> generation;
+    for (const kube::Object& p : testutil::JobPods(*client_, kNs, "conform")) {
+      if (p["status"].value("phase", "") != "Running") continue;
+      const std::string task = p["metadata"]["labels"].value(kTaskLabel, "");
+      ++ranks[task];
+      generation[task] = std::stoi(p["metadata"]["annotations"].value(kGenerationAnnotation, "0"));
+    }
+    for (const auto& [task, n] : ranks) {
+      auto f = fraction.find(task);
+      TaskProgress progress;
+      progress.generation = generation[task];
+      progress.step = 20;
+      progress.samples_per_second = speed_(n, 16) / n * (f == fraction.end() ? 1.0 : f->second);
+      board_.Set(key_, task, progress);
+      if (n == 1) on_one.insert(task);
+    }
+    return on_one;
+  }
+  // The expanded task whose pods carry task label `label`.
+  static std::string TaskNamed(const api::LoadedJob& job, const std::string& label) {
+    for (const api::ExpandedTask& t : job.tasks) {
+      if (LabelValue(t.name) == label) return t.name;
+    }
+    return label;
+  }
   void SetQuota(int gpus) {
     auto patched = client_->Patch(ModelSelectionJobs(), kNs, "conform", kube::PatchType::kMerge,
                                   {{"spec", {{"resources", {{"gpuQuota", gpus}}}}}}, {});
@@ -302,11 +346,13 @@ class Controller {
 
   const std::string kNs, kProfileNs;  // NOLINT(readability-identifier-naming): as constants
   const std::string key_;
+  const Speed speed_;
   std::unique_ptr<kube::RestClient> client_;
   std::vector<std::string> node_names_;
   std::unique_ptr<testutil::PlaneCaches> cache_;
   std::unique_ptr<kube::EventRecorder> recorder_;
   FakeClock clock_;
+  ProgressBoard board_;
   std::unique_ptr<Reconciler> reconciler_;
 };
 
@@ -489,6 +535,61 @@ TEST_F(ConformanceTest, NodeLostWhileRunningReplansAlikeInSimulatorAndController
     worlds["controller"] = c.Journal();
   }
   Compare(worlds);
+}
+
+// A throughput drift: under a quota of 3 (a second GPU adds 60%, so side by
+// side beats one after the other) one task runs on two GPUs and the
+// other on one; the one on one GPU turns out to train at half its profiled
+// speed. The engine plans again on the measured speed and swaps them (the slow
+// task gets the two GPUs). The local world is left out: its speeds are the
+// real processes' on this machine's CPUs, not a scenario's.
+TEST_F(ConformanceTest, AThroughputDriftReplansAlikeInSimulatorAndController) {
+  auto loaded = api::LoadJobText(JobYaml(3));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const api::LoadedJob job = *loaded;
+  // Which task the plan puts on one GPU (the simulator is deterministic).
+  std::string slow;
+  for (const engine::JournalEntry& e : RunSim(job, {4}, {}, kSublinear).actions) {
+    if (e.kind == "launch" && e.detail.find("x1") != std::string::npos && slow.empty()) {
+      slow = e.task;
+    }
+  }
+  ASSERT_FALSE(slow.empty());
+  std::map<std::string, WorldRun> worlds;
+  worlds["simulator"] = RunSim(job, {4}, {}, kSublinear, {{slow, 0.5}});
+  {
+    Controller c(*plane(), job, {4}, "drift", kSublinear);
+    c.Pass();
+    c.Kubelet();
+    c.Pass();
+    ASSERT_EQ(c.Running(), 3);
+    // The gang on one GPU reports half its profiled speed; the other its own.
+    std::set<std::string> on_one = c.Report({});
+    ASSERT_EQ(on_one.size(), 1u);
+    const std::string label = *on_one.begin();
+    EXPECT_EQ(Controller::TaskNamed(job, label), slow) << "the same task in both worlds";
+    c.Report({{label, 0.5}});
+    c.Pass();     // plans again on the measured speed: both stop for the swap
+    c.Kubelet();  // their ranks go
+    c.Pass();     // and run again, swapped
+    c.Finish();
+    worlds["controller"] = c.Journal();
+  }
+  Compare(worlds);
+  const std::vector<std::string> done = Canonical(worlds["simulator"].actions);
+  EXPECT_NE(std::find(done.begin(), done.end(), "stop replan"), done.end()) << Lines(done);
+  // The drift re-plan is journalled as such, and in each world the slow task
+  // ends on the two GPUs.
+  for (const auto& [name, run] : worlds) {
+    bool drift = false;
+    std::string last_slow;
+    for (const engine::JournalEntry& e : run.actions) {
+      drift = drift || e.trigger == "throughput-drift";
+      if (e.kind == "launch" && e.task == slow) last_slow = e.detail;
+    }
+    EXPECT_TRUE(drift) << name;
+    EXPECT_EQ(last_slow, "ddp x2 b16") << name;
+  }
 }
 
 TEST_F(ConformanceTest, ElasticBatchChangesWithTheQuotaAlikeInEveryWorld) {

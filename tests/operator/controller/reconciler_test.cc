@@ -214,7 +214,7 @@ TEST_F(ReconcilerPureTest, WorldViewMarksLiveGangsRunningAndProfilingTasksNotArr
   running.template_ = api::Template::kDdp;
   running.gpus = 2;
   running.nodes = {"b", "a"};
-  in.live[loaded_.tasks[0].name] = LiveGang{0, running};
+  in.live[loaded_.tasks[0].name] = LiveGang{0, running, ""};
 
   engine::WorldView w = BuildWorldView(in);
   ASSERT_EQ(w.nodes.size(), 2u);
@@ -229,16 +229,24 @@ TEST_F(ReconcilerPureTest, WorldViewMarksLiveGangsRunningAndProfilingTasksNotArr
   EXPECT_TRUE(w.tasks[1].done);
   EXPECT_TRUE(w.tasks[1].arrived);
   EXPECT_FALSE(w.tasks[2].arrived);
+  // Made under other pod settings than the job's now: outdated; under the
+  // same, or before pods carried them (""), not.
+  EXPECT_FALSE(w.tasks[0].outdated);
+  in.pod_settings = "0123456789abcdef";
+  in.live[loaded_.tasks[0].name].pod_settings = "fedcba9876543210";
+  EXPECT_TRUE(BuildWorldView(in).tasks[0].outdated);
+  in.live[loaded_.tasks[0].name].pod_settings = in.pod_settings;
+  EXPECT_FALSE(BuildWorldView(in).tasks[0].outdated);
 
   // A live gang in a configuration the cache no longer offers, or on a node that
   // is gone, is not reported as running (its GPUs are not offered either way).
   running.gpus = 1;
   running.nodes = {"a"};
-  in.live[loaded_.tasks[0].name] = LiveGang{0, running};
+  in.live[loaded_.tasks[0].name] = LiveGang{0, running, ""};
   EXPECT_FALSE(BuildWorldView(in).tasks[0].running.has_value());
   running.gpus = 2;
   running.nodes = {"a", "gone"};
-  in.live[loaded_.tasks[0].name] = LiveGang{0, running};
+  in.live[loaded_.tasks[0].name] = LiveGang{0, running, ""};
   EXPECT_FALSE(BuildWorldView(in).tasks[0].running.has_value());
 }
 
@@ -1047,6 +1055,134 @@ TEST_F(ReconcileTest, AQuotaEditedDownStopsWhatExceedsItInOnePassAndUpLaunchesAg
   SyncNewPods(client_, &pods_);
   EXPECT_GT(PodsCreated(), created);
   EXPECT_EQ(held(), 4);
+}
+
+// spec.resources edited on a running job (a new image, a node selector): each
+// running gang made under the old settings is stopped gracefully in the pass
+// that sees the edit (a SpecChanged event, engine stop "spec"), once, and runs
+// again as planned under the new settings when its ranks are gone.
+TEST_F(ReconcileTest, EditedPodSettingsRestartRunningGangsUnderThemOnce) {
+  std::string yaml = testing::kJobYaml;
+  const std::string steps = "steps: 100\n";
+  yaml.replace(yaml.find(steps), steps.size(), "steps: 100000\n");  // the mlp tasks: hours
+  api::LoadedJob job = testing::LoadJob(yaml);
+  job.job.spec.resources.templates = {api::Template::kDdp};  // as profiled in SetUp
+  job.job.spec.profiling.gpu_counts = {1, 2};
+  job.job.spec.resources.gpus_per_task.max = 2;
+  job.job.spec.resources.gpu_quota = 4;
+  kube::EventRecorderOptions event_options;
+  event_options.reporting_instance = "reconciler-test";
+  kube::EventRecorder recorder(&client_, event_options, &clock_);
+  options_.events = &recorder;
+  Reconciler reconciler(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  jobs_.Upsert(Ptr(api::EncodeJob(job.job)));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  SyncNewPods(client_, &pods_);
+  clock_.Advance(std::chrono::seconds(60));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());  // the gangs run
+  std::set<std::string> before;
+  for (const kube::ObjectPtr& p : pods_.List()) before.insert((*p)["metadata"]["name"]);
+  ASSERT_FALSE(before.empty());
+  const std::string old_settings = PodSettingsDigest(job.job.spec.resources);
+  for (const kube::ObjectPtr& p : pods_.List()) {
+    EXPECT_EQ((*p)["metadata"]["annotations"].value(kPodSettingsAnnotation, ""), old_settings);
+  }
+
+  // A scheduling edit is not a pod edit: nothing restarts.
+  job.job.spec.scheduling.replan_interval_seconds = 900;
+  job.job.metadata.generation += 1;
+  jobs_.Upsert(Ptr(api::EncodeJob(job.job)));
+  size_t deleted_before = client_.deleted.size();
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  EXPECT_EQ(client_.deleted.size(), deleted_before);
+
+  job.job.spec.resources.image = "registry.example.com/team/worker:2";
+  job.job.spec.resources.node_selector["pool"] = "a100";
+  job.job.metadata.generation += 1;
+  jobs_.Upsert(Ptr(api::EncodeJob(job.job)));
+  for (const char* n : {"a", "b"}) {  // the nodes carry the label
+    kube::ObjectPtr node = nodes_.Get(n);
+    ASSERT_TRUE(node) << n;
+    kube::Object labelled = *node;
+    labelled["metadata"]["labels"]["pool"] = "a100";
+    nodes_.Upsert(Ptr(labelled));
+  }
+  deleted_before = client_.deleted.size();
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  std::set<std::string> stopped;
+  for (size_t i = deleted_before; i < client_.deleted.size(); ++i) {
+    if (client_.deleted[i].rfind("pods/team-a/", 0) == 0) {
+      stopped.insert(client_.deleted[i].substr(std::string("pods/team-a/").size()));
+    }
+  }
+  EXPECT_EQ(stopped, before) << "every gang made under the old settings stops";
+  std::vector<kube::Object> events = client_.Events("SpecChanged");
+  ASSERT_FALSE(events.empty());
+  EXPECT_NE(events.back().value("note", "").find("checkpoints first"), std::string::npos)
+      << events.back().dump();
+  const engine::ActionJournal journal = reconciler.Journal(key_);
+  int spec_stops = 0;
+  for (const engine::JournalEntry& e : journal.entries()) {
+    spec_stops += e.kind == "stop" && e.detail == "spec" ? 1 : 0;
+  }
+  EXPECT_GT(spec_stops, 0);
+  EXPECT_TRUE(journal.violations().empty()) << journal.violations().front();
+
+  // The cache has not seen the ranks go yet: no second stop.
+  deleted_before = client_.deleted.size();
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  EXPECT_EQ(client_.deleted.size(), deleted_before);
+  EXPECT_EQ(reconciler.Journal(key_).entries().size(), journal.entries().size());
+
+  // The operator restarts while the stopped ranks checkpoint (the server marks
+  // them deleted): the new one reads the stop from the status it was told, so
+  // their going is no failure and no restart of the task.
+  ASSERT_FALSE(client_.statuses.empty());
+  api::ModelSelectionJob with_status = job.job;
+  with_status.status.emplace();
+  std::vector<api::FieldError> status_errors;
+  api::DecodeStatus(client_.statuses.back(), "status", &*with_status.status, &status_errors);
+  ASSERT_TRUE(status_errors.empty()) << status_errors.front().message;
+  int stopping = 0;
+  for (const api::TaskStatus& t : with_status.status->tasks) {
+    stopping += StoppingForPlanGeneration(t.message) == 0 ? 1 : 0;
+  }
+  EXPECT_GT(stopping, 0) << client_.statuses.back().dump();
+  jobs_.Upsert(Ptr(api::EncodeJob(with_status)));
+  for (const std::string& name : stopped) {
+    kube::ObjectPtr p = pods_.Get("team-a/" + name);
+    ASSERT_TRUE(p) << name;
+    kube::Object going = *p;
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+    pods_.Upsert(Ptr(going));
+  }
+  Reconciler restarted(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  const size_t failed_events = client_.Events("GangFailed").size();
+  ASSERT_TRUE(restarted.Reconcile(key_).ok());
+  EXPECT_EQ(client_.Events("GangFailed").size(), failed_events) << "a stop, not a failure";
+  int rescaling = 0;
+  for (const kube::Object& t : client_.statuses.back()["tasks"]) {
+    EXPECT_EQ(t.value("restarts", 0), 0) << t.dump();
+    rescaling += t.value("state", "") == "Rescaling" ? 1 : 0;
+  }
+  EXPECT_EQ(rescaling, stopping) << client_.statuses.back().dump();
+
+  // The ranks checkpoint and go; the tasks run again under the new settings.
+  for (const std::string& name : stopped) pods_.Remove("team-a/" + name);
+  ASSERT_TRUE(restarted.Reconcile(key_).ok());
+  SyncNewPods(client_, &pods_);
+  const std::string new_settings = PodSettingsDigest(job.job.spec.resources);
+  EXPECT_NE(new_settings, old_settings);
+  int relaunched = 0;
+  for (const kube::ObjectPtr& p : pods_.List()) {
+    if (before.count((*p)["metadata"]["name"]) > 0) continue;
+    ++relaunched;
+    EXPECT_EQ((*p)["metadata"]["annotations"].value(kPodSettingsAnnotation, ""), new_settings);
+    EXPECT_EQ((*p)["spec"]["containers"][0].value("image", ""), job.job.spec.resources.image);
+    EXPECT_EQ((*p)["spec"]["nodeSelector"].value("pool", ""), "a100");
+  }
+  EXPECT_EQ(relaunched, static_cast<int>(before.size()));
+  EXPECT_TRUE(restarted.Journal(key_).violations().empty());
 }
 
 // Measured speed reaches the engine: a gang that trains at half its profiled

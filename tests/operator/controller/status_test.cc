@@ -378,3 +378,23 @@ TEST_F(StatusTest, StatusUpdateObjectCarriesTheResourceVersion) {
 
 }  // namespace
 }  // namespace orrery::controller
+
+namespace orrery::controller {
+namespace {
+
+TEST(StoppingForPlan, TheMessageGivesItsGenerationBackAndNothingElseDoes) {
+  EXPECT_EQ(StoppingForPlanGeneration(StoppingForPlanMessage(0)), 0);
+  EXPECT_EQ(StoppingForPlanGeneration(StoppingForPlanMessage(12)), 12);
+  EXPECT_FALSE(StoppingForPlanGeneration("").has_value());
+  EXPECT_FALSE(StoppingForPlanGeneration("stopping gang g for a new plan (it checkpoints first)"));
+  EXPECT_FALSE(
+      StoppingForPlanGeneration("stopping gang g07 for a new plan (it checkpoints first)"));
+  EXPECT_FALSE(
+      StoppingForPlanGeneration("stopping gang g-1 for a new plan (it checkpoints first)"));
+  EXPECT_FALSE(StoppingForPlanGeneration("Failed gang g3: rank 0: OOMKilled (exit code 137)"));
+  EXPECT_FALSE(StoppingForPlanGeneration(
+      "stopping gang g99999999999 for a new plan (it checkpoints first)"));
+}
+
+}  // namespace
+}  // namespace orrery::controller

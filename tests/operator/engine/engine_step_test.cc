@@ -192,6 +192,42 @@ TEST(EngineStep, QuotaDownStopsWhatExceedsItAndUpLaunchesMore) {
   EXPECT_LE(Gpus(up) + running, 4);
 }
 
+// A running task made under edited pod settings (TaskView::outdated) stops
+// for the edit without a re-plan, and starts again where its plan has it once
+// its ranks are gone; a task that is not outdated keeps running.
+TEST(EngineStep, AnOutdatedTaskStopsForTheSpecAndRunsAgainAsPlanned) {
+  Engine engine(Options(), nullptr);
+  StepInput in = TwoNodes();
+  StepResult first = engine.Step(in);
+  Apply(in, first);
+  ASSERT_GE(first.launches.size(), 2u);
+  const LaunchAction edited = first.launches.front();
+  in.world.tasks[edited.task].outdated = true;
+  in.world.now += 10;
+  StepResult r = engine.Step(in);
+  EXPECT_FALSE(r.decision.has_value()) << "an edit of pod settings is not a re-plan";
+  ASSERT_EQ(r.stops.size(), 1u);
+  EXPECT_EQ(r.stops[0].task, edited.task);
+  EXPECT_EQ(r.stops[0].reason, StopReason::kSpec);
+  EXPECT_STREQ(StopReasonName(StopReason::kSpec), "spec");
+  EXPECT_TRUE(r.launches.empty()) << "its ranks still hold the GPUs";
+  // The world stops it: its ranks go (blocked meanwhile), then it is waiting.
+  in.world.tasks[edited.task].running.reset();
+  in.world.tasks[edited.task].outdated = false;
+  in.blocked.insert(edited.task);
+  in.world.now += 10;
+  for (const LaunchAction& l : engine.Step(in).launches) EXPECT_NE(l.task, edited.task);
+  in.blocked.clear();
+  in.world.now += 10;
+  StepResult again = engine.Step(in);
+  EXPECT_TRUE(again.stops.empty());
+  ASSERT_EQ(again.launches.size(), 1u);
+  EXPECT_EQ(again.launches[0].task, edited.task);
+  EXPECT_EQ(again.launches[0].config, edited.config);
+  EXPECT_EQ(again.launches[0].gpus, edited.gpus);
+  EXPECT_TRUE(engine.journal().violations().empty());
+}
+
 // SelectLaunches alone: planned order, claims, the budget, and nodes by name.
 planner::Plan PlanOf(std::vector<std::pair<int, std::vector<planner::GpuSlot>>> tasks) {
   planner::Plan p;
