@@ -65,7 +65,7 @@ std::set<std::string> Grants(const ControlPlane& plane, const std::string& user,
       for (std::string u; urls >> u;) subjects.push_back(u);
       if (subjects.empty()) subjects.push_back(what);
       for (std::string v; verbs_text >> v;) {
-        for (const std::string& subject : subjects) out.insert(subject + " " + v);
+        for (std::string subject : subjects) out.insert(subject.append(" ").append(v));
       }
     }
     return out;
@@ -77,7 +77,7 @@ std::set<std::string> Grants(const ControlPlane& plane, const std::string& user,
 
 std::set<std::string> Expand(const std::string& resource, const std::vector<std::string>& verbs) {
   std::set<std::string> out;
-  for (const std::string& v : verbs) out.insert(resource + " " + v);
+  for (const std::string& v : verbs) out.insert(std::string(resource).append(" ").append(v));
   return out;
 }
 
@@ -190,6 +190,15 @@ TEST_F(ChartTest, SchemaRejectsBadValues) {
       Helm("template x " + kSource + "/helm/orrery --set 'watchNamespaces={kube-system}'"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("watchNamespaces lists kube-system"), std::string::npos) << r.output;
+  // extraArgs are flags: a bare word (say, a forgotten "--") is refused.
+  r = RunCommand(Helm("template x " + kSource + "/helm/orrery --set 'extraArgs={device=cpu}'"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("extraArgs"), std::string::npos) << r.output;
+  r = RunCommand(Helm("template x " + kSource +
+                      "/helm/orrery --set 'extraArgs={--device=cpu}' --show-only "
+                      "templates/deployment.yaml"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("- \"--device=cpu\""), std::string::npos) << r.output;
   r = RunCommand(Helm("template x " + kSource +
                       "/helm/orrery --set metrics.secure=false --set metrics.certSecret=tls"));
   EXPECT_NE(r.exit_code, 0);

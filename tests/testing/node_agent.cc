@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -46,6 +47,20 @@ struct NodeAgent::PodRun {
   TimePoint kill_at{};
   bool frozen = false;   // its node died: nothing is reported any more
   bool deleted = false;  // the agent deleted the object (grace 0)
+  // Restarts (restartPolicy Always or OnFailure), as the kubelet's.
+  int restarts = 0;
+  bool restart_pending = false;
+  TimePoint restart_at{};
+  Object last_state = Object::object();  // the last container's "terminated"
+  // Probes of the running container.
+  struct Probe {
+    TimePoint next{};
+    int successes = 0, failures = 0;
+  };
+  Probe readiness, liveness;
+  TimePoint started_steady{};  // when the running container started
+  bool ready = false;
+  std::optional<bool> reported_ready;  // as last reported while Running
 };
 
 namespace {
@@ -181,6 +196,90 @@ void RemoveContainer(const std::string& runtime, const std::string& name) {
   (void)ignored;
 }
 
+// The port a probe names: a number, or the name of one of the container's ports.
+int ProbePort(const Object& container, const Object& port) {
+  if (port.is_number_integer()) return port.get<int>();
+  if (!port.is_string()) return 0;
+  for (const Object& p : container.value("ports", Object::array())) {
+    if (p.value("name", "") == port.get<std::string>()) return p.value("containerPort", 0);
+  }
+  return 0;
+}
+
+// A probe the agent can run (httpGet over HTTP, tcpSocket, a port it can resolve),
+// else why not, naming the field.
+Status CheckProbe(const Object& container, const char* kind) {
+  if (!container.contains(kind)) return OkStatus();
+  const Object& probe = container[kind];
+  std::string where = std::string("containers[0].") + kind;
+  const char* handler = probe.contains("httpGet")     ? "httpGet"
+                        : probe.contains("tcpSocket") ? "tcpSocket"
+                                                      : nullptr;
+  if (handler == nullptr) {
+    return InvalidArgumentError(where +
+                                ": the test node agent runs httpGet and tcpSocket probes only");
+  }
+  if (probe[handler].value("scheme", "HTTP") != "HTTP") {
+    return InvalidArgumentError(where + ".httpGet.scheme: only HTTP is run by the test node agent");
+  }
+  if (ProbePort(container, probe[handler].value("port", Object())) <= 0) {
+    return InvalidArgumentError(where + "." + handler + ".port " +
+                                probe[handler].value("port", Object()).dump() +
+                                ": neither a number nor a named port of the container");
+  }
+  return OkStatus();
+}
+
+// One run of a probe (CheckProbe passed) against `ip`: a connection for
+// tcpSocket; for httpGet a GET whose status is in [200, 400), as the kubelet's.
+bool ProbeOnce(const Object& container, const Object& probe, const std::string& ip) {
+  const bool http = probe.contains("httpGet");
+  const Object& h = http ? probe["httpGet"] : probe["tcpSocket"];
+  std::string host = h.value("host", ip);
+  int port = ProbePort(container, h.value("port", Object()));
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  timeval tv{probe.value("timeoutSeconds", 1), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = inet_pton(AF_INET, host.c_str(), &addr.sin_addr) == 1 &&
+            connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  if (ok && http) {
+    std::string request = "GET " + h.value("path", std::string("/")) +
+                          " HTTP/1.0\r\nHost: " + host + "\r\nUser-Agent: kube-probe\r\n\r\n";
+    ok = send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+         static_cast<ssize_t>(request.size());
+    char buf[32] = {};
+    ssize_t n = ok ? recv(fd, buf, sizeof(buf) - 1, 0) : 0;
+    // "HTTP/1.1 200 OK": the code at [9, 12).
+    int code = n >= 12 ? std::atoi(std::string(buf + 9, 3).c_str()) : 0;
+    ok = code >= 200 && code < 400;
+  }
+  close(fd);
+  return ok;
+}
+
+// Writes `text` to `dir`/`rel` with `mode`; `rel` stays inside `dir`.
+Status WriteVolumeFile(const std::string& dir, const std::string& rel, const std::string& text,
+                       int mode) {
+  if (rel.empty() || rel[0] == '/' || rel.find("..") != std::string::npos) {
+    return InvalidArgumentError("volume file path '" + rel + "' must be relative, without '..'");
+  }
+  fs::path path = fs::path(dir) / rel;
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  std::ofstream out(path, std::ios::trunc | std::ios::binary);
+  out << text;
+  out.close();
+  if (!out || chmod(path.c_str(), static_cast<mode_t>(mode)) != 0) {
+    return UnavailableError("cannot write " + path.string());
+  }
+  return OkStatus();
+}
+
 Object Condition(const std::string& type, const std::string& status, const std::string& since,
                  const std::string& reason = "") {
   Object c = {{"type", type}, {"status", status}, {"lastTransitionTime", since}};
@@ -206,6 +305,20 @@ StatusOr<std::unique_ptr<NodeAgent>> NodeAgent::Start(const kube::ClientConfig& 
   if (!client.ok()) return client.status();
   std::unique_ptr<NodeAgent> agent(new NodeAgent(std::move(*client), std::move(options)));
   agent->registered_at_ = Now();
+  // "https://HOST:PORT" (HOST maybe "[v6]"), what a pod's in-cluster config dials.
+  std::string server = config.server.substr(config.server.find("://") + 3);
+  server = server.substr(0, server.find('/'));
+  size_t colon = server.rfind(':');
+  if (colon != std::string::npos && server.back() != ']') {
+    agent->api_host_ = server.substr(0, colon);
+    agent->api_port_ = server.substr(colon + 1);
+  } else {
+    agent->api_host_ = server;
+    agent->api_port_ = "443";
+  }
+  if (agent->api_host_.size() > 1 && agent->api_host_[0] == '[') {
+    agent->api_host_ = agent->api_host_.substr(1, agent->api_host_.size() - 2);
+  }
   for (const std::string& node : agent->options_.nodes) {
     ORRERY_RETURN_IF_ERROR(agent->RegisterNode(node));
   }
@@ -410,6 +523,24 @@ Status NodeAgent::DeleteNode(const std::string& node) {
   return s.ok() || kube::IsNotFound(s) ? OkStatus() : s;
 }
 
+Status NodeAgent::SignalContainer(const std::string& ns, const std::string& name, int sig) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [uid, run] : runs_) {
+    if (run->ns != ns || run->name != name || !run->process || run->exit_status) continue;
+    if (run->container.empty()) {
+      SignalGroup(*run->process, sig);
+      return OkStatus();
+    }
+    std::string command = options_.container_runtime + " kill --signal " + std::to_string(sig) +
+                          " " + run->container + " >/dev/null 2>&1";
+    if (std::system(command.c_str()) != 0) {
+      return UnavailableError("'" + command + "' failed");
+    }
+    return OkStatus();
+  }
+  return NotFoundError("no running container of pod " + ns + "/" + name);
+}
+
 std::string NodeAgent::LogPath(const std::string& ns, const std::string& name) const {
   return options_.root + "/pods/" + ns + "_" + name + ".log";
 }
@@ -438,6 +569,7 @@ std::string NodeAgent::Describe() const {
     out << run->ns << "/" << run->name << " uid=" << uid << " node=" << run->node
         << " ip=" << run->ip << " pid=" << (run->process ? run->process->pid() : -1)
         << " exit=" << (run->exit_status ? std::to_string(*run->exit_status) : "-")
+        << " restarts=" << run->restarts << (run->ready ? " ready" : "")
         << (run->frozen ? " frozen" : "") << (run->terminating ? " terminating" : "")
         << (run->start_error.empty() ? "" : " start_error=" + run->start_error) << "\n";
     if (run->exit_status.value_or(0) != 0 || !run->start_error.empty()) {
@@ -626,32 +758,141 @@ void NodeAgent::SyncPodLocked(const Object& pod, PodRun& run) {
     run.deadline_exceeded = true;
     Log(LogLevel::kInfo, "Killed container past its deadline", {{"pod", run.ns + "/" + run.name}});
   }
-  if (run.process && !run.reported_running) {
-    const Object& c = spec["containers"][0];
-    std::string since = run.started_at;
-    Object cs = {{"name", c.value("name", "")},
-                 {"image", c.value("image", "")},
-                 {"imageID", ""},
-                 {"containerID", "orrery-agent://" + std::to_string(run.process->pid())},
-                 {"ready", true},
-                 {"started", true},
-                 {"restartCount", 0},
-                 {"state", {{"running", {{"startedAt", since}}}}}};
-    Object status = {
-        {"phase", "Running"},
-        {"hostIP", "127.0.0.1"},
-        {"hostIPs", Object::array({{{"ip", "127.0.0.1"}}})},
-        {"podIP", run.ip},
-        {"podIPs", Object::array({{{"ip", run.ip}}})},
-        {"startTime", run.first_seen_text},
-        {"conditions", Object::array({Condition("PodScheduled", "True", run.first_seen_text),
-                                      Condition("Initialized", "True", run.first_seen_text),
-                                      Condition("ContainersReady", "True", since),
-                                      Condition("Ready", "True", since)})},
-        {"containerStatuses", Object::array({cs})}};
-    run.reported_running = ReportLocked(run, status).ok();
+  if (run.exit_status && run.start_error.empty() && !run.deadline_exceeded &&
+      RestartLocked(pod, run)) {
+    return;
+  }
+  if (run.process && !run.exit_status) ProbeLocked(spec["containers"][0], run);
+  if (run.process && (!run.reported_running || run.reported_ready != run.ready)) {
+    ReportRunningLocked(pod, run);
   }
   if (run.exit_status || !run.start_error.empty()) FinishLocked(run, &pod);
+}
+
+void NodeAgent::ReportRunningLocked(const Object& pod, PodRun& run) {
+  const Object& c = pod["spec"]["containers"][0];
+  std::string since = run.started_at;
+  Object cs = {{"name", c.value("name", "")},
+               {"image", c.value("image", "")},
+               {"imageID", ""},
+               {"containerID", "orrery-agent://" + std::to_string(run.process->pid())},
+               {"ready", run.ready},
+               {"started", true},
+               {"restartCount", run.restarts},
+               {"state", {{"running", {{"startedAt", since}}}}}};
+  if (!run.last_state.empty()) cs["lastState"] = run.last_state;
+  std::string ready = run.ready ? "True" : "False";
+  std::string reason = run.ready ? "" : "ContainersNotReady";
+  Object status = {
+      {"phase", "Running"},
+      {"hostIP", "127.0.0.1"},
+      {"hostIPs", Object::array({{{"ip", "127.0.0.1"}}})},
+      {"podIP", run.ip},
+      {"podIPs", Object::array({{{"ip", run.ip}}})},
+      {"startTime", run.first_seen_text},
+      {"conditions", Object::array({Condition("PodScheduled", "True", run.first_seen_text),
+                                    Condition("Initialized", "True", run.first_seen_text),
+                                    Condition("ContainersReady", ready, Now(), reason),
+                                    Condition("Ready", ready, Now(), reason)})},
+      {"containerStatuses", Object::array({cs})}};
+  if (ReportLocked(run, status).ok()) {
+    run.reported_running = true;
+    run.reported_ready = run.ready;
+  }
+}
+
+// The container's probes, each when due: readiness sets `ready` (after
+// successThreshold successes, or failureThreshold failures); failureThreshold
+// liveness failures kill the container, which the restart policy then restarts.
+// A probe runs on the agent's thread (at most its timeoutSeconds).
+void NodeAgent::ProbeLocked(const Object& container, PodRun& run) {
+  if (!container.contains("readinessProbe")) run.ready = true;
+  for (const char* kind : {"readinessProbe", "livenessProbe"}) {
+    if (!container.contains(kind)) continue;
+    const Object& probe = container[kind];
+    const bool readiness = kind[0] == 'r';
+    PodRun::Probe& state = readiness ? run.readiness : run.liveness;
+    TimePoint now = Steady();
+    if (state.next == TimePoint{}) {
+      state.next = run.started_steady + std::chrono::seconds(probe.value("initialDelaySeconds", 0));
+    }
+    if (now < state.next) continue;
+    state.next = now + std::chrono::seconds(probe.value("periodSeconds", 10));
+    bool ok = ProbeOnce(container, probe, run.ip);
+    state.successes = ok ? state.successes + 1 : 0;
+    state.failures = ok ? 0 : state.failures + 1;
+    if (readiness) {
+      if (ok && state.successes >= probe.value("successThreshold", 1)) run.ready = true;
+      if (!ok && state.failures >= probe.value("failureThreshold", 3)) run.ready = false;
+    } else if (!ok && state.failures >= probe.value("failureThreshold", 3)) {
+      Log(LogLevel::kInfo, "Liveness probe failed: killing the container",
+          {{"pod", run.ns + "/" + run.name}});
+      KillLocked(run);
+      run.finished_at = Now();
+      return;
+    }
+  }
+}
+
+// restartPolicy Always, or OnFailure after a failure: the container starts again
+// in the same pod (its IP, volumes and log), at once the first time, then after
+// the kubelet's back-off (10 s, doubling, at most 5 min). Returns whether it
+// restarts (then the run is reset once it is due, and the next pass starts it).
+bool NodeAgent::RestartLocked(const Object& pod, PodRun& run) {
+  std::string policy = pod["spec"].value("restartPolicy", "Always");
+  if (policy == "Never" || (policy == "OnFailure" && *run.exit_status == 0)) return false;
+  if (!run.restart_pending) {
+    run.restart_pending = true;
+    int code = *run.exit_status;
+    run.last_state = {{"terminated",
+                       {{"exitCode", code},
+                        {"reason", code == 0 ? "Completed" : "Error"},
+                        {"startedAt", run.started_at},
+                        {"finishedAt", run.finished_at.empty() ? Now() : run.finished_at},
+                        {"containerID", "orrery-agent://" + std::to_string(run.process->pid())}}}};
+    int backoff = run.restarts == 0 ? 0 : std::min(300, 10 << std::min(run.restarts - 1, 5));
+    run.restart_at = Steady() + std::chrono::seconds(backoff);
+    if (backoff > 0) {  // what the kubelet reports while it waits
+      const Object& c = pod["spec"]["containers"][0];
+      Object waiting = {
+          {"reason", "CrashLoopBackOff"},
+          {"message", "back-off " + std::to_string(backoff) + "s restarting failed container"}};
+      Object cs = {{"name", c.value("name", "")},
+                   {"image", c.value("image", "")},
+                   {"imageID", ""},
+                   {"ready", false},
+                   {"started", false},
+                   {"restartCount", run.restarts},
+                   {"state", {{"waiting", waiting}}},
+                   {"lastState", run.last_state}};
+      Object status = {
+          {"phase", "Running"},
+          {"podIP", run.ip},
+          {"conditions",
+           Object::array({Condition("PodScheduled", "True", run.first_seen_text),
+                          Condition("Initialized", "True", run.first_seen_text),
+                          Condition("ContainersReady", "False", Now(), "ContainersNotReady"),
+                          Condition("Ready", "False", Now(), "ContainersNotReady")})},
+          {"containerStatuses", Object::array({cs})}};
+      (void)ReportLocked(run, status);
+    }
+    Log(LogLevel::kInfo, "Restarting container",
+        {{"pod", run.ns + "/" + run.name},
+         {"exit", std::to_string(code)},
+         {"backoff", std::to_string(backoff) + "s"}});
+  }
+  if (Steady() < run.restart_at) return true;
+  if (!run.container.empty()) RemoveContainer(options_.container_runtime, run.container);
+  run.process.reset();
+  run.exit_status.reset();
+  run.finished_at.clear();
+  run.restart_pending = false;
+  ++run.restarts;
+  run.reported_running = false;
+  run.reported_ready.reset();
+  run.ready = false;
+  run.readiness = run.liveness = {};
+  return true;
 }
 
 Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
@@ -660,10 +901,8 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
     return InvalidArgumentError("the pod has no container");
   }
   const Object& c = spec["containers"][0];
-  if (spec.value("restartPolicy", "Always") != "Never") {
-    Log(LogLevel::kWarning, "Treating restartPolicy as Never",
-        {{"pod", run.ns + "/" + run.name},
-         {"restartPolicy", spec.value("restartPolicy", "Always")}});
+  for (const char* kind : {"readinessProbe", "livenessProbe"}) {
+    ORRERY_RETURN_IF_ERROR(CheckProbe(c, kind));
   }
   const bool in_container = !options_.container_runtime.empty();
   std::error_code ec;
@@ -677,6 +916,10 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
       volume_dirs[name] = Str(v["hostPath"], "path");
     } else {  // emptyDir, and the content-less stand-in for every other kind
       volume_dirs[name] = run.dir + "/volumes/" + name;
+      if (v.contains("projected") || v.contains("configMap") || v.contains("downwardAPI")) {
+        fs::create_directories(volume_dirs[name], ec);
+        ORRERY_RETURN_IF_ERROR(FillVolumeLocked(pod, run, v, volume_dirs[name]));
+      }
     }
   }
   std::vector<std::pair<std::string, std::string>> mappings;
@@ -717,8 +960,15 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
   std::sort(mappings.begin(), mappings.end(),
             [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
 
-  // The environment, in order, with Kubernetes' $(VAR) expansion.
+  // The environment, in order, with Kubernetes' $(VAR) expansion, after what the
+  // kubelet gives every container: the address of the `kubernetes` Service, here
+  // the API server's own (no kube-proxy), as in-cluster clients expect.
   std::map<std::string, std::string> env;
+  if (!api_host_.empty()) {
+    env["KUBERNETES_SERVICE_HOST"] = api_host_;
+    env["KUBERNETES_SERVICE_PORT"] = env["KUBERNETES_SERVICE_PORT_HTTPS"] = api_port_;
+    env["KUBERNETES_PORT"] = "tcp://" + api_host_ + ":" + api_port_;
+  }
   for (const Object& e : c.value("env", Object::array())) {
     std::string name = Str(e, "name");
     if (e.contains("valueFrom")) {
@@ -775,6 +1025,9 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
 
   std::string log = LogPath(run.ns, run.name);
   if (in_container) {
+    // A restarted container is a new one, beside the old one podman may still remove.
+    run.container = "orrery-agent-" + run.uid +
+                    (run.restarts > 0 ? "-" + std::to_string(run.restarts) : std::string());
     std::vector<std::string> argv;
     ORRERY_RETURN_IF_ERROR(ContainerArgvLocked(pod, run, mappings, env, &argv));
     // The runtime's client runs in the foreground, its output (the container's)
@@ -786,8 +1039,8 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
     auto process = local::Process::Spawn(wrapped, {}, log, false);
     if (!process.ok()) return InvalidArgumentError(process.status().ToString());
     run.process.emplace(std::move(*process));
-    run.container = "orrery-agent-" + run.uid;
     run.started_at = Now();
+    run.started_steady = Steady();
     Log(LogLevel::kInfo, "Started container",
         {{"pod", run.ns + "/" + run.name},
          {"node", run.node},
@@ -821,11 +1074,95 @@ Status NodeAgent::StartPodLocked(const Object& pod, PodRun& run) {
   if (!process.ok()) return InvalidArgumentError(process.status().ToString());
   run.process.emplace(std::move(*process));
   run.started_at = Now();
+  run.started_steady = Steady();
   Log(LogLevel::kInfo, "Started container",
       {{"pod", run.ns + "/" + run.name},
        {"node", run.node},
        {"ip", run.ip},
        {"pid", std::to_string(run.process->pid())}});
+  return OkStatus();
+}
+
+// What the kubelet writes into a volume before the container starts: a projected
+// volume's serviceAccountToken (a TokenRequest for the pod's service account,
+// bound to the pod), configMap and downwardAPI sources, and a configMap volume.
+// A ConfigMap that is missing (and not optional) keeps the pod waiting.
+Status NodeAgent::FillVolumeLocked(const Object& pod, const PodRun& run, const Object& volume,
+                                   const std::string& dir) {
+  const Object& spec = pod["spec"];
+  Object sources = Object::array();
+  int mode = 0644;
+  if (volume.contains("projected")) {
+    sources = volume["projected"].value("sources", Object::array());
+    mode = volume["projected"].value("defaultMode", mode);
+  } else if (volume.contains("configMap")) {
+    sources.push_back({{"configMap", volume["configMap"]}});
+    mode = volume["configMap"].value("defaultMode", mode);
+  } else if (volume.contains("downwardAPI")) {
+    sources.push_back({{"downwardAPI", volume["downwardAPI"]}});
+    mode = volume["downwardAPI"].value("defaultMode", mode);
+  }
+  for (const Object& source : sources) {
+    if (source.contains("serviceAccountToken")) {
+      const Object& t = source["serviceAccountToken"];
+      std::string sa = spec.value("serviceAccountName", std::string("default"));
+      Object request = {
+          {"apiVersion", "authentication.k8s.io/v1"},
+          {"kind", "TokenRequest"},
+          {"spec",
+           {{"audiences",
+             t.contains("audience") ? Object::array({t["audience"]}) : Object::array()},
+            {"expirationSeconds", t.value("expirationSeconds", int64_t{3600})},
+            {"boundObjectRef",
+             {{"apiVersion", "v1"}, {"kind", "Pod"}, {"name", run.name}, {"uid", run.uid}}}}}};
+      // POST .../serviceaccounts/<sa>/token: the subresource as a collection.
+      auto token =
+          client_->Create({"", "v1", "serviceaccounts/" + sa + "/token", true}, run.ns, request);
+      if (!token.ok()) {
+        return UnavailableError("token of service account " + sa + ": " +
+                                token.status().ToString());
+      }
+      ORRERY_RETURN_IF_ERROR(WriteVolumeFile(dir, t.value("path", std::string("token")),
+                                             Str((*token)["status"], "token"), mode));
+    } else if (source.contains("configMap")) {
+      const Object& c = source["configMap"];
+      auto cm = client_->Get(kube::ConfigMaps(), run.ns, Str(c, "name"));
+      if (!cm.ok()) {
+        if (c.value("optional", false) && kube::IsNotFound(cm.status())) continue;
+        return UnavailableError("configmap " + Str(c, "name") + ": " + cm.status().ToString());
+      }
+      const Object data = cm->value("data", Object::object());
+      if (c.contains("items")) {
+        for (const Object& item : c["items"]) {
+          ORRERY_RETURN_IF_ERROR(WriteVolumeFile(dir, Str(item, "path"),
+                                                 data.value(Str(item, "key"), std::string()),
+                                                 item.value("mode", mode)));
+        }
+      } else {
+        for (const auto& [key, value] : data.items()) {
+          ORRERY_RETURN_IF_ERROR(WriteVolumeFile(dir, key, value.get<std::string>(), mode));
+        }
+      }
+    } else if (source.contains("downwardAPI")) {
+      for (const Object& item : source["downwardAPI"].value("items", Object::array())) {
+        std::string field = item.contains("fieldRef") ? Str(item["fieldRef"], "fieldPath") : "";
+        std::string value = field == "metadata.namespace" ? run.ns
+                            : field == "metadata.name"    ? run.name
+                            : field == "metadata.uid"     ? run.uid
+                                                          : std::string();
+        if (value.empty()) {
+          return InvalidArgumentError("downwardAPI item " + Str(item, "path") +
+                                      ": unsupported field " + item.dump());
+        }
+        ORRERY_RETURN_IF_ERROR(
+            WriteVolumeFile(dir, Str(item, "path"), value, item.value("mode", mode)));
+      }
+    } else {
+      return InvalidArgumentError("volume " + Str(volume, "name") +
+                                  ": the test node agent projects serviceAccountToken, "
+                                  "configMap and downwardAPI sources only");
+    }
+  }
   return OkStatus();
 }
 
@@ -843,7 +1180,7 @@ Status NodeAgent::ContainerArgvLocked(
   if (mapped != options_.images.end()) image = mapped->second;
   if (image.empty()) return InvalidArgumentError("the container has no image");
   std::vector<std::string>& a = *argv;
-  a = {options_.container_runtime, "run", "--rm", "--name", "orrery-agent-" + run.uid};
+  a = {options_.container_runtime, "run", "--rm", "--name", run.container};
   a.insert(a.end(), {"--network", "host", "--pull", "never"});
   // The container's securityContext over the pod's, field by field.
   const Object& pod_security = spec.value("securityContext", Object::object());
@@ -889,15 +1226,19 @@ Status NodeAgent::ContainerArgvLocked(
   std::vector<std::pair<std::string, std::string>> mounts(mappings.rbegin(), mappings.rend());
   for (const auto& [path, local] : mounts) {
     a.push_back("--volume");
-    a.push_back(local + ":" + path + (read_only[path] ? ":ro" : ""));
+    a.push_back(local);
+    a.back() += ":" + path;
+    if (read_only[path]) a.back() += ":ro";
   }
   for (const std::string& folder : options_.host_folders) {
     a.push_back("--volume");
-    a.push_back(folder + ":" + folder + ":ro");
+    a.push_back(folder);
+    a.back() += ":" + folder + ":ro";
   }
   for (const auto& [name, value] : env) {
     a.push_back("--env");
-    a.push_back(name + "=" + value);
+    a.push_back(name);
+    a.back() += "=" + value;
   }
   if (c.contains("workingDir")) {
     a.push_back("--workdir");

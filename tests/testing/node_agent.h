@@ -20,9 +20,20 @@
 // folder at its mountPath (nothing is rewritten: the paths are the pod's), the
 // fsGroup given to the volume folders, and the termination-log file at its path.
 //
-// What it does not do: restart containers (every restartPolicy is treated as
-// Never, all Orrery uses), run init or sidecar containers, probes, resource limits,
-// configMap/secret env or volume contents; user ids only in container mode.
+// As a kubelet, for what a Deployment's pod needs (the operator's, from the
+// chart): every container gets KUBERNETES_SERVICE_HOST/PORT naming the API
+// server the agent talks to (there is no kube-proxy: not a Service IP); a
+// projected volume gets its serviceAccountToken (a TokenRequest for the pod's
+// service account, bound to the pod), configMap and downwardAPI files, so a
+// container's in-cluster config works where the ServiceAccount admission plugin
+// (or the test, standing in for it) mounted them; httpGet (HTTP) and tcpSocket
+// readiness probes set the Ready condition, liveness probes kill the container;
+// restartPolicy Always and OnFailure restart it in the same pod (restartCount,
+// lastState, the kubelet's back-off).
+//
+// What it does not do: run init or sidecar containers, exec or HTTPS probes,
+// resource limits, configMap/secret env, secret volume contents (configMap and
+// projected volumes only), token rotation; user ids only in container mode.
 //
 // One thread runs a level-triggered loop: an informer on pods wakes it, and it
 // re-reads the cache, starts, reaps and reports, heartbeating the nodes on its way.
@@ -92,6 +103,10 @@ class NodeAgent {
   // it (nothing evicts pods in the test plane); its pods' statuses are never
   // written again and new pods bound to it are never started.
   Status StopNode(const std::string& node);
+  // Sends `sig` to the main process of the pod's running container (container
+  // mode: `podman kill`), as an OOM kill or a crash would end it; the pod's
+  // restartPolicy says what follows. NotFound when no container of it runs.
+  Status SignalContainer(const std::string& ns, const std::string& name, int sig);
   // StopNode, then the Node object is deleted.
   Status DeleteNode(const std::string& node);
 
@@ -127,6 +142,11 @@ class NodeAgent {
   void SyncPodLocked(const kube::Object& pod, PodRun& run);
   Status StartPodLocked(const kube::Object& pod, PodRun& run);
   void ReapLocked(PodRun& run);
+  Status FillVolumeLocked(const kube::Object& pod, const PodRun& run, const kube::Object& volume,
+                          const std::string& dir);
+  void ReportRunningLocked(const kube::Object& pod, PodRun& run);
+  void ProbeLocked(const kube::Object& container, PodRun& run);
+  bool RestartLocked(const kube::Object& pod, PodRun& run);
   // SIGKILLs the run's process group and, in container mode, removes its container
   // (which outlives a killed client); returns once the process is gone.
   void KillLocked(PodRun& run);
@@ -144,6 +164,7 @@ class NodeAgent {
   NodeAgentOptions options_;
   std::unique_ptr<kube::Informer> informer_;
   std::string registered_at_;
+  std::string api_host_, api_port_;  // the API server, from the client's config
 
   mutable std::mutex mu_;  // guards everything below; held by each loop pass
   std::condition_variable cv_;

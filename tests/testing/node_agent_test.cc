@@ -8,6 +8,7 @@
 #include "tests/testing/node_agent.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -17,6 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "operator/api/load.h"
@@ -288,6 +291,104 @@ TEST_F(NodeAgentTest, FailedPodReportsItsExitCodeAndLogTail) {
   EXPECT_NE(message.find("to-stderr"), std::string::npos) << message;
 }
 
+// What a Deployment's pod needs of its kubelet: the API server's address in the
+// environment, the service-account token volume (a TokenRequest the API server
+// authenticates as the pod's service account, the cluster CA, the namespace), a
+// restart in the same pod after a failure, and readiness from a probe.
+TEST_F(NodeAgentTest, PodGetsItsTokenVolumeRestartsAndFollowsItsReadinessProbe) {
+  ASSERT_EQ(plane()->Kubectl("-n " + ns_ + " create serviceaccount runner").exit_code, 0);
+  ASSERT_EQ(
+      plane()
+          ->Kubectl("-n " + ns_ + " create configmap kube-root-ca.crt --from-literal=ca.crt=the-ca")
+          .exit_code,
+      0);
+  // The readiness probe's target: a socket the test listens on, then closes.
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener, 16), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+
+  // Fails once (exit 7), then waits for /data/go; each run copies what it sees.
+  Object pod = ShellPod(
+      "deployed",
+      "sa=/var/run/secrets/kubernetes.io/serviceaccount; cp $sa/token $sa/ca.crt $sa/namespace "
+      "/data/; echo \"$KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT\" > /data/api;"
+      " if [ ! -e /data/failed ]; then touch /data/failed; exit 7; fi;"
+      " while [ ! -e /data/go ]; do sleep 0.05; done");
+  pod["spec"]["restartPolicy"] = "OnFailure";
+  pod["spec"]["serviceAccountName"] = "runner";
+  Object sources = Object::array(
+      {{{"serviceAccountToken", {{"expirationSeconds", 3607}, {"path", "token"}}}},
+       {{"configMap",
+         {{"name", "kube-root-ca.crt"},
+          {"items", Object::array({{{"key", "ca.crt"}, {"path", "ca.crt"}}})}}}},
+       {{"downwardAPI",
+         {{"items", Object::array({{{"path", "namespace"},
+                                    {"fieldRef", {{"fieldPath", "metadata.namespace"}}}}})}}}}});
+  pod["spec"]["volumes"].push_back({{"name", "api"}, {"projected", {{"sources", sources}}}});
+  Object& c = pod["spec"]["containers"][0];
+  c["volumeMounts"].push_back({{"name", "api"},
+                               {"mountPath", "/var/run/secrets/kubernetes.io/serviceaccount"},
+                               {"readOnly", true}});
+  c["readinessProbe"] = {{"tcpSocket", {{"host", "127.0.0.1"}, {"port", port}}},
+                         {"periodSeconds", 1},
+                         {"failureThreshold", 1}};
+  Create(pod);
+  auto container = [&] {
+    Object p = Pod("deployed");
+    return p.contains("status") ? p["status"].value("containerStatuses", Object::array())
+                                : Object::array();
+  };
+  auto ready = [&] {
+    Object cs = container();
+    return !cs.empty() && cs[0].value("ready", false) && cs[0].value("restartCount", 0) == 1;
+  };
+  ASSERT_TRUE(Eventually(ready, std::chrono::seconds(60)))
+      << Pod("deployed").dump(1) << agent_->Describe();
+  Object cs = container()[0];
+  EXPECT_EQ(cs["lastState"]["terminated"].value("exitCode", 0), 7) << cs.dump();
+  EXPECT_TRUE(cs["state"].contains("running")) << cs.dump();
+
+  const std::string data = agent_->PvcDir(ns_, "shared");
+  EXPECT_EQ(ReadFile(data + "/namespace"), ns_);
+  EXPECT_EQ(ReadFile(data + "/ca.crt"), "the-ca");
+  std::string server = plane()->server();  // https://127.0.0.1:PORT
+  std::string host_port = server.substr(server.find("://") + 3);
+  host_port[host_port.rfind(':')] = ' ';
+  EXPECT_EQ(ReadFile(data + "/api"), host_port + "\n");
+  // The token is the service account's, bound to this pod.
+  Object review = {{"apiVersion", "authentication.k8s.io/v1"},
+                   {"kind", "TokenReview"},
+                   {"spec", {{"token", ReadFile(data + "/token")}}}};
+  auto reviewed =
+      client_->Create({"authentication.k8s.io", "v1", "tokenreviews", false}, "", review);
+  ASSERT_TRUE(reviewed.ok()) << reviewed.status();
+  EXPECT_TRUE((*reviewed)["status"].value("authenticated", false)) << reviewed->dump();
+  EXPECT_EQ((*reviewed)["status"]["user"].value("username", ""),
+            "system:serviceaccount:" + ns_ + ":runner");
+  Object extra = (*reviewed)["status"]["user"].value("extra", Object::object());
+  EXPECT_EQ(extra.value("authentication.kubernetes.io/pod-name", Object::array()),
+            Object::array({"deployed"}))
+      << reviewed->dump();
+
+  // The probe's target gone: not ready, still running.
+  close(listener);
+  EXPECT_TRUE(Eventually([&] {
+    Object now = container();
+    return !now.empty() && !now[0].value("ready", true);
+  })) << Pod("deployed").dump(1);
+  EXPECT_EQ(Phase(Pod("deployed")), "Running");
+  // A success is not restarted under OnFailure.
+  std::ofstream(data + "/go").close();
+  WaitPhase("deployed", "Succeeded");
+  EXPECT_EQ(Terminated("deployed")["exitCode"], 0);
+}
+
 TEST_F(NodeAgentTest, EnvironmentIsRewrittenForRendezvous) {
   // env > /data/<pod>.env: the script's own /data is rewritten too.
   auto gang_pod = [&](const std::string& name, const std::string& subdomain,
@@ -418,7 +519,7 @@ TEST_F(NodeAgentTest, GangOfOrreryWorkersRendezvousesAndSucceeds) {
 std::unique_ptr<NodeAgent> StartContainerAgent(const ControlPlane& plane, const std::string& ns,
                                                std::string* skip) {
   const char* env = std::getenv("ORRERY_WORKER_IMAGE");
-  std::string image = env != nullptr ? env : "localhost/orrery-worker:latest";
+  std::string image = env != nullptr ? env : "orrery/worker:latest";
   CommandResult exists = RunCommand("podman image exists '" + image + "' 2>&1");
   if (exists.exit_code != 0) {
     *skip = "needs podman and the image " + image +
