@@ -24,6 +24,8 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "operator/planner/baselines.h"
 #include "operator/planner/list_scheduler.h"
@@ -38,29 +40,53 @@ struct Candidate {
   int config;
   double run;
   double gpu_time;
+  unsigned types;  // bit k: the configuration runs on GpuTypes(problem)[k]
 };
 
+// The GPU types (bits over `types`) with enough nodes serving `cfg` for a gang.
+unsigned ServingTypes(const Problem& problem, const std::vector<std::string>& types,
+                      const Task& task, const Config& cfg) {
+  std::vector<int> hosts(types.size(), 0);
+  for (const Node& n : problem.nodes) {
+    if (!NodeServes(n, task, cfg)) continue;
+    ++hosts[static_cast<size_t>(std::lower_bound(types.begin(), types.end(), n.gpu_type) -
+                                types.begin())];
+  }
+  unsigned mask = 0;
+  for (size_t k = 0; k < types.size() && k < 32; ++k)
+    if (hosts[k] >= cfg.nodes) mask |= 1U << k;
+  return mask;
+}
+
 // Fitting configurations not dominated by another with no more GPUs, nodes and
-// run time. A running task always keeps its current configuration available.
+// run time that runs on every GPU type it runs on (a slower configuration on a
+// cheaper type is not dominated: it leaves the faster type to others). A
+// running task always keeps its current configuration available.
 std::vector<std::vector<Candidate>> Candidates(const Problem& problem) {
   std::vector<std::vector<Candidate>> out(problem.tasks.size());
+  const std::vector<std::string> types = GpuTypes(problem);
   for (size_t t = 0; t < problem.tasks.size(); ++t) {
     const Task& task = problem.tasks[t];
+    std::vector<unsigned> mask(task.configs.size());
+    for (size_t c = 0; c < task.configs.size(); ++c)
+      mask[c] = ConfigFits(problem, task, task.configs[c])
+                    ? ServingTypes(problem, types, task, task.configs[c])
+                    : 0;
     for (size_t c = 0; c < task.configs.size(); ++c) {
       const Config& cfg = task.configs[c];
-      if (!ConfigFits(problem, cfg)) continue;
+      if (mask[c] == 0) continue;
       double run = RunSeconds(task, static_cast<int>(c));
       bool dominated = false;
       bool keep = task.running && task.running->config == static_cast<int>(c);
       for (size_t d = 0; d < task.configs.size() && !keep && !dominated; ++d) {
-        if (d == c || !ConfigFits(problem, task.configs[d])) continue;
+        if (d == c || mask[d] == 0 || (mask[c] & ~mask[d]) != 0) continue;
         const Config& o = task.configs[d];
         double orun = RunSeconds(task, static_cast<int>(d));
         bool no_worse = o.gpus <= cfg.gpus && o.nodes <= cfg.nodes && orun <= run;
         bool better = o.gpus < cfg.gpus || o.nodes < cfg.nodes || orun < run || d < c;
         dominated = no_worse && better;
       }
-      if (!dominated) out[t].push_back({static_cast<int>(c), run, run * cfg.gpus});
+      if (!dominated) out[t].push_back({static_cast<int>(c), run, run * cfg.gpus, mask[c]});
     }
   }
   return out;
@@ -153,7 +179,31 @@ struct PackingModel {
   std::vector<std::vector<int>> column;  // [task][candidate] -> column
   int makespan_col = -1;
   std::vector<double> taus;  // arrival thresholds with a suffix-area row
+  // GPU types: per proper subset S of the types (a mask), its GPUs; the
+  // configurations that run only on S must fit their GPU-time in C x those.
+  std::vector<std::pair<unsigned, double>> type_rows;
 };
+
+// The proper subsets of the GPU types with their GPUs (capped), for up to four
+// types (15 rows): what runs only on S needs S's GPUs, which the one area row
+// over all GPUs misses when a memory-bound task fits only the large type.
+std::vector<std::pair<unsigned, double>> TypeSubsets(const Problem& problem) {
+  std::vector<std::string> types = GpuTypes(problem);
+  std::vector<std::pair<unsigned, double>> out;
+  if (types.size() < 2 || types.size() > 4) return out;
+  std::vector<double> gpus(types.size(), 0);
+  for (const Node& n : problem.nodes)
+    gpus[static_cast<size_t>(std::lower_bound(types.begin(), types.end(), n.gpu_type) -
+                             types.begin())] += n.gpus;
+  const unsigned all = (1U << types.size()) - 1;
+  for (unsigned set = 1; set < all; ++set) {
+    double g = 0;
+    for (size_t k = 0; k < types.size(); ++k)
+      if (set & (1U << k)) g += gpus[k];
+    out.push_back({set, std::min(g, static_cast<double>(problem.UsableGpus()))});
+  }
+  return out;
+}
 
 PackingModel BuildPacking(const Problem& problem, const std::vector<std::vector<Candidate>>& cands,
                           double beta, double upper) {
@@ -222,6 +272,22 @@ PackingModel BuildPacking(const Problem& problem, const std::vector<std::vector<
     pm.model.AddRow(cols, vals, -std::numeric_limits<double>::infinity(), -beta * gpus * tau);
     pm.taus.push_back(tau);
   }
+  for (const auto& [set, set_gpus] : TypeSubsets(problem)) {
+    std::vector<int> cols;
+    std::vector<double> vals;
+    for (size_t t = 0; t < cands.size(); ++t) {
+      for (size_t k = 0; k < cands[t].size(); ++k) {
+        if ((cands[t][k].types & ~set) != 0) continue;
+        cols.push_back(pm.column[t][k]);
+        vals.push_back(cands[t][k].gpu_time);
+      }
+    }
+    if (cols.empty()) continue;
+    cols.push_back(pm.makespan_col);
+    vals.push_back(-beta * set_gpus);
+    pm.model.AddRow(cols, vals, -std::numeric_limits<double>::infinity(), 0.0);
+    pm.type_rows.push_back({set, set_gpus});
+  }
   if (uniform && !pack_cols.empty()) {
     pack_cols.push_back(pm.makespan_col);
     pack_vals.push_back(-beta * static_cast<double>(problem.nodes.size()));
@@ -260,6 +326,14 @@ std::vector<double> WarmStart(const Problem& problem, const PackingModel& pm,
     c = std::max(c, tau + late / (beta * problem.UsableGpus()));
   }
   c = std::max(c, pack / (beta * static_cast<double>(problem.nodes.size())));
+  for (const auto& [set, set_gpus] : pm.type_rows) {
+    double used = 0;
+    for (size_t t = 0; t < cands.size(); ++t) {
+      for (const Candidate& k : cands[t])
+        if (k.config == choice[t] && (k.types & ~set) == 0) used += k.gpu_time;
+    }
+    c = std::max(c, used / (beta * set_gpus));
+  }
   x[static_cast<size_t>(pm.makespan_col)] = c * (1 + 1e-9);
   return x;
 }
