@@ -102,9 +102,11 @@ double BestDual(const std::vector<double>& w, const std::vector<double>& gpus) {
     }
   };
   grid(0, kSteps);
-  // Refine: move mass between pairs of types in shrinking steps.
-  for (double step = 0.5 / kSteps; step > 1e-4; step *= 0.5) {
-    for (bool moved = true; moved;) {
+  // Refine: move mass between pairs of types in shrinking steps (a few moves
+  // per step: any p is valid, so stopping early only loosens the bound).
+  for (double step = 0.5 / kSteps; step > 1e-3; step *= 0.5) {
+    bool moved = true;
+    for (int round = 0; round < 8 && moved; ++round) {
       moved = false;
       for (size_t a = 0; a < types; ++a) {
         for (size_t b = 0; b < types; ++b) {
@@ -126,10 +128,12 @@ double TypedAreaBound(const Problem& problem, double from) {
   const size_t kt = types.size();
   if (kt < 2 || kt > 4 || !std::isfinite(from)) return 0;
   std::vector<double> gpus(kt, 0);
-  for (const Node& n : problem.nodes) {
-    size_t k = static_cast<size_t>(std::lower_bound(types.begin(), types.end(), n.gpu_type) -
-                                   types.begin());
-    gpus[k] += n.gpus;
+  std::vector<size_t> type_of(problem.nodes.size());
+  for (size_t n = 0; n < problem.nodes.size(); ++n) {
+    const Node& node = problem.nodes[n];
+    type_of[n] = static_cast<size_t>(std::lower_bound(types.begin(), types.end(), node.gpu_type) -
+                                     types.begin());
+    gpus[type_of[n]] += node.gpus;
   }
   std::vector<TypedItem> items;
   for (size_t t = 0; t < problem.tasks.size(); ++t) {
@@ -137,12 +141,12 @@ double TypedAreaBound(const Problem& problem, double from) {
     for (size_t c = 0; c < task.configs.size(); ++c) {
       const Config& cfg = task.configs[c];
       double run = RunSeconds(task, static_cast<int>(c));
+      // The config runs on type k when enough of its nodes serve it.
+      std::vector<int> hosts(kt, 0);
+      for (size_t n = 0; n < problem.nodes.size(); ++n)
+        if (NodeServes(problem.nodes[n], task, cfg)) ++hosts[type_of[n]];
       for (size_t k = 0; k < kt; ++k) {
-        // The config runs on type k when enough of its nodes serve it.
-        int hosts = 0;
-        for (const Node& n : problem.nodes)
-          if (n.gpu_type == types[k] && NodeServes(n, task, cfg)) ++hosts;
-        if (hosts >= cfg.nodes && (problem.gpu_cap == 0 || cfg.gpus <= problem.gpu_cap))
+        if (hosts[k] >= cfg.nodes && (problem.gpu_cap == 0 || cfg.gpus <= problem.gpu_cap))
           items.push_back({t, k, task.arrival + run, run * cfg.gpus});
       }
     }

@@ -174,6 +174,63 @@ std::vector<int> DeadlineChoice(const Problem& problem,
   return choice;
 }
 
+// With several GPU types, least GPU-time overloads the fastest type: GPU-time
+// on different types is not comparable. For target D, tasks (largest first)
+// go to the type whose GPUs would be least loaded after taking them, each with
+// its least GPU-time candidate on that type finishing by D (its fastest there
+// when none does): a longest-processing-time greedy across pools, whose
+// choices the list scheduler then places within each type.
+std::vector<int> BalancedChoice(const Problem& problem,
+                                const std::vector<std::vector<Candidate>>& cands, double d) {
+  const std::vector<std::string> types = GpuTypes(problem);
+  const size_t kt = std::min<size_t>(types.size(), 32);
+  std::vector<double> gpus(kt, 0);
+  for (const Node& n : problem.nodes) {
+    size_t k = static_cast<size_t>(std::lower_bound(types.begin(), types.end(), n.gpu_type) -
+                                   types.begin());
+    if (k < kt) gpus[k] += n.gpus;
+  }
+  // Per task and type: the candidate to use there (-1: none).
+  std::vector<std::vector<int>> pick(cands.size(), std::vector<int>(kt, -1));
+  std::vector<std::pair<double, size_t>> order;
+  for (size_t t = 0; t < cands.size(); ++t) {
+    double size = 0;
+    for (size_t k = 0; k < kt; ++k) {
+      int best = -1;
+      bool best_in_time = false;
+      for (size_t i = 0; i < cands[t].size(); ++i) {
+        const Candidate& c = cands[t][i];
+        if ((c.types & (1U << k)) == 0) continue;
+        bool in_time = problem.tasks[t].arrival + c.run <= d;
+        const Candidate* b = best < 0 ? nullptr : &cands[t][static_cast<size_t>(best)];
+        bool better =
+            b == nullptr || (in_time && !best_in_time) ||
+            (in_time == best_in_time && (in_time ? c.gpu_time < b->gpu_time : c.run < b->run));
+        if (better) best = static_cast<int>(i), best_in_time = in_time;
+      }
+      pick[t][k] = best;
+      if (best >= 0) size = std::max(size, cands[t][static_cast<size_t>(best)].gpu_time / gpus[k]);
+    }
+    order.push_back({-size, t});
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<double> load(kt, 0);
+  std::vector<int> choice(cands.size());
+  for (const auto& [neg, t] : order) {
+    size_t best_k = kt;
+    double best_load = std::numeric_limits<double>::infinity();
+    for (size_t k = 0; k < kt; ++k) {
+      if (pick[t][k] < 0) continue;
+      double after = (load[k] + cands[t][static_cast<size_t>(pick[t][k])].gpu_time) / gpus[k];
+      if (after < best_load) best_load = after, best_k = k;
+    }
+    const Candidate& c = cands[t][static_cast<size_t>(pick[t][best_k])];
+    load[best_k] += c.gpu_time;
+    choice[t] = c.config;
+  }
+  return choice;
+}
+
 struct PackingModel {
   MilpModel model;
   std::vector<std::vector<int>> column;  // [task][candidate] -> column
@@ -366,6 +423,7 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
     OrderRule saved_rule = rule_;
     Placement saved_placement = placement_;
     double before = best_.objective;
+    const bool typed = GpuTypes(problem).size() > 1;
     for (int i = 0; i <= kSteps && !budget.Expired(); ++i) {
       double d = lo * std::pow(hi / lo, static_cast<double>(i) / kSteps);
       std::vector<int> choice = DeadlineChoice(problem, cands, d);
@@ -373,6 +431,10 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
                                                         : OrderRule::kSmithRatio;
       placement_ = Placement::kAppend;
       swept.push_back({QuickObjective(problem, choice), choice});
+      if (typed) {
+        choice = BalancedChoice(problem, cands, d);
+        swept.push_back({QuickObjective(problem, choice), choice});
+      }
     }
     if (best_.objective >= before - 1e-9) {  // the sweep won nothing: restore the winner's rule
       rule_ = saved_rule;
