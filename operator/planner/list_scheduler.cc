@@ -299,22 +299,25 @@ struct Slot {
 // `run` seconds, with the k free GPUs whose previous task ended last.
 Slot EarliestSlot(const std::vector<Timeline>& node, int k, double ready, double run,
                   double bound) {
-  std::vector<double> cands = {ready};
+  // Reused across calls: this runs once per node per task per schedule.
+  thread_local std::vector<double> cands;
+  thread_local std::vector<std::pair<double, int>> free;
+  thread_local std::vector<int> free_gpus;
+  cands.assign(1, ready);
   for (const Timeline& tl : node)
     for (const auto& iv : tl)
       if (iv.second > ready && iv.second < bound) cands.push_back(iv.second);
   std::sort(cands.begin(), cands.end());
   cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
   Slot slot;
-  std::vector<std::pair<double, int>> free;
   for (double s : cands) {
     if (s >= bound) break;
+    free_gpus.clear();
+    for (size_t g = 0; g < node.size(); ++g)
+      if (FreeDuring(node[g], s, s + run)) free_gpus.push_back(static_cast<int>(g));
+    if (static_cast<int>(free_gpus.size()) < k) continue;
     free.clear();
-    for (size_t g = 0; g < node.size(); ++g) {
-      if (FreeDuring(node[g], s, s + run))
-        free.push_back({s - PrevEnd(node[g], s), static_cast<int>(g)});
-    }
-    if (static_cast<int>(free.size()) < k) continue;
+    for (int g : free_gpus) free.push_back({s - PrevEnd(node[static_cast<size_t>(g)], s), g});
     std::sort(free.begin(), free.end());
     slot.start = s;
     for (int i = 0; i < k; ++i) {
@@ -389,8 +392,23 @@ Placed FindSlot(const Problem& problem, const std::vector<std::vector<Timeline>>
     Slot best;
     best.start = bound;
     int best_node = -1;
+    // Nodes with nothing scheduled yet are interchangeable within their
+    // shape (GPUs, memory, type): only the first of each can win, as ties go
+    // to the lower index. On a large cluster most nodes start out so.
+    std::vector<const Node*> empty_seen;
     for (size_t n = 0; n < problem.nodes.size(); ++n) {
-      if (!NodeServes(problem.nodes[n], task, c)) continue;
+      const Node& node = problem.nodes[n];
+      if (!NodeServes(node, task, c)) continue;
+      bool empty = std::all_of(busy[n].begin(), busy[n].end(),
+                               [](const Timeline& tl) { return tl.empty(); });
+      if (empty) {
+        bool seen = std::any_of(empty_seen.begin(), empty_seen.end(), [&](const Node* o) {
+          return o->gpus == node.gpus && o->gpu_memory_gib == node.gpu_memory_gib &&
+                 o->gpu_type == node.gpu_type;
+        });
+        if (seen) continue;
+        empty_seen.push_back(&node);
+      }
       // Only a start no later than the best so far can win.
       Slot s = EarliestSlot(busy[n], k, ready, run, best.start + 1e-9);
       if (s.gpus.empty()) continue;
