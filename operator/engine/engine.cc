@@ -113,7 +113,7 @@ RemainingProblem BuildRemainingProblem(const WorldView& world, double switch_cos
     if (!nv.alive) continue;
     node_of[static_cast<int>(n)] = static_cast<int>(rp.problem.nodes.size());
     rp.node_index.push_back(static_cast<int>(n));
-    rp.problem.nodes.push_back({nv.name, nv.gpus, nv.gpu_memory_gib});
+    rp.problem.nodes.push_back({nv.name, nv.gpus, nv.gpu_memory_gib, nv.gpu_type});
   }
   for (size_t t = 0; t < world.tasks.size(); ++t) {
     const TaskView& tv = world.tasks[t];
@@ -124,6 +124,7 @@ RemainingProblem BuildRemainingProblem(const WorldView& world, double switch_cos
     task.arrival = 0;  // it is here
     task.weight = tv.weight;
     task.configs = tv.profile;
+    task.gpu_types = tv.gpu_types;
     for (planner::Config& c : task.configs) c.throughput *= tv.speed_factor;
     if (tv.running) {
       planner::RunningState rs;

@@ -57,7 +57,8 @@ struct TaskView {
   double remaining_work = 0;
   double arrival = 0;  // absolute
   double weight = 1;
-  std::vector<planner::Config> profile;  // profiled configurations
+  std::vector<planner::Config> profile;     // profiled configurations
+  std::vector<std::string> gpu_types = {};  // the GPU types it may run on; empty: any
   bool arrived = true;
   bool done = false;
   std::optional<RunningView> running;
@@ -75,6 +76,7 @@ struct NodeView {
   int gpus = 0;
   double gpu_memory_gib = 0;
   bool alive = true;
+  std::string gpu_type = {};  // its pool's GPU type; empty: the cluster names none
 };
 
 struct WorldView {

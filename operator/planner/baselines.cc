@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "operator/planner/list_scheduler.h"
 #include "operator/planner/lower_bound.h"
@@ -16,7 +18,7 @@ std::vector<int> FastestChoice(const Problem& problem) {
     const Task& task = problem.tasks[t];
     double best = std::numeric_limits<double>::infinity();
     for (size_t c = 0; c < task.configs.size(); ++c) {
-      if (!ConfigFits(problem, task.configs[c])) continue;
+      if (!ConfigFits(problem, task, task.configs[c])) continue;
       double run = RunSeconds(task, static_cast<int>(c));
       if (run < best ||
           (run == best && choice[t] >= 0 &&
@@ -59,7 +61,8 @@ Plan CurrentPracticePlan(const Problem& problem) {
     for (const char* tmpl : {"fsdp", "spill"}) {
       for (size_t c = 0; c < task.configs.size(); ++c) {
         const Config& cfg = task.configs[c];
-        if (cfg.template_name != tmpl || cfg.nodes != 1 || !ConfigFits(problem, cfg)) continue;
+        if (cfg.template_name != tmpl || cfg.nodes != 1 || !ConfigFits(problem, task, cfg))
+          continue;
         if (pick < 0 || cfg.gpus > task.configs[static_cast<size_t>(pick)].gpus)
           pick = static_cast<int>(c);
       }
@@ -70,7 +73,7 @@ Plan CurrentPracticePlan(const Problem& problem) {
       double best = std::numeric_limits<double>::infinity();
       for (size_t c = 0; c < task.configs.size(); ++c) {
         const Config& cfg = task.configs[c];
-        if (cfg.nodes != 1 || !ConfigFits(problem, cfg)) continue;
+        if (cfg.nodes != 1 || !ConfigFits(problem, task, cfg)) continue;
         if (task.work / cfg.throughput < best) {
           best = task.work / cfg.throughput;
           pick = static_cast<int>(c);
@@ -81,15 +84,24 @@ Plan CurrentPracticePlan(const Problem& problem) {
       pick = FastestChoice(problem)[static_cast<size_t>(ti)];  // only multi-node configs
     const Config& cfg = task.configs[static_cast<size_t>(pick)];
     // The task takes whole nodes: the `cfg.nodes` nodes that free up first.
+    // Within one GPU type: the one whose cfg.nodes-th node frees up first.
     std::vector<int> nodes;
     for (size_t n = 0; n < problem.nodes.size(); ++n) {
-      if (problem.nodes[n].gpus >= cfg.GpusPerNode() &&
-          problem.nodes[n].gpu_memory_gib >= cfg.memory_gib)
-        nodes.push_back(static_cast<int>(n));
+      if (NodeServes(problem.nodes[n], task, cfg)) nodes.push_back(static_cast<int>(n));
     }
     std::stable_sort(nodes.begin(), nodes.end(), [&](int a, int b) {
       return node_free[static_cast<size_t>(a)] < node_free[static_cast<size_t>(b)];
     });
+    std::map<std::string, int> per_type;
+    std::string type;
+    for (int n : nodes) {
+      if (++per_type[problem.nodes[static_cast<size_t>(n)].gpu_type] == cfg.nodes) {
+        type = problem.nodes[static_cast<size_t>(n)].gpu_type;
+        break;
+      }
+    }
+    std::erase_if(nodes,
+                  [&](int n) { return problem.nodes[static_cast<size_t>(n)].gpu_type != type; });
     nodes.resize(static_cast<size_t>(cfg.nodes));
     double start = task.arrival;
     for (int n : nodes) start = std::max(start, node_free[static_cast<size_t>(n)]);

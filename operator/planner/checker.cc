@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 
 namespace orrery::planner {
@@ -41,6 +42,20 @@ Status CheckPlan(const Problem& problem, const Plan& plan) {
                                     problem.nodes[static_cast<size_t>(g.node)].name);
       ++per_node[g.node];
     }
+    // GPU types: one type per gang, the configuration's (when it names one),
+    // and one the task allows.
+    std::set<std::string> types;
+    for (const auto& [node, count] : per_node)
+      types.insert(problem.nodes[static_cast<size_t>(node)].gpu_type);
+    if (types.size() > 1) return InvalidArgumentError(who + "spans GPU types");
+    const std::string type = types.empty() ? std::string() : *types.begin();
+    std::string on_type = who;
+    on_type.append("runs on GPU type '").append(type).append("'");
+    if (!c.gpu_type.empty() && !types.empty() && type != c.gpu_type)
+      return InvalidArgumentError(on_type + ", its configuration is for '" + c.gpu_type + "'");
+    if (!task.gpu_types.empty() && !types.empty() &&
+        std::find(task.gpu_types.begin(), task.gpu_types.end(), type) == task.gpu_types.end())
+      return InvalidArgumentError(on_type + ", which it does not allow");
     if (static_cast<int>(per_node.size()) != c.nodes)
       return InvalidArgumentError(who + "spans " + std::to_string(per_node.size()) +
                                   " nodes, its configuration spans " + std::to_string(c.nodes));

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <string>
 
 namespace orrery::planner {
 namespace {
@@ -43,8 +45,25 @@ NodeOffer Offer(const std::vector<double>& free_at, int node, int k, double read
   return offer;
 }
 
-bool Eligible(const Node& n, const Config& c) {
-  return n.gpus >= c.GpusPerNode() && n.gpu_memory_gib >= c.memory_gib;
+// A gang never spans GPU types: of offers sorted best first, keeps the first
+// `nodes` of the one type whose `nodes`-th offer starts earliest.
+void KeepOneType(const Problem& problem, std::vector<NodeOffer>& offers, int nodes) {
+  std::map<std::string, int> seen;
+  std::string type;
+  for (const NodeOffer& o : offers) {
+    const std::string& t = problem.nodes[static_cast<size_t>(o.node)].gpu_type;
+    if (++seen[t] == nodes) {
+      type = t;
+      break;
+    }
+  }
+  std::vector<NodeOffer> kept;
+  for (const NodeOffer& o : offers) {
+    if (static_cast<int>(kept.size()) < nodes &&
+        problem.nodes[static_cast<size_t>(o.node)].gpu_type == type)
+      kept.push_back(o);
+  }
+  offers = std::move(kept);
 }
 
 }  // namespace
@@ -210,7 +229,7 @@ Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
     for (;;) {
       offers.clear();
       for (size_t n = 0; n < problem.nodes.size(); ++n) {
-        if (!Eligible(problem.nodes[n], c)) continue;
+        if (!NodeServes(problem.nodes[n], task, c)) continue;
         offers.push_back(Offer(free_at[n], static_cast<int>(n), k, ready, nullptr));
       }
       // Cheapest nodes first: earliest start, then least idle, then index.
@@ -219,7 +238,7 @@ Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
         if (a.idle != b.idle) return a.idle < b.idle;
         return a.node < b.node;
       });
-      offers.resize(static_cast<size_t>(c.nodes));
+      KeepOneType(problem, offers, c.nodes);
       start = 0;
       for (const NodeOffer& o : offers) start = std::max(start, o.start);
       double allowed = usage.Earliest(start, run, c.gpus);
@@ -280,22 +299,25 @@ struct Slot {
 // `run` seconds, with the k free GPUs whose previous task ended last.
 Slot EarliestSlot(const std::vector<Timeline>& node, int k, double ready, double run,
                   double bound) {
-  std::vector<double> cands = {ready};
+  // Reused across calls: this runs once per node per task per schedule.
+  thread_local std::vector<double> cands;
+  thread_local std::vector<std::pair<double, int>> free;
+  thread_local std::vector<int> free_gpus;
+  cands.assign(1, ready);
   for (const Timeline& tl : node)
     for (const auto& iv : tl)
       if (iv.second > ready && iv.second < bound) cands.push_back(iv.second);
   std::sort(cands.begin(), cands.end());
   cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
   Slot slot;
-  std::vector<std::pair<double, int>> free;
   for (double s : cands) {
     if (s >= bound) break;
+    free_gpus.clear();
+    for (size_t g = 0; g < node.size(); ++g)
+      if (FreeDuring(node[g], s, s + run)) free_gpus.push_back(static_cast<int>(g));
+    if (static_cast<int>(free_gpus.size()) < k) continue;
     free.clear();
-    for (size_t g = 0; g < node.size(); ++g) {
-      if (FreeDuring(node[g], s, s + run))
-        free.push_back({s - PrevEnd(node[g], s), static_cast<int>(g)});
-    }
-    if (static_cast<int>(free.size()) < k) continue;
+    for (int g : free_gpus) free.push_back({s - PrevEnd(node[static_cast<size_t>(g)], s), g});
     std::sort(free.begin(), free.end());
     slot.start = s;
     for (int i = 0; i < k; ++i) {
@@ -313,6 +335,48 @@ struct Placed {
   std::vector<GpuSlot> gpus;
 };
 
+// Spanning nodes: the earliest time `nodes` of `eligible` each have k GPUs
+// free for `run` seconds, before `bound`. Each node's earliest slot from s is
+// monotone in s, so jump s to the nodes-th smallest of them until that many
+// nodes can start exactly at s.
+Placed SpanningSlot(const std::vector<std::vector<Timeline>>& busy,
+                    const std::vector<size_t>& eligible, int nodes, int k, double ready, double run,
+                    double bound) {
+  Placed placed;
+  double s = ready;
+  for (int guard = 0; guard < 100000 && s < bound; ++guard) {
+    std::vector<std::pair<double, size_t>> at;  // (earliest start, index into slots)
+    std::vector<Slot> slots;
+    for (size_t n : eligible) {
+      Slot slot = EarliestSlot(busy[n], k, s, run, std::numeric_limits<double>::infinity());
+      slot.gpus.push_back(static_cast<int>(n));  // node index rides at the back
+      at.push_back({slot.start, slots.size()});
+      slots.push_back(std::move(slot));
+    }
+    std::sort(at.begin(), at.end());
+    double next = at[static_cast<size_t>(nodes - 1)].first;
+    if (next > s + 1e-9) {
+      s = next;
+      continue;
+    }
+    // At least `nodes` nodes start at s: least idle first.
+    std::vector<size_t> hosts;
+    for (const auto& [start_at, i] : at)
+      if (start_at <= s + 1e-9) hosts.push_back(i);
+    std::stable_sort(hosts.begin(), hosts.end(),
+                     [&](size_t x, size_t y) { return slots[x].idle < slots[y].idle; });
+    placed.start = s;
+    for (int i = 0; i < nodes; ++i) {
+      std::vector<int>& g = slots[hosts[static_cast<size_t>(i)]].gpus;
+      int node = g.back();
+      g.pop_back();
+      for (int gpu : g) placed.gpus.push_back({node, gpu});
+    }
+    break;
+  }
+  return placed;
+}
+
 // Where task t would start under config `config` given what is already busy.
 Placed FindSlot(const Problem& problem, const std::vector<std::vector<Timeline>>& busy, size_t t,
                 int config, double ready, double bound = std::numeric_limits<double>::infinity()) {
@@ -328,8 +392,23 @@ Placed FindSlot(const Problem& problem, const std::vector<std::vector<Timeline>>
     Slot best;
     best.start = bound;
     int best_node = -1;
+    // Nodes with nothing scheduled yet are interchangeable within their
+    // shape (GPUs, memory, type): only the first of each can win, as ties go
+    // to the lower index. On a large cluster most nodes start out so.
+    std::vector<const Node*> empty_seen;
     for (size_t n = 0; n < problem.nodes.size(); ++n) {
-      if (!Eligible(problem.nodes[n], c)) continue;
+      const Node& node = problem.nodes[n];
+      if (!NodeServes(node, task, c)) continue;
+      bool empty = std::all_of(busy[n].begin(), busy[n].end(),
+                               [](const Timeline& tl) { return tl.empty(); });
+      if (empty) {
+        bool seen = std::any_of(empty_seen.begin(), empty_seen.end(), [&](const Node* o) {
+          return o->gpus == node.gpus && o->gpu_memory_gib == node.gpu_memory_gib &&
+                 o->gpu_type == node.gpu_type;
+        });
+        if (seen) continue;
+        empty_seen.push_back(&node);
+      }
       // Only a start no later than the best so far can win.
       Slot s = EarliestSlot(busy[n], k, ready, run, best.start + 1e-9);
       if (s.gpus.empty()) continue;
@@ -343,42 +422,17 @@ Placed FindSlot(const Problem& problem, const std::vector<std::vector<Timeline>>
     placed.start = best.start;
     for (int g : best.gpus) placed.gpus.push_back({best_node, g});
   } else {
-    // Spanning nodes: the earliest time enough nodes each have k GPUs free.
-    // Each node's earliest slot from s is monotone in s, so jump s to the
-    // nodes-th smallest of them until that many nodes can start exactly at s.
-    std::vector<size_t> eligible;
+    // A gang never spans GPU types: the earliest gang within each type.
+    std::map<std::string, std::vector<size_t>> eligible;
     for (size_t n = 0; n < problem.nodes.size(); ++n)
-      if (Eligible(problem.nodes[n], c)) eligible.push_back(n);
-    double s = ready;
-    for (int guard = 0; guard < 100000 && s < bound; ++guard) {
-      std::vector<std::pair<double, size_t>> at;  // (earliest start, index into slots)
-      std::vector<Slot> slots;
-      for (size_t n : eligible) {
-        Slot slot = EarliestSlot(busy[n], k, s, run, std::numeric_limits<double>::infinity());
-        slot.gpus.push_back(static_cast<int>(n));  // node index rides at the back
-        at.push_back({slot.start, slots.size()});
-        slots.push_back(std::move(slot));
+      if (NodeServes(problem.nodes[n], task, c)) eligible[problem.nodes[n].gpu_type].push_back(n);
+    for (const auto& [type, hosts] : eligible) {
+      if (static_cast<int>(hosts.size()) < c.nodes) continue;
+      Placed p = SpanningSlot(busy, hosts, c.nodes, k, ready, run, std::min(bound, placed.start));
+      if (p.start < placed.start) {
+        placed.start = p.start;
+        placed.gpus = std::move(p.gpus);
       }
-      std::sort(at.begin(), at.end());
-      double next = at[static_cast<size_t>(c.nodes - 1)].first;
-      if (next > s + 1e-9) {
-        s = next;
-        continue;
-      }
-      // At least c.nodes nodes start at s: least idle first.
-      std::vector<size_t> hosts;
-      for (const auto& [start_at, i] : at)
-        if (start_at <= s + 1e-9) hosts.push_back(i);
-      std::stable_sort(hosts.begin(), hosts.end(),
-                       [&](size_t x, size_t y) { return slots[x].idle < slots[y].idle; });
-      placed.start = s;
-      for (int i = 0; i < c.nodes; ++i) {
-        std::vector<int>& g = slots[hosts[static_cast<size_t>(i)]].gpus;
-        int node = g.back();
-        g.pop_back();
-        for (int gpu : g) placed.gpus.push_back({node, gpu});
-      }
-      break;
     }
   }
   std::sort(placed.gpus.begin(), placed.gpus.end());

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace orrery::planner {
@@ -23,7 +25,7 @@ bool ArrivalAreaFits(const Problem& problem, double c) {
     const Task& task = problem.tasks[t];
     double best = std::numeric_limits<double>::infinity();
     for (size_t k = 0; k < task.configs.size(); ++k) {
-      if (!ConfigFits(problem, task.configs[k])) continue;
+      if (!ConfigFits(problem, task, task.configs[k])) continue;
       double run = RunSeconds(task, static_cast<int>(k));
       if (task.arrival + run <= c) best = std::min(best, run * task.configs[k].gpus);
     }
@@ -42,10 +44,135 @@ bool ArrivalAreaFits(const Problem& problem, double c) {
 
 double SweepBound(const Problem& problem);
 
+// ---- GPU types -----------------------------------------------------------------
+//
+// With several GPU types the one-pool area test is weak: a task's GPU-time
+// differs by type, and each type's GPUs are a pool of their own. The exact
+// area test is the LP "assign each task fractionally to types so that every
+// type's GPU-time fits in C x its GPUs": min Z s.t. sum_k y[t,k] = 1,
+// sum_t w[t,k] y[t,k] <= Z G[k], y >= 0, where w[t,k] is the task's least
+// GPU-time on type k among configurations finishing by C. Its dual is
+//   max over lambda >= 0 with sum_k lambda[k] G[k] = 1 of sum_t min_k lambda[k] w[t,k],
+// and by weak duality every such lambda gives a lower bound on Z: so we never
+// need the LP's optimum for a valid bound, only a good lambda, found by a grid
+// over the simplex of p[k] = lambda[k] G[k] and a local refinement. C is
+// infeasible when the dual value exceeds C; as w only falls when C grows, a
+// bisection over C between the one-pool bound and the dual value there gives
+// the bound. With one type (lambda = 1/G) it is the one-pool test.
+
+struct TypedItem {
+  size_t task;
+  size_t type;
+  double finish;
+  double gpu_time;
+};
+
+// The dual value for p over least GPU-times w (tasks x types; inf: none).
+double DualValue(const std::vector<double>& w, size_t types, const std::vector<double>& p,
+                 const std::vector<double>& gpus) {
+  double sum = 0;
+  for (size_t i = 0; i < w.size(); i += types) {
+    double best = std::numeric_limits<double>::infinity();
+    for (size_t k = 0; k < types; ++k)
+      if (std::isfinite(w[i + k])) best = std::min(best, p[k] / gpus[k] * w[i + k]);
+    sum += best;  // infinite when the task finishes by C nowhere
+  }
+  return sum;
+}
+
+// The best dual value found over the simplex of p (a lower bound on the LP).
+double BestDual(const std::vector<double>& w, const std::vector<double>& gpus) {
+  const size_t types = gpus.size();
+  constexpr int kSteps = 12;
+  std::vector<double> best_p(types, 1.0 / static_cast<double>(types)), p(types);
+  double best = DualValue(w, types, best_p, gpus);
+  // Grid: compositions of kSteps into `types` parts.
+  std::vector<int> parts(types, 0);
+  std::function<void(size_t, int)> grid = [&](size_t k, int left) {
+    if (k + 1 == types) {
+      parts[k] = left;
+      for (size_t j = 0; j < types; ++j) p[j] = static_cast<double>(parts[j]) / kSteps;
+      double v = DualValue(w, types, p, gpus);
+      if (v > best) best = v, best_p = p;
+      return;
+    }
+    for (int i = 0; i <= left; ++i) {
+      parts[k] = i;
+      grid(k + 1, left - i);
+    }
+  };
+  grid(0, kSteps);
+  // Refine: move mass between pairs of types in shrinking steps (a few moves
+  // per step: any p is valid, so stopping early only loosens the bound).
+  for (double step = 0.5 / kSteps; step > 1e-3; step *= 0.5) {
+    bool moved = true;
+    for (int round = 0; round < 8 && moved; ++round) {
+      moved = false;
+      for (size_t a = 0; a < types; ++a) {
+        for (size_t b = 0; b < types; ++b) {
+          if (a == b || best_p[b] < step) continue;
+          p = best_p;
+          p[a] += step;
+          p[b] -= step;
+          double v = DualValue(w, types, p, gpus);
+          if (v > best * (1 + 1e-12)) best = v, best_p = p, moved = true;
+        }
+      }
+    }
+  }
+  return best;
+}
+
+double TypedAreaBound(const Problem& problem, double from) {
+  std::vector<std::string> types = GpuTypes(problem);
+  const size_t kt = types.size();
+  if (kt < 2 || kt > 4 || !std::isfinite(from)) return 0;
+  std::vector<double> gpus(kt, 0);
+  std::vector<size_t> type_of(problem.nodes.size());
+  for (size_t n = 0; n < problem.nodes.size(); ++n) {
+    const Node& node = problem.nodes[n];
+    type_of[n] = static_cast<size_t>(std::lower_bound(types.begin(), types.end(), node.gpu_type) -
+                                     types.begin());
+    gpus[type_of[n]] += node.gpus;
+  }
+  std::vector<TypedItem> items;
+  for (size_t t = 0; t < problem.tasks.size(); ++t) {
+    const Task& task = problem.tasks[t];
+    for (size_t c = 0; c < task.configs.size(); ++c) {
+      const Config& cfg = task.configs[c];
+      double run = RunSeconds(task, static_cast<int>(c));
+      // The config runs on type k when enough of its nodes serve it.
+      std::vector<int> hosts(kt, 0);
+      for (size_t n = 0; n < problem.nodes.size(); ++n)
+        if (NodeServes(problem.nodes[n], task, cfg)) ++hosts[type_of[n]];
+      for (size_t k = 0; k < kt; ++k) {
+        if (hosts[k] >= cfg.nodes && (problem.gpu_cap == 0 || cfg.gpus <= problem.gpu_cap))
+          items.push_back({t, k, task.arrival + run, run * cfg.gpus});
+      }
+    }
+  }
+  const double kInf = std::numeric_limits<double>::infinity();
+  auto dual_at = [&](double c) {
+    std::vector<double> w(problem.tasks.size() * kt, kInf);
+    for (const TypedItem& it : items)
+      if (it.finish <= c)
+        w[it.task * kt + it.type] = std::min(w[it.task * kt + it.type], it.gpu_time);
+    return BestDual(w, gpus);
+  };
+  double lo = from, hi = dual_at(from);
+  if (!(hi > lo) || !std::isfinite(hi)) return from;
+  for (int i = 0; i < 30 && hi - lo > 1e-6 * hi; ++i) {
+    double mid = 0.5 * (lo + hi);
+    (dual_at(mid) > mid ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 }  // namespace
 
 double MakespanLowerBound(const Problem& problem) {
   double c = SweepBound(problem);
+  c = std::max(c, TypedAreaBound(problem, c));
   bool arrivals = false;
   for (const Task& t : problem.tasks) arrivals = arrivals || t.arrival > 0;
   if (!arrivals || !std::isfinite(c) || ArrivalAreaFits(problem, c)) return c;
@@ -76,7 +203,7 @@ double SweepBound(const Problem& problem) {
   for (size_t t = 0; t < n; ++t) {
     const Task& task = problem.tasks[t];
     for (size_t c = 0; c < task.configs.size(); ++c) {
-      if (!ConfigFits(problem, task.configs[c])) continue;
+      if (!ConfigFits(problem, task, task.configs[c])) continue;
       double run = RunSeconds(task, static_cast<int>(c));
       items.push_back({task.arrival + run, t, run * task.configs[c].gpus});
     }
@@ -115,7 +242,7 @@ double WeightedCompletionLowerBound(const Problem& problem) {
   for (const Task& task : problem.tasks) {
     double shortest = std::numeric_limits<double>::infinity();
     for (size_t c = 0; c < task.configs.size(); ++c) {
-      if (ConfigFits(problem, task.configs[c]))
+      if (ConfigFits(problem, task, task.configs[c]))
         shortest = std::min(shortest, RunSeconds(task, static_cast<int>(c)));
     }
     sum += task.weight * (task.arrival + shortest);

@@ -10,7 +10,10 @@ namespace orrery::planner {
 // The least C such that every task has a fitting configuration finishing by C
 // (arrival + run time <= C) and the sum over tasks of their least GPU-time among
 // those configurations fits in C x total GPUs. At least as tight as both "longest
-// task" and "total least work over GPUs". 0 for an empty problem.
+// task" and "total least work over GPUs". With several GPU types, also the
+// per-type area test (each type's GPUs hold the GPU-time of what runs there;
+// lower_bound.cc derives it from the dual of the fractional assignment LP).
+// 0 for an empty problem.
 double MakespanLowerBound(const Problem& problem);
 
 // Sum over tasks of weight x (arrival + shortest fitting run time).

@@ -10,6 +10,7 @@
 
 #include <coin/CbcModel.hpp>
 #include <coin/CbcSolver.hpp>
+#include <coin/ClpSolve.hpp>
 #include <coin/CoinPackedMatrix.hpp>
 #include <coin/OsiClpSolverInterface.hpp>
 
@@ -49,6 +50,12 @@ StatusOr<MilpResult> MilpSolver::Solve(const MilpModel& model, const MilpOptions
     }
     solver.messageHandler()->setLogLevel(0);
     solver.setHintParam(OsiDoReducePrint, true, OsiHintTry);
+    // The root LP by dual simplex: Clp's automatic choice takes its Idiot
+    // crash on large models, whose crossover presolve segfaults on some
+    // packing models (2000 columns, a few dense rows: Clp 1.17).
+    ClpSolve root;
+    root.setSolveType(ClpSolve::useDual);
+    solver.setSolveOptions(root);
 
     bool warm = options.warm_start.size() == static_cast<size_t>(model.columns());
     // Column names built by append, not "x" + std::to_string(c): GCC 12 at -O3

@@ -24,6 +24,8 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "operator/planner/baselines.h"
 #include "operator/planner/list_scheduler.h"
@@ -38,29 +40,53 @@ struct Candidate {
   int config;
   double run;
   double gpu_time;
+  unsigned types;  // bit k: the configuration runs on GpuTypes(problem)[k]
 };
 
+// The GPU types (bits over `types`) with enough nodes serving `cfg` for a gang.
+unsigned ServingTypes(const Problem& problem, const std::vector<std::string>& types,
+                      const Task& task, const Config& cfg) {
+  std::vector<int> hosts(types.size(), 0);
+  for (const Node& n : problem.nodes) {
+    if (!NodeServes(n, task, cfg)) continue;
+    ++hosts[static_cast<size_t>(std::lower_bound(types.begin(), types.end(), n.gpu_type) -
+                                types.begin())];
+  }
+  unsigned mask = 0;
+  for (size_t k = 0; k < types.size() && k < 32; ++k)
+    if (hosts[k] >= cfg.nodes) mask |= 1U << k;
+  return mask;
+}
+
 // Fitting configurations not dominated by another with no more GPUs, nodes and
-// run time. A running task always keeps its current configuration available.
+// run time that runs on every GPU type it runs on (a slower configuration on a
+// cheaper type is not dominated: it leaves the faster type to others). A
+// running task always keeps its current configuration available.
 std::vector<std::vector<Candidate>> Candidates(const Problem& problem) {
   std::vector<std::vector<Candidate>> out(problem.tasks.size());
+  const std::vector<std::string> types = GpuTypes(problem);
   for (size_t t = 0; t < problem.tasks.size(); ++t) {
     const Task& task = problem.tasks[t];
+    std::vector<unsigned> mask(task.configs.size());
+    for (size_t c = 0; c < task.configs.size(); ++c)
+      mask[c] = ConfigFits(problem, task, task.configs[c])
+                    ? ServingTypes(problem, types, task, task.configs[c])
+                    : 0;
     for (size_t c = 0; c < task.configs.size(); ++c) {
       const Config& cfg = task.configs[c];
-      if (!ConfigFits(problem, cfg)) continue;
+      if (mask[c] == 0) continue;
       double run = RunSeconds(task, static_cast<int>(c));
       bool dominated = false;
       bool keep = task.running && task.running->config == static_cast<int>(c);
       for (size_t d = 0; d < task.configs.size() && !keep && !dominated; ++d) {
-        if (d == c || !ConfigFits(problem, task.configs[d])) continue;
+        if (d == c || mask[d] == 0 || (mask[c] & ~mask[d]) != 0) continue;
         const Config& o = task.configs[d];
         double orun = RunSeconds(task, static_cast<int>(d));
         bool no_worse = o.gpus <= cfg.gpus && o.nodes <= cfg.nodes && orun <= run;
         bool better = o.gpus < cfg.gpus || o.nodes < cfg.nodes || orun < run || d < c;
         dominated = no_worse && better;
       }
-      if (!dominated) out[t].push_back({static_cast<int>(c), run, run * cfg.gpus});
+      if (!dominated) out[t].push_back({static_cast<int>(c), run, run * cfg.gpus, mask[c]});
     }
   }
   return out;
@@ -148,12 +174,93 @@ std::vector<int> DeadlineChoice(const Problem& problem,
   return choice;
 }
 
+// With several GPU types, least GPU-time overloads the fastest type: GPU-time
+// on different types is not comparable. For target D, tasks (largest first)
+// go to the type whose GPUs would be least loaded after taking them, each with
+// its least GPU-time candidate on that type finishing by D (its fastest there
+// when none does): a longest-processing-time greedy across pools, whose
+// choices the list scheduler then places within each type.
+std::vector<int> BalancedChoice(const Problem& problem,
+                                const std::vector<std::vector<Candidate>>& cands, double d) {
+  const std::vector<std::string> types = GpuTypes(problem);
+  const size_t kt = std::min<size_t>(types.size(), 32);
+  std::vector<double> gpus(kt, 0);
+  for (const Node& n : problem.nodes) {
+    size_t k = static_cast<size_t>(std::lower_bound(types.begin(), types.end(), n.gpu_type) -
+                                   types.begin());
+    if (k < kt) gpus[k] += n.gpus;
+  }
+  // Per task and type: the candidate to use there (-1: none).
+  std::vector<std::vector<int>> pick(cands.size(), std::vector<int>(kt, -1));
+  std::vector<std::pair<double, size_t>> order;
+  for (size_t t = 0; t < cands.size(); ++t) {
+    double size = 0;
+    for (size_t k = 0; k < kt; ++k) {
+      int best = -1;
+      bool best_in_time = false;
+      for (size_t i = 0; i < cands[t].size(); ++i) {
+        const Candidate& c = cands[t][i];
+        if ((c.types & (1U << k)) == 0) continue;
+        bool in_time = problem.tasks[t].arrival + c.run <= d;
+        const Candidate* b = best < 0 ? nullptr : &cands[t][static_cast<size_t>(best)];
+        bool better =
+            b == nullptr || (in_time && !best_in_time) ||
+            (in_time == best_in_time && (in_time ? c.gpu_time < b->gpu_time : c.run < b->run));
+        if (better) best = static_cast<int>(i), best_in_time = in_time;
+      }
+      pick[t][k] = best;
+      if (best >= 0) size = std::max(size, cands[t][static_cast<size_t>(best)].gpu_time / gpus[k]);
+    }
+    order.push_back({-size, t});
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<double> load(kt, 0);
+  std::vector<int> choice(cands.size());
+  for (const auto& [neg, t] : order) {
+    size_t best_k = kt;
+    double best_load = std::numeric_limits<double>::infinity();
+    for (size_t k = 0; k < kt; ++k) {
+      if (pick[t][k] < 0) continue;
+      double after = (load[k] + cands[t][static_cast<size_t>(pick[t][k])].gpu_time) / gpus[k];
+      if (after < best_load) best_load = after, best_k = k;
+    }
+    const Candidate& c = cands[t][static_cast<size_t>(pick[t][best_k])];
+    load[best_k] += c.gpu_time;
+    choice[t] = c.config;
+  }
+  return choice;
+}
+
 struct PackingModel {
   MilpModel model;
   std::vector<std::vector<int>> column;  // [task][candidate] -> column
   int makespan_col = -1;
   std::vector<double> taus;  // arrival thresholds with a suffix-area row
+  // GPU types: per proper subset S of the types (a mask), its GPUs; the
+  // configurations that run only on S must fit their GPU-time in C x those.
+  std::vector<std::pair<unsigned, double>> type_rows;
 };
+
+// The proper subsets of the GPU types with their GPUs (capped), for up to four
+// types (15 rows): what runs only on S needs S's GPUs, which the one area row
+// over all GPUs misses when a memory-bound task fits only the large type.
+std::vector<std::pair<unsigned, double>> TypeSubsets(const Problem& problem) {
+  std::vector<std::string> types = GpuTypes(problem);
+  std::vector<std::pair<unsigned, double>> out;
+  if (types.size() < 2 || types.size() > 4) return out;
+  std::vector<double> gpus(types.size(), 0);
+  for (const Node& n : problem.nodes)
+    gpus[static_cast<size_t>(std::lower_bound(types.begin(), types.end(), n.gpu_type) -
+                             types.begin())] += n.gpus;
+  const unsigned all = (1U << types.size()) - 1;
+  for (unsigned set = 1; set < all; ++set) {
+    double g = 0;
+    for (size_t k = 0; k < types.size(); ++k)
+      if (set & (1U << k)) g += gpus[k];
+    out.push_back({set, std::min(g, static_cast<double>(problem.UsableGpus()))});
+  }
+  return out;
+}
 
 PackingModel BuildPacking(const Problem& problem, const std::vector<std::vector<Candidate>>& cands,
                           double beta, double upper) {
@@ -222,6 +329,22 @@ PackingModel BuildPacking(const Problem& problem, const std::vector<std::vector<
     pm.model.AddRow(cols, vals, -std::numeric_limits<double>::infinity(), -beta * gpus * tau);
     pm.taus.push_back(tau);
   }
+  for (const auto& [set, set_gpus] : TypeSubsets(problem)) {
+    std::vector<int> cols;
+    std::vector<double> vals;
+    for (size_t t = 0; t < cands.size(); ++t) {
+      for (size_t k = 0; k < cands[t].size(); ++k) {
+        if ((cands[t][k].types & ~set) != 0) continue;
+        cols.push_back(pm.column[t][k]);
+        vals.push_back(cands[t][k].gpu_time);
+      }
+    }
+    if (cols.empty()) continue;
+    cols.push_back(pm.makespan_col);
+    vals.push_back(-beta * set_gpus);
+    pm.model.AddRow(cols, vals, -std::numeric_limits<double>::infinity(), 0.0);
+    pm.type_rows.push_back({set, set_gpus});
+  }
   if (uniform && !pack_cols.empty()) {
     pack_cols.push_back(pm.makespan_col);
     pack_vals.push_back(-beta * static_cast<double>(problem.nodes.size()));
@@ -260,6 +383,14 @@ std::vector<double> WarmStart(const Problem& problem, const PackingModel& pm,
     c = std::max(c, tau + late / (beta * problem.UsableGpus()));
   }
   c = std::max(c, pack / (beta * static_cast<double>(problem.nodes.size())));
+  for (const auto& [set, set_gpus] : pm.type_rows) {
+    double used = 0;
+    for (size_t t = 0; t < cands.size(); ++t) {
+      for (const Candidate& k : cands[t])
+        if (k.config == choice[t] && (k.types & ~set) == 0) used += k.gpu_time;
+    }
+    c = std::max(c, used / (beta * set_gpus));
+  }
   x[static_cast<size_t>(pm.makespan_col)] = c * (1 + 1e-9);
   return x;
 }
@@ -292,6 +423,7 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
     OrderRule saved_rule = rule_;
     Placement saved_placement = placement_;
     double before = best_.objective;
+    const bool typed = GpuTypes(problem).size() > 1;
     for (int i = 0; i <= kSteps && !budget.Expired(); ++i) {
       double d = lo * std::pow(hi / lo, static_cast<double>(i) / kSteps);
       std::vector<int> choice = DeadlineChoice(problem, cands, d);
@@ -299,6 +431,10 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
                                                         : OrderRule::kSmithRatio;
       placement_ = Placement::kAppend;
       swept.push_back({QuickObjective(problem, choice), choice});
+      if (typed) {
+        choice = BalancedChoice(problem, cands, d);
+        swept.push_back({QuickObjective(problem, choice), choice});
+      }
     }
     if (best_.objective >= before - 1e-9) {  // the sweep won nothing: restore the winner's rule
       rule_ = saved_rule;

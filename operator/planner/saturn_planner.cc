@@ -1,7 +1,7 @@
 // Saturn's own SPASE formulation (Nagrecha & Kumar, "Saturn: An Optimized Data
 // System for Multi-Large-Model Deep Learning Workloads", VLDB 2024, arXiv
 // 2309.01226, and its public solver), solved with CBC under the same time limit
-// as orrery, as the baseline it is. Per task one strategy per GPU count (the best
+// as orrery, as the baseline it is. Per task one strategy per GPU type and count (the best
 // template at that count), single-node placement, and:
 //   bss[t,s]   binary strategy selection, one per task
 //   bna[t,n]   binary node selection, one per task
@@ -24,6 +24,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <string>
+#include <utility>
 
 #include "operator/planner/baselines.h"
 #include "operator/planner/checker.h"
@@ -59,18 +61,19 @@ StatusOr<Plan> SaturnPlanner::Solve(const Problem& problem, const PlanOptions& o
   auto elapsed = [&] { return options.clock ? ToSeconds(options.clock->Now() - t0) : 0.0; };
   size_t tasks = problem.tasks.size();
   size_t nodes = problem.nodes.size();
-  // Strategies: per GPU count, the fastest single-node configuration.
+  // Strategies: per GPU type and count, the fastest single-node configuration.
   std::vector<std::vector<int>> strat(tasks);
   for (size_t t = 0; t < tasks; ++t) {
-    std::map<int, int> by_count;
+    std::map<std::pair<std::string, int>, int> by_count;  // (GPU type, count) -> config
     const Task& task = problem.tasks[t];
     for (size_t c = 0; c < task.configs.size(); ++c) {
       const Config& cfg = task.configs[c];
-      if (cfg.nodes != 1 || !ConfigFits(problem, cfg)) continue;
-      auto it = by_count.find(cfg.gpus);
+      if (cfg.nodes != 1 || !ConfigFits(problem, task, cfg)) continue;
+      auto key = std::make_pair(cfg.gpu_type, cfg.gpus);
+      auto it = by_count.find(key);
       if (it == by_count.end() ||
           RunSeconds(task, static_cast<int>(c)) < RunSeconds(task, it->second))
-        by_count[cfg.gpus] = static_cast<int>(c);
+        by_count[key] = static_cast<int>(c);
     }
     for (const auto& [g, c] : by_count) strat[t].push_back(c);
     if (strat[t].empty()) {
@@ -135,7 +138,7 @@ StatusOr<Plan> SaturnPlanner::Solve(const Problem& problem, const PlanOptions& o
       for (size_t s = 0; s < strat[t].size(); ++s) {
         const Config& cfg = task.configs[static_cast<size_t>(strat[t][s])];
         double need = cfg.gpus;
-        bool fits_here = node.gpus >= cfg.gpus && node.gpu_memory_gib >= cfg.memory_gib;
+        bool fits_here = node.gpus >= cfg.gpus && NodeServes(node, task, cfg);
         std::vector<int> cols = tga[t][n];
         std::vector<double> vals(cols.size(), 1.0);
         cols.push_back(bss[t][s]);

@@ -14,7 +14,7 @@
 namespace orrery::sim {
 namespace {
 
-enum class Kind { kArrival, kNodeLost, kNodeJoined, kQuota, kFinish, kMeasure, kTick };
+enum class Kind { kArrival, kNodeLost, kNodeJoined, kPoolLost, kQuota, kFinish, kMeasure, kTick };
 
 struct Event {
   double time;
@@ -127,8 +127,8 @@ engine::WorldView Sim::View() const {
   v.now = now_;
   v.gpu_cap = cap_;
   for (size_t n = 0; n < nodes_.size(); ++n)
-    v.nodes.push_back(
-        {nodes_[n].name, nodes_[n].gpus, nodes_[n].gpu_memory_gib, static_cast<bool>(alive_[n])});
+    v.nodes.push_back({nodes_[n].name, nodes_[n].gpus, nodes_[n].gpu_memory_gib,
+                       static_cast<bool>(alive_[n]), nodes_[n].gpu_type});
   for (const SimTask& t : tasks_) {
     engine::TaskView tv;
     tv.name = t.spec->name;
@@ -136,6 +136,7 @@ engine::WorldView Sim::View() const {
     tv.arrival = t.spec->arrival;
     tv.weight = t.spec->weight;
     tv.profile = t.spec->configs;
+    tv.gpu_types = t.spec->gpu_types;
     tv.arrived = t.arrived;
     tv.done = t.done;
     tv.speed_factor = t.speed_factor;
@@ -231,10 +232,16 @@ void Sim::Init() {
     else
       tasks_.back().arrived = true;
   }
-  for (const planner::ClusterEvent& e : w_.events) {
+  for (size_t k = 0; k < w_.events.size(); ++k) {
+    const planner::ClusterEvent& e = w_.events[k];
     switch (e.kind) {
       case planner::ClusterEvent::Kind::kNodeLost: Push(e.time, Kind::kNodeLost, e.node); break;
-      case planner::ClusterEvent::Kind::kNodeJoined: Push(e.time, Kind::kNodeJoined, -1); break;
+      case planner::ClusterEvent::Kind::kNodeJoined:
+        Push(e.time, Kind::kNodeJoined, static_cast<int>(k));
+        break;
+      case planner::ClusterEvent::Kind::kPoolLost:
+        Push(e.time, Kind::kPoolLost, static_cast<int>(k));
+        break;
       case planner::ClusterEvent::Kind::kQuota: Push(e.time, Kind::kQuota, e.gpus); break;
     }
   }
@@ -279,14 +286,26 @@ bool Sim::Handle(const Event& e) {
       break;
     }
     case Kind::kNodeLost: NodeLost(i); break;
-    case Kind::kNodeJoined:
+    case Kind::kNodeJoined: {
       alive_gpu_seconds_ += alive_gpus_ * (now_ - alive_since_);
       alive_since_ = now_;
-      nodes_.push_back(
-          {"node-" + std::to_string(nodes_.size()), w_.gpus_per_node, w_.gpu_memory_gib});
+      // A node like its pool's (the first pool's when the event names none).
+      planner::Node node{"node-" + std::to_string(nodes_.size()), w_.gpus_per_node,
+                         w_.gpu_memory_gib};
+      const std::string& type = w_.events[i].gpu_type;
+      for (const planner::Pool& p : w_.pools) {
+        if (p.gpu_type == type || (type.empty() && &p == &w_.pools.front()))
+          node = {node.name, p.gpus_per_node, p.gpu_memory_gib, p.gpu_type};
+      }
+      nodes_.push_back(node);
       alive_.push_back(true);
-      alive_gpus_ += w_.gpus_per_node;
+      alive_gpus_ += node.gpus;
       ++result_.node_events;
+      break;
+    }
+    case Kind::kPoolLost:
+      for (size_t n = 0; n < nodes_.size(); ++n)
+        if (nodes_[n].gpu_type == w_.events[i].gpu_type) NodeLost(n);
       break;
     case Kind::kQuota:  // the job's gpuQuota edited: the engine stops or plans
       cap_ = e.index;

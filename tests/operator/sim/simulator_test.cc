@@ -109,6 +109,46 @@ TEST(SimulatorTest, RunsArrivalsDriftAndNodeEvents) {
   }
 }
 
+// A pool of GPU types goes mid-run: the engine re-plans its tasks onto the
+// pool that is left, and every task still finishes.
+TEST(SimulatorTest, LostPoolReplansOntoTheOthers) {
+  auto w = planner::ParseWorkload(R"(
+cluster:
+  pools:
+    - {gpuType: a100, nodes: 1, gpusPerNode: 4, gpuMemoryGiB: 80, speed: 1}
+    - {gpuType: l4, nodes: 2, gpusPerNode: 4, gpuMemoryGiB: 24, speed: 0.8}
+tasks:
+  - {name: a, work: 3600, profiles: [{template: ddp, gpus: 2, batchSize: 8, throughput: 1, memoryGiB: 10}]}
+  - {name: b, work: 3600, profiles: [{template: ddp, gpus: 2, batchSize: 8, throughput: 1, memoryGiB: 10}]}
+  - {name: c, work: 3600, profiles: [{template: ddp, gpus: 2, batchSize: 8, throughput: 1, memoryGiB: 10}]}
+  - {name: d, work: 3600, profiles: [{template: ddp, gpus: 2, batchSize: 8, throughput: 1, memoryGiB: 10}]}
+  - {name: e, work: 3600, profiles: [{template: ddp, gpus: 2, batchSize: 8, throughput: 1, memoryGiB: 10}]}
+  - {name: f, work: 3600, profiles: [{template: ddp, gpus: 2, batchSize: 8, throughput: 1, memoryGiB: 10}]}
+events:
+  - {type: poolLost, time: 1000, gpuType: l4}
+)");
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto r = Simulate(*w, Options(true), nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->violations.empty());
+  EXPECT_EQ(r->node_events, 2);
+  ASSERT_EQ(r->completion.size(), 6U);
+  for (double c : r->completion) EXPECT_GT(c, 0);
+  bool used_l4 = false;
+  for (const RunInterval& iv : r->intervals) {
+    for (const planner::GpuSlot& g : iv.slots) {
+      if (g.node == 0) continue;  // the a100 node stays
+      used_l4 = true;
+      EXPECT_LE(iv.end, 1000 + 1e-9) << iv.task;
+    }
+  }
+  EXPECT_TRUE(used_l4);  // the first plan used both pools
+  EXPECT_GE(r->replans, 2);
+  // 6 tasks x 3600 GPU-s... of 2 GPUs each on 4 a100 GPUs after the loss: the
+  // last ones finish well after the pool went.
+  EXPECT_GT(r->makespan, 1000 + 3600);
+}
+
 TEST(SimulatorTest, SwitchesPayTheirCostAndWorkIsConserved) {
   planner::Workload w = Small();
   w.true_speed = {0.5, 1.3, 1.0, 0.6};

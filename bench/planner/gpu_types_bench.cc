@@ -1,0 +1,177 @@
+// Mixed GPU types at scale: seeded synthetic clusters of 64, 512 and 2000 GPUs
+// with one type (a100-80gb) or three (h100, a100-40gb, l4), each with a task
+// mix of small models (as fast on any type), mid-size ones and memory-bound
+// large ones (fit only the 80 GiB types unless sharded wide). Every plan of
+// orrery, saturn (Saturn's MILP, same time limit), greedy and current practice
+// goes through the independent checker; the table prints makespan over the
+// heterogeneity-aware lower bound and solve seconds, all measured in the same
+// run. The default run is 64 and 512 GPUs; ORRERY_BENCH_FULL=1 adds 2000 GPUs
+// (250 nodes x 8, 1000 tasks).
+// Usage: gpu_types_bench [--time-limit S] [--seed N] [--gpus 64|512|2000]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "operator/planner/checker.h"
+#include "operator/planner/lower_bound.h"
+#include "operator/planner/planner.h"
+
+using namespace orrery::planner;
+
+namespace {
+
+struct GpuType {
+  const char* name;
+  double memory_gib;
+  double speed;  // relative to a100 on compute-bound models
+};
+
+// Speeds are rough public ratios for large-model training (H100 ~2x A100,
+// L4 ~0.4x A100 on dense BF16); only their spread matters here.
+const GpuType kH100{"h100", 80, 2.0};
+const GpuType kA100{"a100-80gb", 80, 1.0};
+const GpuType kA100s{"a100-40gb", 40, 1.0};
+const GpuType kL4{"l4", 24, 0.4};
+
+struct Family {
+  double model_gib;  // weights + optimizer state
+  double act_gib;    // activations per GPU
+  double base;       // samples/s on one a100
+  double bound;      // 0: input-bound (as fast anywhere) .. 1: compute-bound
+  double hours;      // run time on one a100, before scaling
+};
+
+// Throughput on `g` GPUs of `type`: ddp replicates the model, fsdp shards it.
+std::vector<Config> Profiles(const Family& f, const std::vector<GpuType>& types, int per_node) {
+  std::vector<Config> out;
+  for (const GpuType& t : types) {
+    double speed = std::pow(t.speed, f.bound);
+    for (int g = 1; g <= 2 * per_node; g *= 2) {
+      for (const char* tmpl : {"ddp", "fsdp"}) {
+        bool fsdp = std::string(tmpl) == "fsdp";
+        if (!fsdp && g > per_node) continue;  // only fsdp spans nodes here
+        Config c;
+        c.template_name = tmpl;
+        c.gpus = g;
+        c.nodes = (g + per_node - 1) / per_node;
+        c.batch_size = 8 * g;
+        c.memory_gib = (fsdp ? f.model_gib / g : f.model_gib) + f.act_gib;
+        c.throughput = f.base * speed * std::pow(g, fsdp ? 0.8 : 0.9) * (c.nodes > 1 ? 0.85 : 1);
+        c.gpu_type = t.name;
+        if (c.memory_gib <= t.memory_gib) out.push_back(c);
+      }
+    }
+  }
+  return out;
+}
+
+Problem Make(int gpus, bool three_types, int tasks, unsigned seed) {
+  const int per_node = 8;
+  const int nodes = gpus / per_node;
+  std::vector<GpuType> types =
+      three_types ? std::vector<GpuType>{kH100, kA100s, kL4} : std::vector<GpuType>{kA100};
+  Problem p;
+  for (int n = 0; n < nodes; ++n) {
+    const GpuType& t = types[static_cast<size_t>(n) * types.size() / static_cast<size_t>(nodes)];
+    p.nodes.push_back({"node-" + std::to_string(n), per_node, t.memory_gib, t.name});
+  }
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  const Family families[] = {
+      {2, 4, 400, 0.1, 1.0},    // small: input-bound, runs as fast on l4
+      {12, 8, 120, 0.7, 3.0},   // mid-size
+      {90, 20, 30, 1.0, 12.0},  // large: needs fsdp over 2+ 80 GiB GPUs
+  };
+  for (int i = 0; i < tasks; ++i) {
+    double r = u(rng);
+    const Family& f = families[r < 0.5 ? 0 : (r < 0.85 ? 1 : 2)];
+    Task task;
+    task.name = "t" + std::to_string(i);
+    task.configs = Profiles(f, types, per_node);
+    task.work = f.base * f.hours * 3600 * (0.5 + u(rng));
+    p.tasks.push_back(std::move(task));
+  }
+  return p;
+}
+
+const char* kPlanners[4] = {"orrery", "saturn", "greedy", "current-practice"};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double limit = 10;
+  unsigned seed = 1;
+  int only_gpus = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--time-limit" && i + 1 < argc) {
+      limit = std::stod(argv[++i]);
+    } else if (a == "--gpus" && i + 1 < argc) {
+      only_gpus = std::stoi(argv[++i]);
+    } else if (a == "--seed" && i + 1 < argc) {
+      seed = static_cast<unsigned>(std::stoul(argv[++i]));
+    } else {
+      std::cerr << "usage: gpu_types_bench [--time-limit S] [--seed N] [--gpus 64|512|2000] "
+                   "(ORRERY_BENCH_FULL=1: 2000 GPUs too)\n";
+      return 2;
+    }
+  }
+  const char* full_env = std::getenv("ORRERY_BENCH_FULL");
+  bool full = full_env != nullptr && std::string(full_env) == "1";
+  struct Size {
+    int gpus, tasks;
+  };
+  std::vector<Size> sizes = {{64, 24}, {512, 250}};
+  if (full || only_gpus == 2000) sizes.push_back({2000, 1000});
+  if (only_gpus > 0) std::erase_if(sizes, [&](const Size& size) { return size.gpus != only_gpus; });
+  orrery::SystemClock* clock = orrery::SystemClock::Get();
+  std::printf(
+      "GPU types benchmark (time limit %.0f s; makespan / heterogeneity-aware LB; solve s)\n",
+      limit);
+  std::printf("%6s %5s %5s %9s | %7s %7s %7s %7s | %7s %7s %7s %7s | %s\n", "gpus", "types",
+              "tasks", "LB[h]", "orrery", "saturn", "greedy", "curprac", "t_orr", "t_sat", "t_grd",
+              "t_cur", "orrery note");
+  int invalid = 0, worse = 0;
+  for (const Size& size : sizes) {
+    for (bool three : {false, true}) {
+      Problem p = Make(size.gpus, three, size.tasks, seed);
+      double lb = LowerBound(p);
+      Plan plans[4];
+      for (int k = 0; k < 4; ++k) {
+        PlanOptions options;
+        options.time_limit_s = limit;
+        options.clock = clock;
+        options.seed = static_cast<int>(seed);
+        auto plan = (*MakePlanner(kPlanners[k]))->Solve(p, options);
+        if (!plan.ok()) {
+          std::cerr << kPlanners[k] << ": " << plan.status() << "\n";
+          return 1;
+        }
+        plans[k] = *plan;
+        orrery::Status check = CheckPlan(p, *plan);
+        if (!check.ok()) {
+          ++invalid;
+          std::cerr << size.gpus << " " << kPlanners[k] << ": INVALID PLAN: " << check << "\n";
+        }
+        lb = std::max(lb, plan->lower_bound);
+      }
+      for (int k = 1; k < 4; ++k)
+        if (plans[0].makespan > plans[k].makespan * (1 + 1e-9)) ++worse;
+      std::printf("%6d %5d %5d %9.2f | %7.3f %7.3f %7.3f %7.3f | %7.2f %7.2f %7.2f %7.2f | %s\n",
+                  size.gpus, three ? 3 : 1, size.tasks, lb / 3600, plans[0].makespan / lb,
+                  plans[1].makespan / lb, plans[2].makespan / lb, plans[3].makespan / lb,
+                  plans[0].solve_seconds, plans[1].solve_seconds, plans[2].solve_seconds,
+                  plans[3].solve_seconds, plans[0].note.c_str());
+      std::fflush(stdout);
+    }
+  }
+  std::printf("invalid plans: %d; cases where orrery is worse than a baseline: %d\n", invalid,
+              worse);
+  return invalid == 0 ? 0 : 1;
+}
