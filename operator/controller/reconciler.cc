@@ -34,6 +34,7 @@ namespace {
 
 constexpr double kGpuMemoryGib = 1e6;  // memory is checked by profiling, not modelled here
 constexpr auto kRequeueWhileActive = std::chrono::seconds(30);
+constexpr auto kRetryForbiddenAfter = std::chrono::seconds(30);  // pods forbidden at create
 // The Degraded reason of a job whose pods the API server rejected.
 constexpr const char* kPodRejected = "PodRejected";
 
@@ -387,6 +388,8 @@ struct Reconciler::JobContext {
   uint64_t claims_seq = 0;
   std::map<std::string, int> launch_free;
   bool claim_refused = false;
+  // Tasks whose pods the API server forbade this pass (ForbiddenLaunch): why.
+  std::map<std::string, std::string> forbidden;
   uint64_t ticket = 0;  // the pass's snapshot in the ledger (0: none yet)
   GpuClaims* claims = nullptr;
   JobContext() = default;
@@ -615,6 +618,7 @@ Status Reconciler::WriteStatus(JobContext& ctx,
   in.max_restarts = options_.max_restarts;
   in.profiling = profiling;
   in.never_fits = ctx.never_fits;
+  in.forbidden = ctx.forbidden;
   if (ctx.state != nullptr) {
     in.replanned = ctx.state->replanned;
     for (const auto& [task, rejected] : ctx.state->pod_rejected) {
@@ -684,6 +688,33 @@ StatusOr<kube::Result> Reconciler::Suspend(JobContext& ctx) {
   return kube::Result{};
 }
 
+// The API server forbids the gang's pods now (403 at create: a ResourceQuota
+// of the namespace is used up, or an admission policy says no for now). What
+// was created of the gang goes (a part of a gang would hold GPUs and never
+// start); the task waits, its status and an event say why, and the job comes
+// back to try again (a quota frees without any event Orrery watches).
+Status Reconciler::ForbiddenLaunch(JobContext& ctx, const std::string& task, const Gang& gang,
+                                   const Status& refused) {
+  const std::string& ns = ctx.loaded.job.metadata.namespace_;
+  std::vector<std::string> names;
+  for (const Json& p : gang.pods) names.push_back(Str(p, "metadata", "name"));
+  ORRERY_RETURN_IF_ERROR(DeleteGang(ns, Str(gang.service, "metadata", "name"), names));
+  const std::string message = kube::HumanMessage(refused);
+  const bool quota = message.find("quota") != std::string::npos;
+  ctx.forbidden[task] = (quota ? "waiting for the namespace's ResourceQuota: "
+                               : "waiting: the API server forbids its pods now: ") +
+                        message;
+  Log(LogLevel::kWarning, "Pods forbidden", {{"job", ctx.key}, {"task", task}, {"error", message}});
+  Event(
+      ctx, kube::EventType::kWarning, quota ? "QuotaExceeded" : "PodsForbidden", "Launch",
+      "task " + task + ": " + message +
+          (quota ? " (it launches once the namespace's ResourceQuota has room: raise the quota "
+                   "or lower spec.resources.gpuQuota; tried again every " +
+                       std::to_string(kRetryForbiddenAfter.count()) + " s)"
+                 : " (tried again every " + std::to_string(kRetryForbiddenAfter.count()) + " s)"));
+  return OkStatus();
+}
+
 Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConfigs& tc, int config,
                               const std::vector<std::string>& placement,
                               const std::map<std::string, TaskObservation>& observed,
@@ -728,6 +759,7 @@ Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConf
   }
   if (Status s = CreateObjects(job.metadata.namespace_, gang.service, gang.pods); !s.ok()) {
     claims_.Release(ctx.key, claim);
+    if (kube::IsForbidden(s)) return ForbiddenLaunch(ctx, task.name, gang, s);
     if (!kube::IsInvalid(s)) return s;
     // The API server refuses this task's pods (422): what was created of the
     // gang goes, and the task fails for this spec; the others carry on.
@@ -1692,6 +1724,8 @@ StatusOr<kube::Result> Reconciler::FinishPass(JobContext& ctx) {
     finished = finished && ctx.done.count(t.name) > 0;
   if (!finished && ctx.claim_refused) {
     result.requeue_after = std::chrono::seconds(1);  // plan again on a fresh snapshot
+  } else if (!finished && !ctx.forbidden.empty()) {
+    result.requeue_after = kRetryForbiddenAfter;  // a quota may have room by then
   } else if (!finished) {
     // Back when the engine wants to be asked again (its next periodic
     // re-plan), and at least every kRequeueWhileActive for progress.

@@ -285,6 +285,8 @@ class Reconciler {
   StatusOr<kube::Result> Suspend(JobContext& ctx);
   // Creates the gang of task `task_index` in `config` on `placement` (a node
   // per rank) with the next generation, and records the expectation.
+  Status ForbiddenLaunch(JobContext& ctx, const std::string& task, const Gang& gang,
+                         const Status& refused);
   Status LaunchGang(JobContext& ctx, size_t task_index, const TaskConfigs& configs, int config,
                     const std::vector<std::string>& placement,
                     const std::map<std::string, TaskObservation>& observed, bool* launched_before);

@@ -333,6 +333,8 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
       if (auto nf = in.never_fits.find(task.name); nf != in.never_fits.end()) {
         t.message = nf->second;
         degraded.push_back(task.name + ": " + nf->second);
+      } else if (auto fb = in.forbidden.find(task.name); fb != in.forbidden.end()) {
+        t.message = fb->second;
       }
     }
     switch (t.state) {

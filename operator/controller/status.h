@@ -82,6 +82,9 @@ struct StatusInput {
   // Tasks whose pods the API server rejected for this spec, and its message:
   // Failed, with a Degraded condition PodRejected, until the spec changes.
   std::map<std::string, std::string> pod_rejected;
+  // Tasks whose pods the API server forbade at create this pass (a used-up
+  // ResourceQuota): Pending, with why as the message; not a degradation.
+  std::map<std::string, std::string> forbidden;
 };
 
 // How a task's message starts when the API server rejected its pods: a status

@@ -550,6 +550,87 @@ TEST_F(NodeGraceTest, ANotReadyBlipTearsNothingDownAndALongOutageDoes) {
   }
 }
 
+// A namespace ResourceQuota on GPUs that the job's plan does not know of: the
+// gang the quota has no room for is forbidden (403) at create. Nothing of it is
+// left behind (a part of a gang would hold GPUs and never start), its task says
+// it waits for the quota (a QuotaExceeded event), the job comes back every 30 s,
+// and once the quota is raised the gang launches.
+class ResourceQuotaTest : public PlacementTest {
+ protected:
+  void TearDown() override {
+    plane()->Kubectl(std::string("delete resourcequota gpus --ignore-not-found -n ") +
+                     kPlacementNamespace);
+    PlacementTest::TearDown();
+  }
+  // The quota, with the status the quota controller would give it (this plane
+  // runs no controller-manager; admission counts usage from there on).
+  void SetQuota(int gpus, int used) {
+    const std::string g = std::to_string(gpus);
+    auto applied = plane()->Kubectl(
+        "apply -f -", std::string("apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: gpus, "
+                                  "namespace: ") +
+                          kPlacementNamespace + "}\nspec:\n  hard: {requests.nvidia.com/gpu: \"" +
+                          g + "\"}\n");
+    ASSERT_EQ(applied.exit_code, 0) << applied.output;
+    auto status = plane()->Kubectl(
+        std::string("patch resourcequota gpus --subresource=status --type=merge -n ") +
+        kPlacementNamespace + " -p '{\"status\":{\"hard\":{\"requests.nvidia.com/gpu\":\"" + g +
+        "\"},\"used\":{\"requests.nvidia.com/gpu\":\"" + std::to_string(used) + "\"}}}'");
+    ASSERT_EQ(status.exit_code, 0) << status.output;
+  }
+  int Events(const std::string& reason) {
+    auto events = client_->List(kube::Events(), kPlacementNamespace, {});
+    int n = 0;
+    if (events.ok()) {
+      for (const kube::Object& e : (*events)["items"]) n += e.value("reason", "") == reason;
+    }
+    return n;
+  }
+};
+
+TEST_F(ResourceQuotaTest, AGangTheQuotaHasNoRoomForWaitsWholeAndLaunchesOnceItHas) {
+  const std::string key = kube::KeyFor(kPlacementNamespace, "small");
+  ASSERT_NO_FATAL_FAILURE(SetQuota(2, 0));
+  PlaneCaches cache(client_.get(), kPlacementNamespace, kProfileNamespace);
+  ASSERT_TRUE(cache.Start(key, 6));
+  auto recorder = Recorder(client_.get(), "quota-test");
+  FakeClock clock;
+  Reconciler reconciler(client_.get(), cache.caches(), PlaneOptions(recorder.get()), &clock);
+  kube::Result last;
+  for (int pass = 0; pass < 3; ++pass) {
+    ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
+    auto r = reconciler.Reconcile(key);
+    ASSERT_TRUE(r.ok()) << r.status();
+    last = *r;
+  }
+  // Whole gangs only, within the quota: ranks by gang add up to world sizes.
+  std::map<std::string, int> ranks, world;
+  int gpus = 0;
+  for (const kube::Object& p : ServerPods()) {
+    const std::string gang = p["metadata"]["labels"].value(kGangLabel, "");
+    ++ranks[gang];
+    world[gang] = std::stoi(p["metadata"]["annotations"].value(kWorldSizeAnnotation, "0"));
+    ++gpus;
+  }
+  EXPECT_EQ(ranks, world) << "a part of a gang was left behind";
+  EXPECT_LE(gpus, 2);
+  EXPECT_GE(Events("QuotaExceeded"), 1);
+  EXPECT_EQ(last.requeue_after, std::chrono::seconds(30));
+  auto job = client_->Get(ModelSelectionJobs(), kPlacementNamespace, "small");
+  ASSERT_TRUE(job.ok());
+  int waiting = 0;
+  for (const kube::Object& t : (*job)["status"]["tasks"]) {
+    waiting += t.value("message", "").rfind("waiting for the namespace's ResourceQuota", 0) == 0;
+  }
+  EXPECT_GE(waiting, 1) << (*job)["status"].dump();
+  EXPECT_NE((*job)["status"].value("phase", ""), "Failed");
+  // Raised: the next pass launches what waited.
+  ASSERT_NO_FATAL_FAILURE(SetQuota(16, gpus));
+  ASSERT_TRUE(cache.CatchUp(*client_, kPlacementNamespace, "small"));
+  ASSERT_TRUE(reconciler.Reconcile(key).ok());
+  EXPECT_GT(static_cast<int>(ServerPods().size()), gpus);
+}
+
 // A spec that passes the CRD and validation but whose pods the API server
 // rejects (an image the cluster's admission policy refuses) fails the job with
 // the server's message and an event, is not tried again while the spec stands,
