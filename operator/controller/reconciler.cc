@@ -372,6 +372,7 @@ struct Reconciler::JobContext {
   std::map<std::string, LiveGang> live;
   std::set<std::string> blocked;  // tasks that must not launch now
   std::set<std::string> pending_seen;
+  std::optional<api::Condition> kueue_condition;  // what Kueue decided (kueue.h)
   // 3. The engine's world and step.
   WorldInput wi;
   engine::WorldView world;
@@ -626,6 +627,7 @@ Status Reconciler::WriteStatus(JobContext& ctx,
     in.progress = &progress;
   }
   api::ModelSelectionJobStatus status = BuildJobStatus(in);
+  if (ctx.kueue_condition) status.conditions.push_back(*ctx.kueue_condition);
   if (ctx.state != nullptr && ctx.state->plan_status) status.plan = ctx.state->plan_status;
   // The printer column's ETA: until the adopted plan's makespan.
   if (ctx.state != nullptr && ctx.state->plan_ends_at > 0 &&
@@ -679,6 +681,21 @@ StatusOr<kube::Result> Reconciler::Suspend(JobContext& ctx) {
   auto observed = ObserveTasks(kept);
   ORRERY_RETURN_IF_ERROR(WriteStatus(ctx, observed, {}));
   return kube::Result{};
+}
+
+StatusOr<bool> Reconciler::AdmittedByKueue(JobContext& ctx) {
+  int live_pods = 0;
+  for (const Json& p : ctx.job_pods) live_pods += PodFinished(p) ? 0 : 1;
+  ORRERY_ASSIGN_OR_RETURN(KueueGateResult gate,
+                          KueueGate(client_, caches_.kueue, &ctx.loaded.job, live_pods, NowText()));
+  ctx.kueue_condition = gate.condition;
+  if (!gate.event_reason.empty()) {
+    Log(LogLevel::kInfo, "Kueue decided",
+        {{"job", ctx.key}, {"reason", gate.event_reason}, {"message", gate.event_message}});
+    Event(ctx, gate.warning ? kube::EventType::kWarning : kube::EventType::kNormal,
+          gate.event_reason, "Admit", gate.event_message);
+  }
+  return gate.run;
 }
 
 Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConfigs& tc, int config,
@@ -814,6 +831,10 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   ctx.resource = job.spec.resources.gpu_resource_name;
   ctx.job_label = LabelValue(job.metadata.name);
   ReadCluster(ctx);
+  if (!job.spec.suspend && !KueueQueueName(job).empty()) {
+    ORRERY_ASSIGN_OR_RETURN(bool admitted, AdmittedByKueue(ctx));
+    if (!admitted) job.spec.suspend = true;  // held as a suspended job is: no pod runs
+  }
   if (job.spec.suspend) {
     LeaveShares(key);  // a suspended job holds nothing and asks for nothing
     return Suspend(ctx);
