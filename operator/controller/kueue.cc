@@ -229,7 +229,7 @@ api::Condition AdmissionCondition(const KueueAdmission& a, const std::string& qu
       c.status = "True";
       c.reason = a.state == KueueAdmission::State::kFinished ? "Finished" : "Admitted";
       c.message = "Admitted to ClusterQueue " + a.cluster_queue + " with " +
-                  std::to_string(a.gpus) + " GPUs" +
+                  std::to_string(a.gpus) + (a.gpus == 1 ? " GPU" : " GPUs") +
                   (a.flavor.empty() ? "" : " of ResourceFlavor " + a.flavor);
       break;
     case KueueAdmission::State::kEvicted:
