@@ -373,6 +373,7 @@ struct Reconciler::JobContext {
   std::set<std::string> blocked;  // tasks that must not launch now
   std::set<std::string> pending_seen;
   std::optional<api::Condition> kueue_condition;  // what Kueue decided (kueue.h)
+  bool kueue_admitted = false;  // spec.resources.gpuQuota is Kueue's admitted GPUs
   // 3. The engine's world and step.
   WorldInput wi;
   engine::WorldView world;
@@ -689,6 +690,7 @@ StatusOr<bool> Reconciler::AdmittedByKueue(JobContext& ctx) {
   ORRERY_ASSIGN_OR_RETURN(KueueGateResult gate,
                           KueueGate(client_, caches_.kueue, &ctx.loaded.job, live_pods, NowText()));
   ctx.kueue_condition = gate.condition;
+  ctx.kueue_admitted = gate.run;
   if (!gate.event_reason.empty()) {
     Log(LogLevel::kInfo, "Kueue decided",
         {{"job", ctx.key}, {"reason", gate.event_reason}, {"message", gate.event_message}});
@@ -1038,6 +1040,21 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
   for (const auto& [task, e] : st.expected) {
     for (const std::string& node : e.gang.config.nodes) --trial_free[node];
   }
+  // Under a Kueue admission trials count against the admitted GPUs as gangs
+  // do: the job's live pods plus a new trial stay within them, and the gangs
+  // planned below get what the trials leave.
+  int kueue_room = -1, trial_gpus = 0;
+  if (ctx.kueue_admitted) {
+    kueue_room = job.spec.resources.gpu_quota;
+    for (const Json& p : ctx.job_pods) {
+      if (PodFinished(p)) continue;
+      kueue_room -= PodGpuRequest(p, resource);
+      if (!Label(p, kProfileLabel).empty()) trial_gpus += PodGpuRequest(p, resource);
+    }
+    for (const auto& [task, e] : st.expected) {
+      kueue_room -= static_cast<int>(e.gang.config.nodes.size());
+    }
+  }
   int widest = 0;  // the most GPUs one node the job may use has
   for (const NodeCapacity& n : capacity) widest = std::max(widest, n.allocatable);
   for (const api::ExpandedTask& task : ctx.loaded.tasks) {
@@ -1066,6 +1083,7 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
       r.backend = options_.gang.backend;
       std::string hash = ProfileKeyHash(ProfileKey(r).Key());
       if (running_profiles.count(hash) > 0 || !requested.insert(hash).second) continue;
+      if (kueue_room >= 0 && m.gpus > kueue_room) continue;  // not within the admission now
       r.placement = FirstFitPlacement(trial_free, m.gpus);
       if (r.placement.empty()) continue;  // no room now
       const std::string claim = ProfileGangKey(ctx.job_label, hash);
@@ -1084,7 +1102,12 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
       }
       Log(LogLevel::kInfo, "Created profile gang",
           {{"job", key}, {"task", task.name}, {"key", pg->key.Key()}});
+      if (kueue_room >= 0) kueue_room -= m.gpus;
+      trial_gpus += m.gpus;
     }
+  }
+  if (ctx.kueue_admitted) {
+    job.spec.resources.gpu_quota = std::max(0, job.spec.resources.gpu_quota - trial_gpus);
   }
   return OkStatus();
 }

@@ -1178,5 +1178,34 @@ TEST_F(ReconcileTest, AJobLabelledForKueueRunsNoPodUntilAdmittedThenKeepsWithinI
   EXPECT_EQ(PodsCreated(), 1u);
 }
 
+// Profiling trials count against a Kueue admission as gangs do.
+TEST_F(ReconcileTest, TrialsOfAKueueAdmittedJobStayWithinItsAdmission) {
+  CacheProfilesButGpt();
+  kube::Store workloads, flavors;
+  Caches caches{&jobs_, &pods_, &nodes_, &configmaps_};
+  caches.kueue = {&workloads, &flavors};
+  Reconciler reconciler(&client_, caches, options_, &clock_);
+  loaded_.job.metadata.labels[kKueueQueueLabel] = "lq";
+  PutJob();
+  kube::Object wl = BuildWorkload(loaded_.job, "lq", std::nullopt);
+  wl["status"]["conditions"] =
+      kube::Object::array({{{"type", "QuotaReserved"}, {"status", "True"}, {"reason", "R"}},
+                           {{"type", "Admitted"}, {"status", "True"}, {"reason", "Admitted"}}});
+  wl["status"]["admission"] = {
+      {"clusterQueue", "cq"},
+      {"podSetAssignments", kube::Object::array({{{"name", kKueuePodSet},
+                                                  {"count", 1},
+                                                  {"resourceUsage", {{"nvidia.com/gpu", "1"}}}}})}};
+  workloads.Upsert(std::make_shared<const kube::Object>(wl));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  // gpt's one-GPU trial takes the admitted GPU: no two-GPU trial, no gang.
+  size_t trials = 0;
+  for (const std::string& k : client_.created) {
+    if (k.rfind("pods/", 0) == 0) trials += k.find("-prof-r") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(trials, 1u);
+  EXPECT_EQ(PodsCreated(), 1u);
+}
+
 }  // namespace
 }  // namespace orrery::controller
