@@ -49,7 +49,7 @@ constexpr const char* kUsage =
     "         [--profile-namespace NS] [--workers 2] [--gang-timeout 10m] [--solver-time-limit "
     "10s]\n"
     "         [--node-lost-grace 5m]\n"
-    "         [--progress-period 5s] [--cluster-shares=true|false]\n"
+    "         [--progress-period 5s] [--cluster-shares=true|false] [--kueue=auto|true|false]\n"
     "         [--log-level debug|info|warning|error]\n";
 
 struct OperatorFlags {
@@ -59,6 +59,7 @@ struct OperatorFlags {
   // Jobs plan within their share of the cluster-wide allocation across jobs;
   // false: first come, first served on free GPUs.
   bool cluster_shares = true;
+  std::string kueue = "auto";  // Kueue admission of labelled jobs (controller/kueue.h)
   std::string lease_namespace;
   std::string lease_name = "orrery-operator";
   Duration lease_duration = std::chrono::seconds(15);
@@ -168,6 +169,7 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
                                                   "--health-probe-bind-address",
                                                   "--worker-image",
                                                   "--gpu-resource",
+                                                  "--kueue",
                                                   "--device",
                                                   "--profile-namespace",
                                                   "--workers",
@@ -222,6 +224,13 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
                                     "workers with gloo on CPU-only nodes)");
       }
       f.device = v;
+    } else if (name == "--kueue") {
+      if (v != "auto" && v != "true" && v != "false") {
+        return InvalidArgumentError("--kueue=" + v +
+                                    ": expected auto (use Kueue when it is installed), true or "
+                                    "false");
+      }
+      f.kueue = v;
     } else if (name == "--profile-namespace") {
       f.profile_namespace = v;
     } else if (name == "--workers") {
@@ -400,6 +409,7 @@ int RunOperator(Invocation& in) {
   mo.reconciler.profile_namespace = f.profile_namespace;
   mo.reconciler.device = f.device;
   mo.reconciler.cluster_shares = f.cluster_shares;
+  mo.kueue = f.kueue;
   // CPU-only nodes run the workers on gloo; GPU nodes on NCCL.
   mo.reconciler.gang.backend = f.device == "cpu" ? "gloo" : "nccl";
   mo.progress.period = std::chrono::duration_cast<std::chrono::milliseconds>(f.progress_period);

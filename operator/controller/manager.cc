@@ -130,7 +130,7 @@ bool IsSystemNamespace(const std::string& ns) {
 std::vector<kube::Informer*> Manager::Informers() const {
   std::vector<kube::Informer*> all;
   for (const auto& j : jobs_) all.push_back(j.get());
-  for (const auto* i : {&pods_, &nodes_, &configmaps_}) {
+  for (const auto* i : {&pods_, &nodes_, &configmaps_, &workloads_, &flavors_}) {
     if (*i) all.push_back(i->get());
   }
   return all;
@@ -144,6 +144,33 @@ void Manager::EnqueueAllJobs() {
       if (Watched(ns)) controller_->queue().Add(key);
     }
   }
+}
+
+// Kueue's Workloads (a job's own wakes the job) and ResourceFlavors (a flavor's
+// labels and tolerations go into admitted jobs' pods), when Kueue is served.
+Status Manager::StartKueueInformers(Clock* clock) {
+  if (options_.kueue == "false") return OkStatus();
+  kube::ListOptions probe;
+  probe.limit = 1;
+  auto listed = client_->List(Workloads(), "", probe);
+  if (!listed.ok()) {
+    if (options_.kueue == "auto" && kube::IsNotFound(listed.status())) {
+      Log(LogLevel::kInfo, "Kueue is not served: jobs labelled for a queue will wait",
+          {{"resource", Workloads().Name() + "/" + Workloads().version}});
+      return OkStatus();
+    }
+    return Status(listed.status().code(),
+                  "--kueue=" + options_.kueue + ": cannot list " + Workloads().Name() + " (" +
+                      listed.status().message() +
+                      "): install Kueue, grant the operator list/watch on workloads, "
+                      "or run with --kueue=false");
+  }
+  workloads_ =
+      std::make_unique<kube::Informer>(client_, Workloads(), kube::InformerOptions{}, clock);
+  flavors_ =
+      std::make_unique<kube::Informer>(client_, ResourceFlavors(), kube::InformerOptions{}, clock);
+  Log(LogLevel::kInfo, "Watching Kueue's Workloads and ResourceFlavors", {});
+  return OkStatus();
 }
 
 Status Manager::Run(const std::atomic<bool>& stop) {
@@ -183,6 +210,8 @@ Status Manager::Run(const std::atomic<bool>& stop) {
   };
   Caches caches{&jobs_.front()->store(), &pods_->store(), &nodes_->store(), &configmaps_->store()};
   for (size_t i = 1; i < jobs_.size(); ++i) caches.more_jobs.push_back(&jobs_[i]->store());
+  ORRERY_RETURN_IF_ERROR(StartKueueInformers(mutable_clock));
+  if (workloads_) caches.kueue = {&workloads_->store(), &flavors_->store()};
   reconciler_ = std::make_unique<Reconciler>(client_, caches, ro, clock_);
 
   Reconciler* reconciler = reconciler_.get();
@@ -220,6 +249,13 @@ Status Manager::Run(const std::atomic<bool>& stop) {
                                EnqueueAllJobs();
                            },
                            [this](const kube::ObjectPtr&, bool) { EnqueueAllJobs(); }});
+  if (workloads_) {
+    workloads_->AddEventHandler(controller_->EnqueueOwnerHandlers(kJobKind));
+    flavors_->AddEventHandler(
+        {[this](const kube::ObjectPtr&) { EnqueueAllJobs(); },
+         [this](const kube::ObjectPtr&, const kube::ObjectPtr&) { EnqueueAllJobs(); },
+         [this](const kube::ObjectPtr&, bool) { EnqueueAllJobs(); }});
+  }
   configmaps_->AddEventHandler(
       {[this](const kube::ObjectPtr&) { EnqueueAllJobs(); },
        [this](const kube::ObjectPtr&, const kube::ObjectPtr&) { EnqueueAllJobs(); },

@@ -43,6 +43,10 @@ struct ManagerOptions {
   Duration metrics_period = std::chrono::seconds(2);
   std::string identity = "orrery-operator";  // the events' reportingInstance
   ProgressScraperOptions progress;           // how rank 0 of each gang is polled
+  // Kueue admission (kueue.h): "auto" watches Workloads and ResourceFlavors when
+  // the API server serves kueue.x-k8s.io/v1beta2 workloads, "true" requires
+  // it, "false" never looks (a job labelled for a queue then waits).
+  std::string kueue = "auto";
 };
 
 // A Client that counts every request in orrery_kube_requests_total{verb, code}.
@@ -102,6 +106,7 @@ class Manager {
  private:
   bool Watched(const std::string& ns) const;
   void EnqueueAllJobs();
+  Status StartKueueInformers(Clock* clock);
   void SampleMetrics();
   void MetricsLoop();
 
@@ -113,6 +118,7 @@ class Manager {
   // One per watched namespace (one for all when none is named).
   std::vector<std::unique_ptr<kube::Informer>> jobs_;
   std::unique_ptr<kube::Informer> pods_, nodes_, configmaps_;
+  std::unique_ptr<kube::Informer> workloads_, flavors_;  // when Kueue is served
   // Every informer, for starting, syncing and stopping them together.
   std::vector<kube::Informer*> Informers() const;
   std::unique_ptr<kube::EventRecorder> events_;

@@ -376,6 +376,8 @@ struct Reconciler::JobContext {
   std::map<std::string, LiveGang> live;
   std::set<std::string> blocked;  // tasks that must not launch now
   std::set<std::string> pending_seen;
+  std::optional<api::Condition> kueue_condition;  // what Kueue decided (kueue.h)
+  bool kueue_admitted = false;  // spec.resources.gpuQuota is Kueue's admitted GPUs
   // 3. The engine's world and step.
   WorldInput wi;
   engine::WorldView world;
@@ -633,6 +635,7 @@ Status Reconciler::WriteStatus(JobContext& ctx,
     in.progress = &progress;
   }
   api::ModelSelectionJobStatus status = BuildJobStatus(in);
+  if (ctx.kueue_condition) status.conditions.push_back(*ctx.kueue_condition);
   if (ctx.state != nullptr && ctx.state->plan_status) status.plan = ctx.state->plan_status;
   // The printer column's ETA: until the adopted plan's makespan.
   if (ctx.state != nullptr && ctx.state->plan_ends_at > 0 &&
@@ -713,6 +716,22 @@ Status Reconciler::ForbiddenLaunch(JobContext& ctx, const std::string& task, con
                        std::to_string(kRetryForbiddenAfter.count()) + " s)"
                  : " (tried again every " + std::to_string(kRetryForbiddenAfter.count()) + " s)"));
   return OkStatus();
+}
+
+StatusOr<bool> Reconciler::AdmittedByKueue(JobContext& ctx) {
+  int live_pods = 0;
+  for (const Json& p : ctx.job_pods) live_pods += PodFinished(p) ? 0 : 1;
+  ORRERY_ASSIGN_OR_RETURN(KueueGateResult gate,
+                          KueueGate(client_, caches_.kueue, &ctx.loaded.job, live_pods, NowText()));
+  ctx.kueue_condition = gate.condition;
+  ctx.kueue_admitted = gate.run;
+  if (!gate.event_reason.empty()) {
+    Log(LogLevel::kInfo, "Kueue decided",
+        {{"job", ctx.key}, {"reason", gate.event_reason}, {"message", gate.event_message}});
+    Event(ctx, gate.warning ? kube::EventType::kWarning : kube::EventType::kNormal,
+          gate.event_reason, "Admit", gate.event_message);
+  }
+  return gate.run;
 }
 
 Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConfigs& tc, int config,
@@ -850,6 +869,10 @@ StatusOr<kube::Result> Reconciler::Reconcile(const std::string& key) {
   ctx.resource = job.spec.resources.gpu_resource_name;
   ctx.job_label = LabelValue(job.metadata.name);
   ReadCluster(ctx);
+  if (!job.spec.suspend && !KueueQueueName(job).empty()) {
+    ORRERY_ASSIGN_OR_RETURN(bool admitted, AdmittedByKueue(ctx));
+    if (!admitted) job.spec.suspend = true;  // held as a suspended job is: no pod runs
+  }
   if (job.spec.suspend) {
     LeaveShares(key);  // a suspended job holds nothing and asks for nothing
     return Suspend(ctx);
@@ -1053,6 +1076,21 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
   for (const auto& [task, e] : st.expected) {
     for (const std::string& node : e.gang.config.nodes) --trial_free[node];
   }
+  // Under a Kueue admission trials count against the admitted GPUs as gangs
+  // do: the job's live pods plus a new trial stay within them, and the gangs
+  // planned below get what the trials leave.
+  int kueue_room = -1, trial_gpus = 0;
+  if (ctx.kueue_admitted) {
+    kueue_room = job.spec.resources.gpu_quota;
+    for (const Json& p : ctx.job_pods) {
+      if (PodFinished(p)) continue;
+      kueue_room -= PodGpuRequest(p, resource);
+      if (!Label(p, kProfileLabel).empty()) trial_gpus += PodGpuRequest(p, resource);
+    }
+    for (const auto& [task, e] : st.expected) {
+      kueue_room -= static_cast<int>(e.gang.config.nodes.size());
+    }
+  }
   int widest = 0;  // the most GPUs one node the job may use has
   for (const NodeCapacity& n : capacity) widest = std::max(widest, n.allocatable);
   for (const api::ExpandedTask& task : ctx.loaded.tasks) {
@@ -1081,6 +1119,7 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
       r.backend = options_.gang.backend;
       std::string hash = ProfileKeyHash(ProfileKey(r).Key());
       if (running_profiles.count(hash) > 0 || !requested.insert(hash).second) continue;
+      if (kueue_room >= 0 && m.gpus > kueue_room) continue;  // not within the admission now
       r.placement = FirstFitPlacement(trial_free, m.gpus);
       if (r.placement.empty()) continue;  // no room now
       const std::string claim = ProfileGangKey(ctx.job_label, hash);
@@ -1099,7 +1138,12 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
       }
       Log(LogLevel::kInfo, "Created profile gang",
           {{"job", key}, {"task", task.name}, {"key", pg->key.Key()}});
+      if (kueue_room >= 0) kueue_room -= m.gpus;
+      trial_gpus += m.gpus;
     }
+  }
+  if (ctx.kueue_admitted) {
+    job.spec.resources.gpu_quota = std::max(0, job.spec.resources.gpu_quota - trial_gpus);
   }
   return OkStatus();
 }

@@ -34,6 +34,7 @@
 #include "operator/api/types.h"
 #include "operator/controller/gang.h"
 #include "operator/controller/gpu_claims.h"
+#include "operator/controller/kueue.h"
 #include "operator/controller/profile_configmap.h"
 #include "operator/controller/progress.h"
 #include "operator/controller/status.h"
@@ -198,6 +199,9 @@ struct Caches {
   // Several watched namespaces, one job informer each (namespaced RBAC); a job
   // is looked up in `jobs` first, then in these.
   std::vector<const kube::Store*> more_jobs = {};
+  // Kueue's Workloads and ResourceFlavors (kueue.h); null workloads: Kueue's
+  // API is not served, and a job labelled for a queue waits with a condition.
+  KueueCaches kueue = {};
 
   kube::ObjectPtr Job(const std::string& key) const;
 };
@@ -283,6 +287,10 @@ class Reconciler {
   Status WriteStatus(JobContext& ctx, const std::map<std::string, TaskObservation>& observed,
                      const std::set<std::string>& profiling);
   StatusOr<kube::Result> Suspend(JobContext& ctx);
+  // A job labelled for a Kueue queue (kueue.h): false when Kueue has not
+  // admitted it (the pass then holds it as suspended); admitted, the job's
+  // resources in ctx are those of the admission.
+  StatusOr<bool> AdmittedByKueue(JobContext& ctx);
   // Creates the gang of task `task_index` in `config` on `placement` (a node
   // per rank) with the next generation, and records the expectation.
   Status ForbiddenLaunch(JobContext& ctx, const std::string& task, const Gang& gang,

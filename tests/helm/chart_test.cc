@@ -93,7 +93,12 @@ TEST_F(ChartTest, ServiceAccountHoldsExactlyTheAllowListInBothModes) {
   const std::set<std::string> cluster_read =
       Union({Expand("nodes", {"get", "list", "watch"}), Expand("pods", {"get", "list", "watch"}),
              Expand("tokenreviews.authentication.k8s.io", {"create"}),
-             Expand("subjectaccessreviews.authorization.k8s.io", {"create"})});
+             Expand("subjectaccessreviews.authorization.k8s.io", {"create"}),
+             // Kueue admission (kueue.enabled "auto"): what Kueue decided, and
+             // the flavors and priority classes it names.
+             Expand("workloads.kueue.x-k8s.io", {"get", "list", "watch"}),
+             Expand("resourceflavors.kueue.x-k8s.io", {"get", "list", "watch"}),
+             Expand("workloadpriorityclasses.kueue.x-k8s.io", {"get", "list", "watch"})});
   // Where it manages jobs.
   const std::set<std::string> job_rules =
       Union({Expand("modelselectionjobs.orrery.dev", {"get", "list", "watch", "update", "patch"}),
@@ -101,7 +106,9 @@ TEST_F(ChartTest, ServiceAccountHoldsExactlyTheAllowListInBothModes) {
              Expand("modelselectionjobs.orrery.dev/finalizers", {"update"}),
              Expand("pods", {"create", "delete"}),
              Expand("services", {"get", "list", "watch", "create", "delete"}),
-             Expand("events.events.k8s.io", {"create", "patch"})});
+             Expand("events.events.k8s.io", {"create", "patch"}),
+             Expand("workloads.kueue.x-k8s.io", {"create"}),
+             Expand("workloads.kueue.x-k8s.io/status", {"get", "update", "patch"})});
   // Its own namespace: the profile cache and the leader Lease.
   const std::set<std::string> own =
       Union({Expand("configmaps", {"get", "list", "watch", "create", "update", "patch"}),
@@ -146,10 +153,11 @@ TEST_F(ChartTest, ServiceAccountHoldsExactlyTheAllowListInBothModes) {
   }
   EXPECT_EQ(Grants(*plane(), few, "orrery-few"), Union({cluster_read, own}));
 
-  // Plain-HTTP metrics need no reviews; no leader election, no Lease.
+  // Plain-HTTP metrics need no reviews; no leader election, no Lease; without
+  // Kueue, nothing of Kueue's.
   install("orrery-plain",
           "--set metrics.secure=false --set leaderElection.enabled=false --set "
-          "'watchNamespaces={team-a}'");
+          "kueue.enabled=false --set 'watchNamespaces={team-a}'");
   EXPECT_EQ(
       Grants(*plane(), "system:serviceaccount:orrery-plain:orrery-plain", "kube-system"),
       Union({Expand("nodes", {"get", "list", "watch"}), Expand("pods", {"get", "list", "watch"})}));

@@ -86,6 +86,7 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Start(const ControlPlaneOp
   if (options.controller_manager) add("controller-manager");
   if (options.scheduler) add("scheduler");
   if (options.kwok) add("kwok");
+  if (options.kueue) add("kueue");
   std::string cmd = ClusterScript() + " up --dir " + ShellQuote(plane->dir_) + " --owner " +
                     std::to_string(getpid());
   if (!with.empty()) cmd += " --with " + with;

@@ -1,6 +1,6 @@
 // A real Kubernetes control plane for tests: etcd on tmpfs and kube-apiserver
-// (plus kube-controller-manager, kube-scheduler and kwok when asked) on free
-// loopback ports, with a generated kubeconfig. The processes are started and
+// (plus kube-controller-manager, kube-scheduler, kwok and Kueue when asked) on
+// free loopback ports, with a generated kubeconfig. The processes are started and
 // stopped by e2e/cluster, the same script developers use from a shell, so there is
 // one implementation of how the plane runs. A watchdog tied to this process stops
 // the plane even when a test crashes, so nothing is left running.
@@ -19,6 +19,7 @@ struct ControlPlaneOptions {
   bool controller_manager = false;
   bool scheduler = false;
   bool kwok = false;
+  bool kueue = false;  // Kueue's CRDs and manager (e2e/cluster --with kueue)
 };
 
 struct CommandResult {

@@ -450,6 +450,26 @@ Status NodeAgent::CreateBoundClaim(const std::string& ns, const std::string& cla
   if (ec) return UnavailableError("cannot create " + dir + ": " + ec.message());
   std::string pv = "agent-" + ns + "-" + claim;
   Object storage = {{"storage", "1Gi"}};
+  // The claim first: the volume's claimRef carries its uid, as the volume
+  // controller's binding does, so a controller-manager's volume controller
+  // (when the plane runs one) keeps the pair bound instead of releasing it.
+  Object pvc = {{"apiVersion", "v1"},
+                {"kind", "PersistentVolumeClaim"},
+                {"metadata",
+                 {{"name", claim},
+                  {"namespace", ns},
+                  {"annotations", {{"pv.kubernetes.io/bind-completed", "yes"}}}}},
+                {"spec",
+                 {{"accessModes", Object::array({"ReadWriteMany"})},
+                  {"storageClassName", ""},
+                  {"volumeName", pv},
+                  {"resources", {{"requests", storage}}}}}};
+  auto created = client_->Create(pvcs, ns, pvc);
+  if (!created.ok() && kube::IsAlreadyExists(created.status())) {
+    created = client_->Get(pvcs, ns, claim);
+  }
+  if (!created.ok()) return created.status();
+  const std::string claim_uid = (*created)["metadata"].value("uid", "");
   Object volume = {{"apiVersion", "v1"},
                    {"kind", "PersistentVolume"},
                    {"metadata", {{"name", pv}}},
@@ -463,26 +483,14 @@ Status NodeAgent::CreateBoundClaim(const std::string& ns, const std::string& cla
                       {{"apiVersion", "v1"},
                        {"kind", "PersistentVolumeClaim"},
                        {"namespace", ns},
-                       {"name", claim}}}}}};
-  auto created = client_->Create(pvs, "", volume);
+                       {"name", claim},
+                       {"uid", claim_uid}}}}}};
+  created = client_->Create(pvs, "", volume);
   if (!created.ok() && !kube::IsAlreadyExists(created.status())) return created.status();
   {
     std::lock_guard<std::mutex> lock(mu_);
     volumes_.insert(pv);
   }
-  Object pvc = {{"apiVersion", "v1"},
-                {"kind", "PersistentVolumeClaim"},
-                {"metadata",
-                 {{"name", claim},
-                  {"namespace", ns},
-                  {"annotations", {{"pv.kubernetes.io/bind-completed", "yes"}}}}},
-                {"spec",
-                 {{"accessModes", Object::array({"ReadWriteMany"})},
-                  {"storageClassName", ""},
-                  {"volumeName", pv},
-                  {"resources", {{"requests", storage}}}}}};
-  created = client_->Create(pvcs, ns, pvc);
-  if (!created.ok() && !kube::IsAlreadyExists(created.status())) return created.status();
   kube::PatchOptions po;
   po.subresource = "status";
   Object bound = {{"status", {{"phase", "Bound"}}}};

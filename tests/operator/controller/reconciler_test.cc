@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "operator/api/codec.h"
+#include "operator/controller/kueue.h"
 #include "operator/controller/names.h"
 #include "operator/controller/profile_pod.h"
 #include "operator/kube/api_error.h"
@@ -1273,6 +1274,73 @@ TEST_F(ReconcilerPureTest, ElasticConfigsCarryTheirBatchAndSoDoMissingKeys) {
     own_missing = own_missing || (m.gpus == 1 && m.batch_size == own);
   }
   EXPECT_TRUE(own_missing);
+}
+
+// Kueue (kueue.h): a job labelled for a queue creates its Workload and no pod
+// until Kueue admits it, then launches within the admitted GPUs.
+TEST_F(ReconcileTest, AJobLabelledForKueueRunsNoPodUntilAdmittedThenKeepsWithinIt) {
+  kube::Store workloads, flavors;
+  Caches caches{&jobs_, &pods_, &nodes_, &configmaps_};
+  caches.kueue = {&workloads, &flavors};
+  Reconciler reconciler(&client_, caches, options_, &clock_);
+  loaded_.job.metadata.labels[kKueueQueueLabel] = "lq";
+  PutJob();
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  EXPECT_EQ(PodsCreated(), 0u);
+  auto wl = client_.Get(Workloads(), "team-a", WorkloadName(loaded_.job));
+  ASSERT_TRUE(wl.ok()) << wl.status();
+  EXPECT_EQ((*wl)["spec"]["queueName"], "lq");
+  ASSERT_FALSE(client_.statuses.empty());
+  const kube::Object& held = client_.statuses.back();
+  EXPECT_EQ(held["phase"], "Suspended");
+  bool pending = false;
+  for (const kube::Object& c : held["conditions"]) {
+    pending |= c["type"] == kKueueCondition && c["reason"] == "Pending";
+  }
+  EXPECT_TRUE(pending) << held.dump();
+
+  // Admitted with one GPU of the four free: one gang of one rank.
+  kube::Object admitted = *wl;
+  admitted["status"]["conditions"] =
+      kube::Object::array({{{"type", "QuotaReserved"}, {"status", "True"}, {"reason", "R"}},
+                           {{"type", "Admitted"}, {"status", "True"}, {"reason", "Admitted"}}});
+  admitted["status"]["admission"] = {
+      {"clusterQueue", "cq"},
+      {"podSetAssignments", kube::Object::array({{{"name", kKueuePodSet},
+                                                  {"count", 1},
+                                                  {"resourceUsage", {{"nvidia.com/gpu", "1"}}}}})}};
+  workloads.Upsert(std::make_shared<const kube::Object>(admitted));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  EXPECT_EQ(PodsCreated(), 1u);
+}
+
+// Profiling trials count against a Kueue admission as gangs do.
+TEST_F(ReconcileTest, TrialsOfAKueueAdmittedJobStayWithinItsAdmission) {
+  CacheProfilesButGpt();
+  kube::Store workloads, flavors;
+  Caches caches{&jobs_, &pods_, &nodes_, &configmaps_};
+  caches.kueue = {&workloads, &flavors};
+  Reconciler reconciler(&client_, caches, options_, &clock_);
+  loaded_.job.metadata.labels[kKueueQueueLabel] = "lq";
+  PutJob();
+  kube::Object wl = BuildWorkload(loaded_.job, "lq", std::nullopt);
+  wl["status"]["conditions"] =
+      kube::Object::array({{{"type", "QuotaReserved"}, {"status", "True"}, {"reason", "R"}},
+                           {{"type", "Admitted"}, {"status", "True"}, {"reason", "Admitted"}}});
+  wl["status"]["admission"] = {
+      {"clusterQueue", "cq"},
+      {"podSetAssignments", kube::Object::array({{{"name", kKueuePodSet},
+                                                  {"count", 1},
+                                                  {"resourceUsage", {{"nvidia.com/gpu", "1"}}}}})}};
+  workloads.Upsert(std::make_shared<const kube::Object>(wl));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  // gpt's one-GPU trial takes the admitted GPU: no two-GPU trial, no gang.
+  size_t trials = 0;
+  for (const std::string& k : client_.created) {
+    if (k.rfind("pods/", 0) == 0) trials += k.find("-prof-r") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(trials, 1u);
+  EXPECT_EQ(PodsCreated(), 1u);
 }
 
 }  // namespace

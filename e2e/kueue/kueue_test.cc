@@ -1,0 +1,494 @@
+// Admitted by Kueue (issue 24), end to end: a real Kueue manager (built by
+// scripts/setup from its Go module, started by e2e/cluster --with kueue), the
+// API server, scheduler and controller-manager; three nodes of two GPUs whose
+// pods a test node agent runs as real orrery-worker processes; `orrery
+// operator` under the chart's service account (so the chart's Kueue RBAC is
+// what it has).
+//
+// Two ClusterQueues of 2 GPUs each share a cohort. A ModelSelectionJob asks
+// for 6 GPUs in cq-a's LocalQueue: it runs no pod while its queue does not
+// exist, then Kueue admits it partially with the cohort's 4 (2 borrowed from
+// cq-b). A plain batch Job of higher priority in cq-b's queue reclaims cq-b's
+// GPUs: Kueue evicts the job's Workload, its gangs checkpoint and stop, the
+// operator hands the reservation back, Kueue admits it again with the 2 GPUs
+// left, and it resumes from its checkpoints in the smaller layout and finishes
+// every task's steps. Sampled all along from the API: the job's pods never
+// hold more GPUs than its Workload has reserved, and the two workloads
+// together never more than the cohort's 4. Deleting the job deletes its
+// Workload.
+#include "operator/controller/kueue.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "operator/api/load.h"
+#include "operator/controller/names.h"
+#include "operator/controller/reconciler.h"
+#include "operator/local/process.h"
+#include "tests/operator/controller/plane_setup.h"
+#include "tests/operator/kube/test_util.h"
+#include "tests/testing/control_plane.h"
+#include "tests/testing/node_agent.h"
+#include "tests/testing/wait.h"
+
+namespace orrery {
+namespace {
+
+using api::Json;
+using orrery::testing::CommandResult;
+using orrery::testing::WaitUntil;
+
+const std::string kOrrery = std::string(ORRERY_BINARY_DIR) + "/bin/orrery";
+const std::string kWorker = ORRERY_WORKER_BINARY;
+const char* kNamespace = "e2e-kueue";
+const char* kOperatorNamespace = "orrery-system";
+const char* kGpu = "nvidia.com/gpu";
+constexpr int kSteps = 1000;
+constexpr int kCohortGpus = 4;
+constexpr std::chrono::milliseconds kPoll{250};
+
+std::string JobYaml() {
+  return std::string(R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata:
+  name: sweep
+  namespace: e2e-kueue
+  labels:
+    kueue.x-k8s.io/queue-name: lq-a
+spec:
+  tasks:
+  - name: gpt
+    model:
+      gpt: {layers: 2, hidden: 64, heads: 4, seqLen: 32, vocab: 256}
+    data:
+      synthetic: {seed: 1}
+    training:
+      steps: )") +
+         std::to_string(kSteps) + R"(
+      batchSize: 8
+      learningRate: 1e-3
+    searchSpace:
+      grid:
+        learningRate: [1e-3, 3e-4]
+  resources:
+    templates: [ddp]
+    gpusPerTask: {min: 1, max: 2}
+    gpuQuota: 6
+  scheduling:
+    solverTimeLimitSeconds: 2
+  checkpoints:
+    claimName: checkpoints
+    path: /checkpoints
+    intervalSteps: 50
+    keep: 2
+)";
+}
+
+// One flavor for the nodes, two ClusterQueues of 2 GPUs in a cohort (each may
+// borrow the other's), a LocalQueue for each, and a priority above the job's.
+const char* kQueuesYaml = R"(apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: std}
+spec:
+  nodeLabels: {orrery-e2e/pool: std}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq-a}
+spec:
+  cohortName: research
+  namespaceSelector: {}
+  preemption: {reclaimWithinCohort: Any, withinClusterQueue: LowerPriority}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: std
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 2, borrowingLimit: 2}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq-b}
+spec:
+  cohortName: research
+  namespaceSelector: {}
+  preemption: {reclaimWithinCohort: Any, withinClusterQueue: LowerPriority}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: std
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 2, borrowingLimit: 2}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: lq-a, namespace: e2e-kueue}
+spec: {clusterQueue: cq-a}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: lq-b, namespace: e2e-kueue}
+spec: {clusterQueue: cq-b}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: high}
+value: 1000
+)";
+
+// A plain batch Job in cq-b's queue: two pods of one GPU for 20 s. Created
+// suspended, as Kueue's webhook (not registered here) would make it.
+const char* kBatchJobYaml = R"(apiVersion: batch/v1
+kind: Job
+metadata:
+  name: urgent
+  namespace: e2e-kueue
+  labels:
+    kueue.x-k8s.io/queue-name: lq-b
+    kueue.x-k8s.io/priority-class: high
+spec:
+  suspend: true
+  parallelism: 2
+  completions: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: work
+        image: busybox
+        command: ["/bin/sleep", "20"]
+        resources:
+          limits: {nvidia.com/gpu: 1}
+)";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::optional<Json> LastEvent(const std::string& log, const std::string& event) {
+  std::optional<Json> found;
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("\"event\":\"" + event + "\"") == std::string::npos) continue;
+    try {
+      found = Json::parse(line);
+    } catch (const std::exception&) {
+    }
+  }
+  return found;
+}
+
+class KueueTest : public orrery::testing::ControlPlaneTest {
+ protected:
+  static void SetUpTestSuite() {
+    orrery::testing::ControlPlaneOptions o;
+    o.controller_manager = true;  // the batch Job's pods, owner-reference GC
+    o.scheduler = true;
+    o.kueue = true;
+    StartShared(o);
+    if (!plane()) return;
+    if (!controller::testutil::InstallJobCrd(*plane(), &setup_output_)) return;
+    sa_kubeconfig_ = controller::testutil::InstallChartAsServiceAccount(
+        *plane(), kOperatorNamespace, "--set nodeSelector.orrery-e2e=no-such-node", &setup_output_);
+    ready_ = !sa_kubeconfig_.empty();
+  }
+
+  static Json Get(const kube::Resource& r, const std::string& name) {
+    auto client = kube::testutil::PlaneClient(*plane());
+    auto o = client->Get(r, r.namespaced ? kNamespace : "", name);
+    return o.ok() ? Json::parse(o->dump()) : Json::object();
+  }
+  static std::vector<Json> Pods() {
+    auto client = kube::testutil::PlaneClient(*plane());
+    auto list = client->List(kube::Pods(), kNamespace, {});
+    std::vector<Json> out;
+    if (list.ok()) {
+      for (const kube::Object& p : (*list)["items"]) out.push_back(Json::parse(p.dump()));
+    }
+    return out;
+  }
+  static Json JobCondition(const Json& job) {
+    for (const Json& c : job.value("status", Json::object()).value("conditions", Json::array())) {
+      if (c.value("type", "") == controller::kKueueCondition) return c;
+    }
+    return Json::object();
+  }
+
+  static inline bool ready_ = false;
+  static inline std::string setup_output_;
+  static inline std::string sa_kubeconfig_;
+};
+
+// Samples the API every 200 ms: GPUs the job's live pods request against its
+// Workload's reservation, and the two workloads' GPUs against the cohort's.
+class UsageSampler {
+ public:
+  explicit UsageSampler(std::string workload) : workload_(std::move(workload)) {
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        SampleOnce();
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    });
+  }
+  ~UsageSampler() { Stop(); }
+  void Stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  std::mutex mu;
+  int max_job = 0, max_total = 0, samples = 0;
+  std::vector<std::string> violations;
+
+ private:
+  void SampleOnce() {
+    auto client = kube::testutil::PlaneClient(*KueueTestPlane());
+    // The reservation before the pods: one given back in between shows as a
+    // violation (pods still holding GPUs Kueue no longer reserves).
+    auto wl = client->Get(controller::Workloads(), kNamespace, workload_);
+    int reserved = 0;
+    if (wl.ok()) {
+      controller::KueueAdmission a = controller::ReadAdmission(*wl, kGpu);
+      if (a.reserved) reserved = a.gpus;
+    }
+    auto pods = client->List(kube::Pods(), kNamespace, {});
+    if (!pods.ok()) return;
+    int job = 0, batch = 0;
+    for (const kube::Object& o : (*pods)["items"]) {
+      Json p = Json::parse(o.dump());
+      if (controller::PodFinished(p)) continue;
+      const int gpus = controller::PodGpuRequest(p, kGpu);
+      const Json labels = p["metadata"].value("labels", Json::object());
+      if (labels.contains(controller::kJobLabel)) job += gpus;
+      if (labels.contains("batch.kubernetes.io/job-name")) batch += gpus;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    ++samples;
+    max_job = std::max(max_job, job);
+    max_total = std::max(max_total, job + batch);
+    if (job > reserved) {
+      violations.push_back("the job's pods held " + std::to_string(job) +
+                           " GPUs while its Workload reserved " + std::to_string(reserved));
+    }
+    if (job + batch > kCohortGpus) {
+      violations.push_back("the workloads held " + std::to_string(job + batch) +
+                           " GPUs, above the cohort's " + std::to_string(kCohortGpus));
+    }
+  }
+  static orrery::testing::ControlPlane* KueueTestPlane();
+  std::string workload_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+class KueueAdmissionTest : public KueueTest {
+ public:
+  static orrery::testing::ControlPlane* Plane() { return plane(); }
+};
+orrery::testing::ControlPlane* UsageSampler::KueueTestPlane() {
+  return KueueAdmissionTest::Plane();
+}
+
+TEST_F(KueueAdmissionTest, PreemptedJobCheckpointsWaitsAndFinishesWithinItsAdmissions) {
+  ASSERT_TRUE(ready_) << setup_output_;
+  ASSERT_EQ(plane()->Kubectl(std::string("create namespace ") + kNamespace).exit_code, 0);
+  const std::filesystem::path dir = std::filesystem::path(plane()->dir()) / "kueue-e2e";
+  std::filesystem::create_directories(dir);
+
+  orrery::testing::NodeAgentOptions ao;
+  ao.nodes = {"gpu-a", "gpu-b", "gpu-c"};
+  ao.gpus_per_node = 2;
+  ao.labels = {{"orrery-e2e/pool", "std"}};
+  ao.root = (dir / "agent").string();
+  ao.default_binary = kWorker;
+  ao.first_ip_block = 9;
+  std::fflush(stdout);
+  auto agent = orrery::testing::NodeAgent::Start(kube::testutil::PlaneConfig(*plane()), ao);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  ASSERT_TRUE((*agent)->CreateBoundClaim(kNamespace, "checkpoints").ok());
+
+  auto loaded = api::LoadJobText(JobYaml());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  {
+    auto client = kube::testutil::PlaneClient(*plane());
+    ASSERT_TRUE(controller::testutil::StoreProfiles(
+                    *client,
+                    controller::testutil::DdpProfiles(
+                        *loaded, {1, 2}, [](int g) { return 200.0 * g; }, "cpu"),
+                    kOperatorNamespace)
+                    .ok());
+  }
+  const std::string op_log = (dir / "operator.log").string();
+  auto op = local::Process::Spawn(
+      {kOrrery, "operator", "--kubeconfig=" + sa_kubeconfig_, "--kueue=true",
+       std::string("--profile-namespace=") + kOperatorNamespace,
+       std::string("--namespace=") + kNamespace, "--device=cpu", "--worker-image=orrery-worker",
+       "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
+       "--solver-time-limit=2s", "--progress-period=1s"},
+      {{"POD_NAME", "e2e-operator"}}, op_log, /*capture_stdout=*/false);
+  ASSERT_TRUE(op.ok()) << op.status();
+  auto describe = [&] {
+    const std::string log = ReadFile(op_log);
+    return "operator log (tail):\n" + log.substr(log.size() > 8000 ? log.size() - 8000 : 0) +
+           "\nagent:\n" + (*agent)->Describe() + "\njob:\n" +
+           Get(controller::ModelSelectionJobs(), "sweep").value("status", Json::object()).dump(1) +
+           "\nworkloads:\n" + plane()->Kubectl("-n e2e-kueue get workloads -o yaml").output +
+           "\npods:\n" + plane()->Kubectl("-n e2e-kueue get pods,jobs -o wide").output +
+           plane()->Kubectl("-n e2e-kueue get events --sort-by=.lastTimestamp").output;
+  };
+
+  // 1. Its LocalQueue does not exist yet: a Workload, a Pending condition, no pod.
+  CommandResult applied = plane()->Kubectl("apply -f -", JobYaml());
+  ASSERT_EQ(applied.exit_code, 0) << applied.output;
+  Json job;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        job = Get(controller::ModelSelectionJobs(), "sweep");
+        return JobCondition(job).value("reason", "") == "Pending";
+      },
+      std::chrono::seconds(60), kPoll))
+      << describe();
+  EXPECT_NE(JobCondition(job).value("message", "").find("Pending in LocalQueue lq-a"),
+            std::string::npos)
+      << JobCondition(job).dump();
+  const std::string workload =
+      "msj-sweep-" + job["metadata"]["uid"].get<std::string>().substr(0, 5);
+  UsageSampler usage(workload);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  for (const Json& p : Pods()) ADD_FAILURE() << "a pod before admission: " << p["metadata"]["name"];
+  Json wl = Get(controller::Workloads(), workload);
+  ASSERT_FALSE(wl.empty()) << describe();
+  EXPECT_EQ(wl["spec"]["podSets"][0]["count"], 6);
+
+  // 2. The queues: Kueue admits 4 of the 6 GPUs asked (cq-a's 2 and 2 borrowed).
+  applied = plane()->Kubectl("apply -f -", kQueuesYaml);
+  ASSERT_EQ(applied.exit_code, 0) << applied.output;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        job = Get(controller::ModelSelectionJobs(), "sweep");
+        return JobCondition(job).value("status", "") == "True";
+      },
+      std::chrono::seconds(60), kPoll))
+      << describe();
+  EXPECT_EQ(JobCondition(job).value("message", ""),
+            "Admitted to ClusterQueue cq-a with 4 GPUs of ResourceFlavor std");
+  // Both tasks train on two ranks each and commit a checkpoint.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        job = Get(controller::ModelSelectionJobs(), "sweep");
+        int checkpointed = 0;
+        for (const Json& t : job["status"].value("tasks", Json::array())) {
+          checkpointed += t.contains("lastCheckpoint") ? 1 : 0;
+        }
+        return checkpointed == 2;
+      },
+      std::chrono::seconds(120), kPoll))
+      << describe();
+  for (const Json& t : job["status"]["tasks"]) {
+    EXPECT_LT(t.value("stepsDone", 0), kSteps) << "trained too fast to be preempted mid-run";
+  }
+  {
+    std::lock_guard<std::mutex> lock(usage.mu);
+    EXPECT_EQ(usage.max_job, 4);
+  }
+
+  // 3. A higher-priority batch Job reclaims cq-b's GPUs: the job is evicted.
+  applied = plane()->Kubectl("apply -f -", kBatchJobYaml);
+  ASSERT_EQ(applied.exit_code, 0) << applied.output;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        job = Get(controller::ModelSelectionJobs(), "sweep");
+        return JobCondition(job).value("reason", "") == "Evicted";
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(100)))
+      << describe();
+  // Re-admitted with the 2 GPUs left; the batch Job runs beside it.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        job = Get(controller::ModelSelectionJobs(), "sweep");
+        return JobCondition(job).value("message", "") ==
+               "Admitted to ClusterQueue cq-a with 2 GPUs of ResourceFlavor std";
+      },
+      std::chrono::seconds(90), kPoll))
+      << describe();
+
+  // 4. It finishes, every task's steps done, and its Workload is Finished.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        job = Get(controller::ModelSelectionJobs(), "sweep");
+        return job["status"].value("phase", "") == "Succeeded";
+      },
+      std::chrono::seconds(300), kPoll))
+      << describe();
+  ASSERT_EQ(job["status"]["tasks"].size(), 2u);
+  for (const Json& t : job["status"]["tasks"]) EXPECT_EQ(t.value("stepsDone", 0), kSteps) << t;
+  // The tasks resumed from checkpoints they had written (a restore at a step
+  // > 0), in the new layout: every worker log the agent kept, deleted pods' too.
+  int restored = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "agent" / "pods")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(std::string(kNamespace) + "_", 0) != 0 || entry.path().extension() != ".log") {
+      continue;
+    }
+    std::optional<Json> restore = LastEvent(ReadFile(entry.path().string()), "restore");
+    if (restore && restore->value("step", 0) > 0) ++restored;
+  }
+  EXPECT_GE(restored, 2) << describe();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        Json w = Get(controller::Workloads(), workload);
+        return controller::ReadAdmission(kube::Object::parse(w.dump()), kGpu).state ==
+               controller::KueueAdmission::State::kFinished;
+      },
+      std::chrono::seconds(30), kPoll))
+      << describe();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        Json b = Get({"batch", "v1", "jobs", true}, "urgent");
+        return b.value("status", Json::object()).value("succeeded", 0) == 2;
+      },
+      std::chrono::seconds(120), kPoll))
+      << plane()->Kubectl("-n e2e-kueue get jobs,pods,workloads -o wide").output;
+
+  usage.Stop();
+  {
+    std::lock_guard<std::mutex> lock(usage.mu);
+    std::printf("usage: %d samples, the job's pods held at most %d GPUs, the workloads %d\n",
+                usage.samples, usage.max_job, usage.max_total);
+    EXPECT_GT(usage.samples, 20);
+    EXPECT_LE(usage.max_total, kCohortGpus);
+    for (const std::string& v : usage.violations) ADD_FAILURE() << v;
+  }
+  const std::string events =
+      plane()->Kubectl("-n e2e-kueue get events.events.k8s.io -o json").output;
+  for (const char* reason : {"WorkloadCreated", "QueuedInKueue", "Admitted", "Evicted"}) {
+    EXPECT_NE(events.find(std::string("\"reason\": \"") + reason + "\""), std::string::npos)
+        << reason;
+  }
+
+  // 5. Deleting the job deletes its Workload (owner reference).
+  ASSERT_EQ(plane()->Kubectl("-n e2e-kueue delete msj sweep --wait=false").exit_code, 0);
+  EXPECT_TRUE(WaitUntil([&] { return Get(controller::Workloads(), workload).empty(); },
+                        std::chrono::seconds(60), kPoll))
+      << describe();
+  op->Signal(SIGTERM);
+  EXPECT_EQ(op->WaitOrKill(30), 0) << ReadFile(op_log);
+}
+
+}  // namespace
+}  // namespace orrery

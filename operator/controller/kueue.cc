@@ -1,0 +1,402 @@
+#include "operator/controller/kueue.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "operator/api/types.h"
+#include "operator/controller/names.h"
+#include "operator/kube/api_error.h"
+
+namespace orrery::controller {
+
+namespace {
+
+using kube::Object;
+
+// Kueue's v1beta2 API, its storage version since 0.15; the CRDs also serve
+// v1beta1, but converting between them needs Kueue's conversion webhook.
+constexpr const char* kKueueGroup = "kueue.x-k8s.io";
+constexpr const char* kKueueVersion = "v1beta2";
+
+const Object* FindCondition(const Object& wl, const std::string& type) {
+  if (!wl.contains("status") || !wl["status"].is_object()) return nullptr;
+  const Object& s = wl["status"];
+  if (!s.contains("conditions") || !s["conditions"].is_array()) return nullptr;
+  for (const Object& c : s["conditions"]) {
+    if (c.is_object() && c.value("type", "") == type) return &c;
+  }
+  return nullptr;
+}
+
+bool ConditionTrue(const Object& wl, const std::string& type) {
+  const Object* c = FindCondition(wl, type);
+  return c != nullptr && c->value("status", "") == "True";
+}
+
+// Sets condition `type` in the Workload's status as metav1.Condition wants it;
+// lastTransitionTime changes only with the status.
+void SetCondition(Object* wl, const std::string& type, const std::string& status,
+                  const std::string& reason, const std::string& message, const std::string& now) {
+  Object& conditions = (*wl)["status"]["conditions"];
+  if (!conditions.is_array()) conditions = Object::array();
+  const int64_t generation = (*wl)["metadata"].value("generation", int64_t{0});
+  for (Object& c : conditions) {
+    if (c.value("type", "") != type) continue;
+    if (c.value("status", "") != status) c["lastTransitionTime"] = now;
+    c["status"] = status;
+    c["reason"] = reason;
+    c["message"] = message;
+    c["observedGeneration"] = generation;
+    return;
+  }
+  conditions.push_back({{"type", type},
+                        {"status", status},
+                        {"reason", reason},
+                        {"message", message},
+                        {"observedGeneration", generation},
+                        {"lastTransitionTime", now}});
+}
+
+// A quantity of whole devices ("4", 4); anything else is 0.
+int WholeQuantity(const Object& v) {
+  if (v.is_number_integer()) return v.get<int>();
+  if (!v.is_string()) return 0;
+  const std::string s = v.get<std::string>();
+  if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), ::isdigit)) return 0;
+  return std::stoi(s);
+}
+
+Object TolerationJson(const api::Toleration& t) {
+  Object o = {{"key", t.key}, {"operator", t.operator_}};
+  if (!t.value.empty()) o["value"] = t.value;
+  if (!t.effect.empty()) o["effect"] = t.effect;
+  if (t.toleration_seconds) o["tolerationSeconds"] = *t.toleration_seconds;
+  return o;
+}
+
+}  // namespace
+
+kube::Resource Workloads() { return {kKueueGroup, kKueueVersion, "workloads", true}; }
+kube::Resource ResourceFlavors() { return {kKueueGroup, kKueueVersion, "resourceflavors", false}; }
+kube::Resource WorkloadPriorityClasses() {
+  return {kKueueGroup, kKueueVersion, "workloadpriorityclasses", false};
+}
+
+std::string KueueQueueName(const api::ModelSelectionJob& job) {
+  auto it = job.metadata.labels.find(kKueueQueueLabel);
+  return it == job.metadata.labels.end() ? "" : it->second;
+}
+
+std::string WorkloadName(const api::ModelSelectionJob& job) {
+  // A job name is at most 63 characters (names.h keeps it a label value), so
+  // "msj-" + name + "-" + 5 characters stays a valid object name.
+  return "msj-" + job.metadata.name + "-" + job.metadata.uid.substr(0, 5);
+}
+
+Object BuildWorkload(const api::ModelSelectionJob& job, const std::string& queue,
+                     const std::optional<WorkloadPriority>& priority) {
+  const api::ResourcesSpec& r = job.spec.resources;
+  Object container = {
+      {"name", "worker"},
+      {"image", r.image},
+      {"resources",
+       {{"requests", {{r.gpu_resource_name, "1"}}}, {"limits", {{r.gpu_resource_name, "1"}}}}}};
+  Object pod_spec = {{"containers", Object::array({container})}, {"restartPolicy", "Never"}};
+  if (!r.node_selector.empty()) pod_spec["nodeSelector"] = r.node_selector;
+  if (!r.tolerations.empty()) {
+    Object tolerations = Object::array();
+    for (const api::Toleration& t : r.tolerations) tolerations.push_back(TolerationJson(t));
+    pod_spec["tolerations"] = tolerations;
+  }
+  // One pod per GPU: Kueue counts quota in pods' requests, and any GPU count
+  // from the smallest task's up to the quota is a layout the planner can use.
+  Object pod_set = {
+      {"name", kKueuePodSet}, {"count", r.gpu_quota}, {"template", {{"spec", pod_spec}}}};
+  const int least = std::max(1, r.gpus_per_task.min);
+  if (least < r.gpu_quota) pod_set["minCount"] = least;
+  Object wl = {{"apiVersion", std::string(kKueueGroup) + "/" + kKueueVersion},
+               {"kind", "Workload"},
+               {"metadata",
+                {{"name", WorkloadName(job)},
+                 {"namespace", job.metadata.namespace_},
+                 {"labels",
+                  {{kManagedByLabel, kManagedByValue}, {kJobLabel, LabelValue(job.metadata.name)}}},
+                 {"ownerReferences", Object::array({{{"apiVersion", job.api_version},
+                                                     {"kind", job.kind},
+                                                     {"name", job.metadata.name},
+                                                     {"uid", job.metadata.uid},
+                                                     {"controller", true}}})}}},
+               {"spec", {{"queueName", queue}, {"podSets", Object::array({pod_set})}}}};
+  if (priority) {
+    wl["spec"]["priorityClassRef"] = {
+        {"group", kKueueGroup}, {"kind", "WorkloadPriorityClass"}, {"name", priority->class_name}};
+    wl["spec"]["priority"] = priority->value;
+  }
+  return wl;
+}
+
+KueueAdmission ReadAdmission(const Object& wl, const std::string& gpu_resource) {
+  KueueAdmission a;
+  a.reserved = ConditionTrue(wl, "QuotaReserved");
+  const Object* admission = nullptr;
+  if (wl.contains("status") && wl["status"].is_object() && wl["status"].contains("admission") &&
+      wl["status"]["admission"].is_object()) {
+    admission = &wl["status"]["admission"];
+    a.cluster_queue = admission->value("clusterQueue", "");
+    if (admission->contains("podSetAssignments") && (*admission)["podSetAssignments"].is_array()) {
+      for (const Object& psa : (*admission)["podSetAssignments"]) {
+        if (psa.value("name", "") != kKueuePodSet) continue;
+        if (psa.contains("flavors") && psa["flavors"].contains(gpu_resource)) {
+          a.flavor = psa["flavors"][gpu_resource].get<std::string>();
+        }
+        if (psa.contains("resourceUsage") && psa["resourceUsage"].contains(gpu_resource)) {
+          a.gpus = WholeQuantity(psa["resourceUsage"][gpu_resource]);
+        } else if (psa.contains("count") && psa["count"].is_number_integer()) {
+          a.gpus = psa["count"].get<int>();
+        }
+      }
+    }
+  }
+  auto words = [&a](const Object* c) {
+    if (c == nullptr) return;
+    a.reason = c->value("reason", "");
+    a.message = c->value("message", "");
+  };
+  if (ConditionTrue(wl, "Finished")) {
+    a.state = KueueAdmission::State::kFinished;
+    words(FindCondition(wl, "Finished"));
+  } else if (ConditionTrue(wl, "Evicted")) {
+    a.state = KueueAdmission::State::kEvicted;
+    words(FindCondition(wl, "Evicted"));
+  } else if (a.reserved && ConditionTrue(wl, "Admitted") && admission != nullptr) {
+    a.state = KueueAdmission::State::kAdmitted;
+    words(FindCondition(wl, "Admitted"));
+  } else {
+    a.state = KueueAdmission::State::kPending;
+    words(FindCondition(wl, "QuotaReserved"));
+  }
+  return a;
+}
+
+Status ApplyAdmission(const KueueAdmission& admission, const Object* flavor,
+                      api::ResourcesSpec* resources) {
+  resources->gpu_quota = std::min(resources->gpu_quota, admission.gpus);
+  if (flavor == nullptr || !flavor->contains("spec") || !(*flavor)["spec"].is_object()) {
+    return OkStatus();
+  }
+  const Object& spec = (*flavor)["spec"];
+  if (spec.contains("nodeLabels") && spec["nodeLabels"].is_object()) {
+    for (const auto& [key, value] : spec["nodeLabels"].items()) {
+      if (!value.is_string()) continue;
+      auto [it, added] = resources->node_selector.emplace(key, value.get<std::string>());
+      if (!added && it->second != value.get<std::string>()) {
+        std::string message = "spec.resources.nodeSelector[" + key + "] is \"";
+        message += it->second + "\" but Kueue admitted the job to ResourceFlavor ";
+        message += admission.flavor + ", whose nodes have " + key;
+        message += "=" + value.get<std::string>();
+        message += " (drop the key from nodeSelector or use a LocalQueue whose flavors match)";
+        return InvalidArgumentError(message);
+      }
+    }
+  }
+  if (spec.contains("tolerations") && spec["tolerations"].is_array()) {
+    for (const Object& t : spec["tolerations"]) {
+      api::Toleration tol;
+      tol.key = t.value("key", "");
+      tol.operator_ = t.value("operator", "Equal");
+      tol.value = t.value("value", "");
+      tol.effect = t.value("effect", "");
+      if (t.contains("tolerationSeconds") && t["tolerationSeconds"].is_number_integer()) {
+        tol.toleration_seconds = t["tolerationSeconds"].get<int64_t>();
+      }
+      if (std::find(resources->tolerations.begin(), resources->tolerations.end(), tol) ==
+          resources->tolerations.end()) {
+        resources->tolerations.push_back(tol);
+      }
+    }
+  }
+  return OkStatus();
+}
+
+api::Condition AdmissionCondition(const KueueAdmission& a, const std::string& queue,
+                                  int64_t generation) {
+  api::Condition c;
+  c.type = kKueueCondition;
+  c.observed_generation = generation;
+  switch (a.state) {
+    case KueueAdmission::State::kAdmitted:
+    case KueueAdmission::State::kFinished:
+      c.status = "True";
+      c.reason = a.state == KueueAdmission::State::kFinished ? "Finished" : "Admitted";
+      c.message = "Admitted to ClusterQueue " + a.cluster_queue + " with " +
+                  std::to_string(a.gpus) + (a.gpus == 1 ? " GPU" : " GPUs") +
+                  (a.flavor.empty() ? "" : " of ResourceFlavor " + a.flavor);
+      break;
+    case KueueAdmission::State::kEvicted:
+      c.status = "False";
+      c.reason = "Evicted";
+      c.message = "Evicted by Kueue (" + (a.reason.empty() ? std::string("no reason") : a.reason) +
+                  ")" + (a.message.empty() ? "" : ": " + a.message) +
+                  "; its gangs checkpoint and it waits in LocalQueue " + queue;
+      break;
+    case KueueAdmission::State::kPending:
+      c.status = "False";
+      c.reason = "Pending";
+      c.message = "Pending in LocalQueue " + queue + (a.message.empty() ? "" : ": " + a.message);
+      break;
+  }
+  return c;
+}
+
+Object ClearedReservation(const Object& workload, const std::string& now) {
+  Object wl = workload;
+  const Object* evicted = FindCondition(workload, "Evicted");
+  const std::string reason = evicted != nullptr ? evicted->value("reason", "") : "";
+  const std::string message = evicted != nullptr ? evicted->value("message", "") : "";
+  // Kueue sets Requeued=True only for these reasons (jobframework reconciler).
+  const bool requeued = reason == "Preempted" || reason == "NodeFailures";
+  SetCondition(&wl, "Requeued", requeued ? "True" : "False", reason, message, now);
+  SetCondition(&wl, "QuotaReserved", "False", "Pending", message, now);
+  if (ConditionTrue(workload, "Admitted") || FindCondition(workload, "Admitted") != nullptr) {
+    SetCondition(&wl, "Admitted", "False", "NoReservation", "The workload has no reservation", now);
+  }
+  wl["status"].erase("admission");
+  return wl;
+}
+
+Object FinishedWorkload(const Object& workload, bool succeeded, const std::string& message,
+                        const std::string& now) {
+  Object wl = workload;
+  SetCondition(&wl, "Finished", "True", succeeded ? "Succeeded" : "Failed", message, now);
+  return wl;
+}
+
+namespace {
+
+// The priority of the WorkloadPriorityClass the job names, as Kueue's own job
+// integrations give it to their Workloads; nullopt when it names none.
+StatusOr<std::optional<WorkloadPriority>> PriorityOf(kube::Client* client,
+                                                     const api::ModelSelectionJob& job) {
+  auto it = job.metadata.labels.find(kKueuePriorityClassLabel);
+  if (it == job.metadata.labels.end()) return std::optional<WorkloadPriority>();
+  auto wpc = client->Get(WorkloadPriorityClasses(), "", it->second);
+  if (!wpc.ok()) return wpc.status();
+  WorkloadPriority p;
+  p.class_name = it->second;
+  p.value = wpc->value("value", 0);
+  return std::optional<WorkloadPriority>(p);
+}
+
+const api::Condition* StoredCondition(const api::ModelSelectionJob& job) {
+  if (!job.status) return nullptr;
+  for (const api::Condition& c : job.status->conditions) {
+    if (c.type == kKueueCondition) return &c;
+  }
+  return nullptr;
+}
+
+// The job's Workload: from the cache, else created (or read, when another
+// pass created it and the cache lags).
+StatusOr<Object> EnsureWorkload(kube::Client* client, const KueueCaches& caches,
+                                const api::ModelSelectionJob& job, const std::string& queue,
+                                KueueGateResult* out) {
+  const std::string& ns = job.metadata.namespace_;
+  const std::string name = WorkloadName(job);
+  if (kube::ObjectPtr cached = caches.workloads->Get(kube::KeyFor(ns, name))) return *cached;
+  auto priority = PriorityOf(client, job);
+  if (!priority.ok()) {
+    if (!kube::IsNotFound(priority.status())) return priority.status();
+    return InvalidArgumentError("metadata.labels[" + std::string(kKueuePriorityClassLabel) +
+                                "] names WorkloadPriorityClass " +
+                                job.metadata.labels.at(kKueuePriorityClassLabel) +
+                                ", which does not exist (create it or fix the label)");
+  }
+  auto created = client->Create(Workloads(), ns, BuildWorkload(job, queue, *priority));
+  if (created.ok()) {
+    Log(LogLevel::kInfo, "Created Workload",
+        {{"msj", ns + "/" + job.metadata.name}, {"workload", name}, {"queue", queue}});
+    out->event_reason = "WorkloadCreated";
+    out->event_message = "created Workload " + name + " asking LocalQueue " + queue + " for " +
+                         std::to_string(job.spec.resources.gpu_quota) + " GPUs";
+    return *created;
+  }
+  if (!kube::IsAlreadyExists(created.status())) return created.status();
+  return client->Get(Workloads(), ns, name);
+}
+
+}  // namespace
+
+StatusOr<KueueGateResult> KueueGate(kube::Client* client, const KueueCaches& caches,
+                                    api::ModelSelectionJob* job, int live_pods,
+                                    const std::string& now) {
+  const std::string queue = KueueQueueName(*job);
+  const int64_t generation = job->metadata.generation;
+  KueueGateResult out;
+  out.condition.type = kKueueCondition;
+  out.condition.status = "False";
+  out.condition.observed_generation = generation;
+  if (caches.workloads == nullptr) {
+    out.condition.reason = "KueueNotServed";
+    out.condition.message = "labelled " + std::string(kKueueQueueLabel) + "=" + queue +
+                            " but the API server does not serve Kueue's Workloads "
+                            "(kueue.x-k8s.io/v1beta2): install Kueue and restart the operator, "
+                            "or remove the label to run without Kueue";
+    out.warning = true;
+  } else {
+    auto wl = EnsureWorkload(client, caches, *job, queue, &out);
+    if (!wl.ok()) {
+      if (wl.status().code() != StatusCode::kInvalidArgument) return wl.status();
+      out.condition.reason = "InvalidPriorityClass";
+      out.condition.message = wl.status().message();
+      out.warning = true;
+    } else {
+      KueueAdmission a = ReadAdmission(*wl, job->spec.resources.gpu_resource_name);
+      const bool terminal = job->status && (job->status->phase == api::Phase::kSucceeded ||
+                                            job->status->phase == api::Phase::kFailed);
+      if (terminal && a.state != KueueAdmission::State::kFinished) {
+        const bool ok = job->status->phase == api::Phase::kSucceeded;
+        auto stored = client->UpdateStatus(
+            Workloads(), job->metadata.namespace_,
+            FinishedWorkload(*wl, ok, ok ? "every task finished" : "the job failed", now));
+        if (!stored.ok()) return stored.status();
+        a.state = KueueAdmission::State::kFinished;
+      }
+      out.condition = AdmissionCondition(a, queue, generation);
+      out.run = terminal || a.state == KueueAdmission::State::kAdmitted;
+      if (a.state == KueueAdmission::State::kAdmitted) {
+        const kube::ObjectPtr flavor = caches.flavors != nullptr && !a.flavor.empty()
+                                           ? caches.flavors->Get(a.flavor)
+                                           : nullptr;
+        if (Status s = ApplyAdmission(a, flavor.get(), &job->spec.resources); !s.ok()) {
+          out.run = false;
+          out.condition.status = "False";
+          out.condition.reason = "FlavorConflict";
+          out.condition.message = s.message();
+          out.warning = true;
+        }
+      } else if (a.state == KueueAdmission::State::kEvicted && a.reserved && live_pods == 0) {
+        // Stopped: the reservation goes back to Kueue, which queues it again.
+        auto stored = client->UpdateStatus(Workloads(), job->metadata.namespace_,
+                                           ClearedReservation(*wl, now));
+        if (!stored.ok()) return stored.status();
+        Log(LogLevel::kInfo, "Cleared the evicted Workload's reservation",
+            {{"msj", job->metadata.namespace_ + "/" + job->metadata.name},
+             {"workload", WorkloadName(*job)}});
+      }
+    }
+  }
+  const api::Condition* before = StoredCondition(*job);
+  if (out.event_reason.empty() && (before == nullptr || before->reason != out.condition.reason ||
+                                   before->message != out.condition.message)) {
+    out.event_reason = out.condition.reason == "Pending" ? "QueuedInKueue" : out.condition.reason;
+    out.event_message = out.condition.message;
+  }
+  if (before != nullptr && before->status == out.condition.status) {
+    out.condition.last_transition_time = before->last_transition_time;
+  } else {
+    out.condition.last_transition_time = now;
+  }
+  return out;
+}
+
+}  // namespace orrery::controller

@@ -1,0 +1,302 @@
+// Kueue admission's pure pieces (the Workload a job asks with, what Kueue's
+// status says, an admission applied to the job's resources, the reservation
+// cleared after an eviction) and one pass of KueueGate over an in-memory API.
+#include "operator/controller/kueue.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/controller/names.h"
+#include "tests/operator/controller/test_objects.h"
+
+namespace orrery::controller {
+namespace {
+
+using kube::Object;
+
+api::ModelSelectionJob LabelledJob(const std::string& queue = "team-a-gpus") {
+  api::ModelSelectionJob job = testing::LoadJob().job;
+  job.metadata.labels[kKueueQueueLabel] = queue;
+  return job;
+}
+
+// A Workload as Kueue leaves it once admitted with `gpus` of flavor `flavor`.
+Object Admitted(Object wl, int gpus, const std::string& flavor) {
+  wl["metadata"]["generation"] = 1;
+  wl["status"]["conditions"] =
+      Object::array({{{"type", "QuotaReserved"}, {"status", "True"}, {"reason", "QuotaReserved"}},
+                     {{"type", "Admitted"}, {"status", "True"}, {"reason", "Admitted"}}});
+  wl["status"]["admission"] = {
+      {"clusterQueue", "cq-a"},
+      {"podSetAssignments",
+       Object::array({{{"name", kKueuePodSet},
+                       {"count", gpus},
+                       {"flavors", {{"nvidia.com/gpu", flavor}}},
+                       {"resourceUsage", {{"nvidia.com/gpu", std::to_string(gpus)}}}}})}};
+  return wl;
+}
+
+Object Evicted(Object wl, const std::string& reason) {
+  wl["status"]["conditions"].push_back({{"type", "Evicted"},
+                                        {"status", "True"},
+                                        {"reason", reason},
+                                        {"message", "Preempted to accommodate a workload"}});
+  return wl;
+}
+
+const Object* Condition(const Object& wl, const std::string& type) {
+  for (const Object& c : wl["status"]["conditions"]) {
+    if (c["type"] == type) return &c;
+  }
+  return nullptr;
+}
+
+TEST(KueueTest, WorkloadAsksForTheQuotaAsOneGpuPodsOwnedByTheJob) {
+  api::ModelSelectionJob job = LabelledJob();
+  Object wl = BuildWorkload(job, "team-a-gpus", WorkloadPriority{"high", 1000});
+  EXPECT_EQ(wl["apiVersion"], "kueue.x-k8s.io/v1beta2");
+  EXPECT_EQ(wl["kind"], "Workload");
+  EXPECT_EQ(wl["metadata"]["name"], "msj-sweep-6f1d2");
+  EXPECT_EQ(wl["metadata"]["namespace"], "team-a");
+  const Object& owner = wl["metadata"]["ownerReferences"][0];
+  EXPECT_EQ(owner["kind"], "ModelSelectionJob");
+  EXPECT_EQ(owner["uid"], job.metadata.uid);
+  EXPECT_TRUE(owner["controller"].get<bool>());
+  EXPECT_EQ(wl["spec"]["queueName"], "team-a-gpus");
+  EXPECT_EQ(wl["spec"]["priority"], 1000);
+  EXPECT_EQ(wl["spec"]["priorityClassRef"]["name"], "high");
+  EXPECT_EQ(wl["spec"]["priorityClassRef"]["kind"], "WorkloadPriorityClass");
+  ASSERT_EQ(wl["spec"]["podSets"].size(), 1u);
+  const Object& ps = wl["spec"]["podSets"][0];
+  EXPECT_EQ(ps["name"], kKueuePodSet);
+  EXPECT_EQ(ps["count"], 8);     // spec.resources.gpuQuota
+  EXPECT_EQ(ps["minCount"], 1);  // gpusPerTask.min: partial admission down to one task
+  const Object& pod = ps["template"]["spec"];
+  EXPECT_EQ(pod["containers"][0]["resources"]["requests"]["nvidia.com/gpu"], "1");
+  EXPECT_EQ(pod["nodeSelector"]["orrery.dev/pool"], "gpu");
+  EXPECT_EQ(pod["tolerations"][0]["key"], "nvidia.com/gpu");
+  EXPECT_EQ(pod["tolerations"][0]["operator"], "Exists");
+  // No priority class named: Kueue's default priority (none set here).
+  EXPECT_FALSE(BuildWorkload(job, "q", std::nullopt)["spec"].contains("priority"));
+}
+
+TEST(KueueTest, ReadsPendingAdmittedEvictedAndFinished) {
+  api::ModelSelectionJob job = LabelledJob();
+  Object wl = BuildWorkload(job, "q", std::nullopt);
+  KueueAdmission pending = ReadAdmission(wl, "nvidia.com/gpu");
+  EXPECT_EQ(pending.state, KueueAdmission::State::kPending);
+  EXPECT_FALSE(pending.reserved);
+  wl["status"]["conditions"] = Object::array({{{"type", "QuotaReserved"},
+                                               {"status", "False"},
+                                               {"reason", "Pending"},
+                                               {"message", "couldn't assign flavors"}}});
+  pending = ReadAdmission(wl, "nvidia.com/gpu");
+  EXPECT_EQ(pending.message, "couldn't assign flavors");
+  api::Condition c = AdmissionCondition(pending, "q", 2);
+  EXPECT_EQ(c.status, "False");
+  EXPECT_EQ(c.reason, "Pending");
+  EXPECT_EQ(c.message, "Pending in LocalQueue q: couldn't assign flavors");
+
+  Object admitted = Admitted(wl, 4, "a100");
+  KueueAdmission a = ReadAdmission(admitted, "nvidia.com/gpu");
+  EXPECT_EQ(a.state, KueueAdmission::State::kAdmitted);
+  EXPECT_EQ(a.gpus, 4);
+  EXPECT_EQ(a.flavor, "a100");
+  EXPECT_EQ(a.cluster_queue, "cq-a");
+  c = AdmissionCondition(a, "q", 2);
+  EXPECT_EQ(c.status, "True");
+  EXPECT_EQ(c.message, "Admitted to ClusterQueue cq-a with 4 GPUs of ResourceFlavor a100");
+
+  KueueAdmission e = ReadAdmission(Evicted(admitted, "Preempted"), "nvidia.com/gpu");
+  EXPECT_EQ(e.state, KueueAdmission::State::kEvicted);
+  EXPECT_TRUE(e.reserved);  // until the job clears it
+  EXPECT_EQ(e.reason, "Preempted");
+  EXPECT_NE(AdmissionCondition(e, "q", 2).message.find("Evicted by Kueue (Preempted)"),
+            std::string::npos);
+
+  Object finished = FinishedWorkload(admitted, true, "done", "2026-11-27T00:00:00Z");
+  EXPECT_EQ(ReadAdmission(finished, "nvidia.com/gpu").state, KueueAdmission::State::kFinished);
+  EXPECT_EQ((*Condition(finished, "Finished"))["reason"], "Succeeded");
+}
+
+TEST(KueueTest, AdmissionCapsTheQuotaAndAddsTheFlavorsLabelsAndTolerations) {
+  api::ModelSelectionJob job = LabelledJob();
+  KueueAdmission a;
+  a.state = KueueAdmission::State::kAdmitted;
+  a.gpus = 3;
+  a.flavor = "a100";
+  Object flavor = {{"metadata", {{"name", "a100"}}},
+                   {"spec",
+                    {{"nodeLabels", {{"gpu.example/model", "a100"}, {"orrery.dev/pool", "gpu"}}},
+                     {"tolerations", Object::array({{{"key", "reserved"},
+                                                     {"operator", "Equal"},
+                                                     {"value", "ml"},
+                                                     {"effect", "NoSchedule"}}})}}}};
+  api::ResourcesSpec r = job.spec.resources;
+  ASSERT_TRUE(ApplyAdmission(a, &flavor, &r).ok());
+  EXPECT_EQ(r.gpu_quota, 3);  // 8 asked, 3 admitted
+  EXPECT_EQ(r.node_selector.at("gpu.example/model"), "a100");
+  EXPECT_EQ(r.node_selector.at("orrery.dev/pool"), "gpu");
+  ASSERT_EQ(r.tolerations.size(), 2u);
+  EXPECT_EQ(r.tolerations[1].key, "reserved");
+  EXPECT_EQ(r.tolerations[1].value, "ml");
+  // Applied twice (every pass), nothing is added twice.
+  ASSERT_TRUE(ApplyAdmission(a, &flavor, &r).ok());
+  EXPECT_EQ(r.tolerations.size(), 2u);
+  // More admitted than asked never raises the quota.
+  a.gpus = 16;
+  r = job.spec.resources;
+  ASSERT_TRUE(ApplyAdmission(a, nullptr, &r).ok());
+  EXPECT_EQ(r.gpu_quota, 8);
+  // A flavor whose nodes the job's own selector excludes is an error naming both.
+  flavor["spec"]["nodeLabels"]["orrery.dev/pool"] = "cpu";
+  r = job.spec.resources;
+  Status s = ApplyAdmission(a, &flavor, &r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("spec.resources.nodeSelector[orrery.dev/pool]"), std::string::npos);
+  EXPECT_NE(s.message().find("ResourceFlavor a100"), std::string::npos);
+}
+
+TEST(KueueTest, ClearedReservationFollowsKueuesJobIntegrationContract) {
+  Object wl =
+      Evicted(Admitted(BuildWorkload(LabelledJob(), "q", std::nullopt), 4, "a100"), "Preempted");
+  Object cleared = ClearedReservation(wl, "2026-11-27T01:00:00Z");
+  EXPECT_FALSE(cleared["status"].contains("admission"));
+  const Object* reserved = Condition(cleared, "QuotaReserved");
+  ASSERT_NE(reserved, nullptr);
+  EXPECT_EQ((*reserved)["status"], "False");
+  EXPECT_EQ((*reserved)["reason"], "Pending");
+  EXPECT_EQ((*reserved)["lastTransitionTime"], "2026-11-27T01:00:00Z");
+  EXPECT_EQ((*Condition(cleared, "Admitted"))["status"], "False");
+  EXPECT_EQ((*Condition(cleared, "Requeued"))["status"], "True");
+  EXPECT_EQ((*Condition(cleared, "Evicted"))["status"], "True");  // Kueue's own to clear
+  KueueAdmission after = ReadAdmission(cleared, "nvidia.com/gpu");
+  EXPECT_EQ(after.state, KueueAdmission::State::kEvicted);
+  EXPECT_FALSE(after.reserved);
+  // Evicted because its LocalQueue stopped: not requeued.
+  Object stopped = ClearedReservation(
+      Evicted(Admitted(BuildWorkload(LabelledJob(), "q", std::nullopt), 4, "a100"),
+              "LocalQueueStopped"),
+      "t");
+  EXPECT_EQ((*Condition(stopped, "Requeued"))["status"], "False");
+}
+
+// Workloads and priority classes in memory; the store plays the informer.
+class MemoryApi : public kube::Client {
+ public:
+  StatusOr<Object> Get(const kube::Resource& r, const std::string& ns,
+                       const std::string& name) override {
+    auto it = objects.find(r.resource + "/" + kube::KeyFor(ns, name));
+    if (it == objects.end()) return NotFoundError(r.resource + " " + name + " not found");
+    return it->second;
+  }
+  StatusOr<Object> List(const kube::Resource&, const std::string&,
+                        const kube::ListOptions&) override {
+    return UnimplementedError("list");
+  }
+  StatusOr<Object> Create(const kube::Resource& r, const std::string& ns,
+                          const Object& obj) override {
+    const std::string key = r.resource + "/" + kube::KeyFor(ns, obj["metadata"]["name"]);
+    if (objects.count(key) > 0) return AlreadyExistsError(key + " already exists");
+    return objects[key] = obj;
+  }
+  StatusOr<Object> Update(const kube::Resource&, const std::string&, const Object&) override {
+    return UnimplementedError("update");
+  }
+  StatusOr<Object> UpdateStatus(const kube::Resource& r, const std::string& ns,
+                                const Object& obj) override {
+    status_writes++;
+    return objects[r.resource + "/" + kube::KeyFor(ns, obj["metadata"]["name"])] = obj;
+  }
+  Status Delete(const kube::Resource&, const std::string&, const std::string&,
+                const kube::DeleteOptions&) override {
+    return UnimplementedError("delete");
+  }
+  StatusOr<Object> Patch(const kube::Resource&, const std::string&, const std::string&,
+                         kube::PatchType, const Object&, const kube::PatchOptions&) override {
+    return UnimplementedError("patch");
+  }
+  StatusOr<std::unique_ptr<kube::WatchStream>> Watch(const kube::Resource&, const std::string&,
+                                                     const kube::ListOptions&) override {
+    return UnimplementedError("watch");
+  }
+  std::map<std::string, Object> objects;
+  int status_writes = 0;
+};
+
+TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) {
+  MemoryApi api;
+  kube::Store workloads, flavors;
+  KueueCaches caches{&workloads, &flavors};
+  api::ModelSelectionJob job = LabelledJob("q");
+  job.metadata.labels[kKueuePriorityClassLabel] = "high";
+  // A priority class that does not exist: the job waits, saying which.
+  auto gate = KueueGate(&api, caches, &job, 0, "t0");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_FALSE(gate->run);
+  EXPECT_EQ(gate->condition.reason, "InvalidPriorityClass");
+  EXPECT_NE(gate->condition.message.find("WorkloadPriorityClass high"), std::string::npos);
+  api.objects["workloadpriorityclasses/high"] = {{"metadata", {{"name", "high"}}}, {"value", 100}};
+
+  gate = KueueGate(&api, caches, &job, 0, "t1");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_FALSE(gate->run);
+  EXPECT_EQ(gate->event_reason, "WorkloadCreated");
+  EXPECT_EQ(gate->condition.reason, "Pending");
+  const std::string key = "workloads/team-a/" + WorkloadName(job);
+  ASSERT_EQ(api.objects.count(key), 1u);
+  EXPECT_EQ(api.objects[key]["spec"]["priority"], 100);
+
+  // Admitted with 2 GPUs of a flavor: the job runs, capped, on the flavor's nodes.
+  workloads.Upsert(std::make_shared<Object>(Admitted(api.objects[key], 2, "a100")));
+  flavors.Upsert(std::make_shared<Object>(
+      Object{{"metadata", {{"name", "a100"}}}, {"spec", {{"nodeLabels", {{"model", "a100"}}}}}}));
+  api::ModelSelectionJob admitted = job;
+  gate = KueueGate(&api, caches, &admitted, 0, "t2");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_TRUE(gate->run);
+  EXPECT_EQ(gate->condition.status, "True");
+  EXPECT_EQ(gate->event_reason, "Admitted");
+  EXPECT_EQ(gate->condition.last_transition_time, "t2");
+  EXPECT_EQ(admitted.spec.resources.gpu_quota, 2);
+  EXPECT_EQ(admitted.spec.resources.node_selector.at("model"), "a100");
+
+  // Evicted: held; the reservation stays while pods of the job are alive and
+  // is cleared once they are gone.
+  workloads.Upsert(std::make_shared<Object>(
+      Evicted(*workloads.Get("team-a/" + WorkloadName(job)), "Preempted")));
+  int writes = api.status_writes;
+  gate = KueueGate(&api, caches, &job, 3, "t3");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_FALSE(gate->run);
+  EXPECT_EQ(gate->condition.reason, "Evicted");
+  EXPECT_EQ(api.status_writes, writes);
+  gate = KueueGate(&api, caches, &job, 0, "t4");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_EQ(api.status_writes, writes + 1);
+  EXPECT_FALSE(api.objects[key]["status"].contains("admission"));
+  EXPECT_EQ((*Condition(api.objects[key], "QuotaReserved"))["status"], "False");
+
+  // A finished job marks its Workload Finished (Kueue releases the quota).
+  api::ModelSelectionJob done = job;
+  done.status = api::ModelSelectionJobStatus{};
+  done.status->phase = api::Phase::kSucceeded;
+  workloads.Upsert(std::make_shared<Object>(api.objects[key]));
+  gate = KueueGate(&api, caches, &done, 0, "t5");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_TRUE(gate->run);
+  EXPECT_EQ((*Condition(api.objects[key], "Finished"))["reason"], "Succeeded");
+}
+
+TEST(KueueTest, WithoutKueueServedALabelledJobWaitsSayingWhy) {
+  MemoryApi api;
+  api::ModelSelectionJob job = LabelledJob("q");
+  auto gate = KueueGate(&api, KueueCaches{}, &job, 0, "t");
+  ASSERT_TRUE(gate.ok());
+  EXPECT_FALSE(gate->run);
+  EXPECT_EQ(gate->condition.reason, "KueueNotServed");
+  EXPECT_TRUE(gate->warning);
+  EXPECT_TRUE(api.objects.empty());
+}
+
+}  // namespace
+}  // namespace orrery::controller
