@@ -17,6 +17,10 @@ namespace orrery::planner {
 // `nodes` nodes, with the throughput and per-GPU memory the profiler measured.
 struct Config {
   std::string template_name;  // ddp, fsdp, pipeline, tensor, spill
+  // Activation recomputation the configuration runs with: "none" or "unit"
+  // (worker/contract/templates.h kRecomputeModes); its memory and throughput
+  // are that mode's.
+  std::string recompute = "none";
   int gpus = 1;
   int nodes = 1;  // nodes spanned; gpus % nodes == 0
   int batch_size = 0;
