@@ -204,7 +204,8 @@ int RunPlan(Invocation& in) {
       }
       return p;
     };
-    engine::TaskConfigs built = engine::BuildTaskConfigs(spec, e.task, lookup, max_gpus);
+    engine::TaskConfigs built =
+        engine::BuildTaskConfigs(spec, e.task, lookup, max_gpus, /*recompute_modes=*/true);
     for (const planner::Config& c : built.configs) {
       if (c.memory_gib > dm.memory_gib) continue;
       if (from_cache.count({c.template_name, c.gpus, c.batch_size}) > 0) {
@@ -251,8 +252,8 @@ int RunPlan(Invocation& in) {
   size_t w = 4;
   for (const auto& t : problem.tasks) w = std::max(w, t.name.size());
   o << std::left << std::setw(static_cast<int>(w) + 2) << "task" << std::setw(11) << "template"
-    << std::setw(6) << "gpus" << std::setw(7) << "nodes" << std::setw(7) << "batch" << std::setw(11)
-    << "start" << std::setw(11) << "end"
+    << std::setw(11) << "recompute" << std::setw(6) << "gpus" << std::setw(7) << "nodes"
+    << std::setw(7) << "batch" << std::setw(11) << "start" << std::setw(11) << "end"
     << "samples/s\n";
   for (size_t t = 0; t < problem.tasks.size(); ++t) {
     const planner::Assignment& as = plan->assignments[t];
@@ -261,9 +262,9 @@ int RunPlan(Invocation& in) {
     rate << (estimated_configs[t].count(static_cast<size_t>(as.config)) ? "~" : "") << std::fixed
          << std::setprecision(1) << c.throughput;
     o << std::setw(static_cast<int>(w) + 2) << problem.tasks[t].name << std::setw(11)
-      << c.template_name << std::setw(6) << c.gpus << std::setw(7) << c.nodes << std::setw(7)
-      << c.batch_size << std::setw(11) << local::FormatDuration(as.start) << std::setw(11)
-      << local::FormatDuration(as.end) << rate.str() << "\n";
+      << c.template_name << std::setw(11) << c.recompute << std::setw(6) << c.gpus << std::setw(7)
+      << c.nodes << std::setw(7) << c.batch_size << std::setw(11) << local::FormatDuration(as.start)
+      << std::setw(11) << local::FormatDuration(as.end) << rate.str() << "\n";
   }
   // What each spec task's estimates rest on (one line per model, not per variant).
   std::set<std::string> notes;

@@ -311,6 +311,44 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
   return c;
 }
 
+std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::string& template_name,
+                                      int gpus, int64_t batch, const std::string& recompute) {
+  const contract::TemplateTraits* traits = contract::FindTemplate(template_name);
+  if (!task.model.gpt || traits == nullptr || gpus < 1 || batch < 1) return std::nullopt;
+  const api::GptModel& g = *task.model.gpt;
+  const double s = g.seq_len, h = g.hidden, a = g.heads;
+  // Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+  // Transformer Models", sec. 4.1): a block keeps s·b·h·(34 + 5·a·s/h) bytes
+  // in 16 bits, of which 2·s·b·h and a·s·s·b are dropout masks; Orrery trains
+  // without dropout and keeps float32 (bf16 autocast keeps a mix: counted as
+  // float32, the larger), so 2·(32 + 4·a·s/h) per s·b·h. Recomputing per
+  // block keeps only each block's float32 input (4·s·b·h) and, during one
+  // block's backward, that block's full activations.
+  const double full_block = s * h * 2 * (32 + 4 * a * s / h);
+  const double kept_block = recompute == "unit" ? 4 * s * h : full_block;
+  double samples = static_cast<double>(batch);
+  double blocks = g.layers;
+  double tensor_split = 1;
+  switch (traits->memory) {
+    case contract::MemoryModel::kWhole:
+    case contract::MemoryModel::kShardedFlat:
+    case contract::MemoryModel::kSpilled: samples /= gpus; break;
+    case contract::MemoryModel::kSliced: tensor_split = gpus; break;
+    case contract::MemoryModel::kLayerRange:
+    case contract::MemoryModel::kLayout:
+      // 1F1B (the launchers' schedule) with 2·pp micro-batches: the first
+      // stage holds at most pp of them, half the batch.
+      blocks = std::ceil(blocks / gpus);
+      samples /= 2;
+      break;
+  }
+  double per_sample = blocks * kept_block / tensor_split;
+  if (recompute == "unit") per_sample += full_block / tensor_split;
+  // The logits and their gradient, float32 (the head's output and the loss's).
+  per_sample += 2 * s * g.vocab * 4.0;
+  return per_sample * samples;
+}
+
 std::vector<api::FieldError> CheckAgainstPretrained(const api::TaskSpec& task,
                                                     const PretrainedShape& shape,
                                                     const std::string& task_path) {

@@ -115,6 +115,19 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
                                               const DeviceModel& device,
                                               const PretrainedShape* pretrained = nullptr);
 
+// Bytes of activations one device keeps from forward to backward when
+// `template_name` trains `task` at global `batch` on `gpus` devices with
+// activation recomputation `recompute` ("none" | "unit"); nullopt when the
+// model is not a spec-defined GPT (its shape is unknown here). Profiles on a
+// CPU measure parameter and gradient bytes only, so a configuration's memory
+// is that plus this.
+std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::string& template_name,
+                                      int gpus, int64_t batch, const std::string& recompute);
+
+// A configuration recomputing per unit runs one more forward (2N of the 6N
+// FLOPs a token costs): about 6/8 of the speed without.
+inline constexpr double kRecomputeThroughput = 0.75;
+
 // What validation cannot check before config.json is read: freezeBlocks (and
 // a search space's values, already substituted in an expanded task) within the
 // model's blocks, LoRA targets among its family's modules, and for GPT-2 a

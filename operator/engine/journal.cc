@@ -12,6 +12,7 @@ std::string ConfigText(const TaskView& v, int config) {
   const planner::Config& c = v.profile[static_cast<size_t>(config)];
   std::string text = c.template_name + " x" + std::to_string(c.gpus);
   if (c.batch_size > 0) text += " b" + std::to_string(c.batch_size);
+  if (c.recompute == "unit") text += " recompute";
   return text;
 }
 }  // namespace

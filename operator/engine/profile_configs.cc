@@ -4,6 +4,7 @@
 #include <map>
 
 #include "operator/api/defaults.h"
+#include "operator/engine/estimate.h"
 #include "operator/engine/worker_command.h"
 #include "worker/contract/templates.h"
 
@@ -42,9 +43,50 @@ std::vector<int> ProfileGpuCounts(const api::ModelSelectionJobSpec& spec, int ma
   return counts;
 }
 
+namespace {
+
+// `c` (a profile's or an estimate's figures: parameter and gradient memory, in
+// the template's default recomputation mode) in each mode worth planning, with
+// the activations each keeps added to its memory. A template that keeps
+// activations by default is offered recomputing too (slower, smaller), so a
+// model that fits without recomputation runs without it and one that does not
+// still runs. Spill recomputes always: its point is the device's small memory.
+// Without a known shape (not a spec GPT) only the default mode is offered, as
+// measured.
+void AddRecomputeModes(const api::TaskSpec& task, api::Template tmpl, planner::Config c,
+                       TaskConfigs& out) {
+  const contract::TemplateTraits* traits = contract::FindTemplate(c.template_name);
+  c.recompute = traits != nullptr ? std::string(traits->recompute) : "none";
+  const double params_gib = c.memory_gib;
+  auto with_activations = [&](planner::Config x) {
+    if (auto bytes = ActivationBytes(task, x.template_name, x.gpus, x.batch_size, x.recompute))
+      x.memory_gib = params_gib + *bytes / (1024.0 * 1024.0 * 1024.0);
+    out.configs.push_back(x);
+    out.templates.push_back(tmpl);
+  };
+  with_activations(c);
+  if (c.recompute != "none" ||
+      !ActivationBytes(task, c.template_name, c.gpus, c.batch_size, "unit"))
+    return;
+  planner::Config unit = c;
+  unit.recompute = "unit";
+  unit.throughput = c.throughput * kRecomputeThroughput;
+  with_activations(unit);
+}
+
+}  // namespace
+
 TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::TaskSpec& task,
-                             const ProfileLookup& lookup, int max_gpus) {
+                             const ProfileLookup& lookup, int max_gpus, bool recompute_modes) {
   TaskConfigs out;
+  auto add = [&](api::Template tmpl, const planner::Config& c) {
+    if (recompute_modes) {
+      AddRecomputeModes(task, tmpl, c, out);
+    } else {
+      out.configs.push_back(c);
+      out.templates.push_back(tmpl);
+    }
+  };
   max_gpus = std::min({max_gpus, spec.resources.gpus_per_task.max, spec.resources.gpu_quota});
   std::vector<int> counts = ProfileGpuCounts(spec, max_gpus);
   if (counts.empty()) return out;
@@ -71,8 +113,7 @@ TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::
         c.batch_size = static_cast<int>(batch);
         c.throughput = it->second.samples_per_s;
         c.memory_gib = it->second.memory_gib;
-        out.configs.push_back(c);
-        out.templates.push_back(tmpl);
+        add(tmpl, c);
         auto next = std::next(it);
         if (next == points.end()) continue;
         // Linear interpolation of throughput between profiled GPU counts; no
@@ -86,8 +127,7 @@ TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::
           planner::Config fit = c;
           fit.gpus = g;
           fit.throughput = c.throughput + f * (next->second.samples_per_s - c.throughput);
-          out.configs.push_back(fit);
-          out.templates.push_back(tmpl);
+          add(tmpl, fit);
         }
       }
     }

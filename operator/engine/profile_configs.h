@@ -69,8 +69,14 @@ struct TaskConfigs {
 // no configuration. When the job is elastic, keys whose batch does not split
 // over the GPUs are neither offered nor missing; when it is not, every
 // configuration carries the task's own batch and nothing else changes.
+// With `recompute_modes`, each point is offered in every activation-
+// recomputation mode worth planning, its memory counting the activations that
+// mode keeps (engine::ActivationBytes): `orrery plan` and `orrery run` do;
+// the Kubernetes world does not yet carry the mode in its status, and plans
+// in the template's default mode with parameter memory alone.
 TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::TaskSpec& task,
-                             const ProfileLookup& lookup, int max_gpus);
+                             const ProfileLookup& lookup, int max_gpus,
+                             bool recompute_modes = false);
 
 // The task's work in samples: its optimizer steps at its own batch (TotalSteps)
 // times that batch. An elastic task keeps this budget whatever batch it runs at.

@@ -109,6 +109,7 @@ contract::WorkerArgs CommonArgs(const api::ExpandedTask& expanded, const LaunchC
   }
   f.threads = c.threads;
   if (!c.device.empty()) f.device = c.device;
+  if (!c.recompute.empty()) f.recompute = c.recompute;
   return f;
 }
 

@@ -18,8 +18,11 @@ namespace orrery::engine {
 // state lives.
 struct LaunchConfig {
   std::string template_name;  // ddp | fsdp | pipeline | tensor | spill
-  int gpus = 1;               // ranks
-  int64_t batch_size = 0;     // global; 0 = the task's own
+  // Activation recomputation (planner::Config::recompute); "" passes none and
+  // the worker takes the template's default.
+  std::string recompute;
+  int gpus = 1;            // ranks
+  int64_t batch_size = 0;  // global; 0 = the task's own
   // Optimizer steps in all (the worker's count carries on across a resume, also
   // one at another batch); 0 = the task's own budget (--steps or --epochs). The
   // local runner gives an elastic task at another batch StepsForBudget

@@ -502,8 +502,9 @@ void Runner::BuildConfigs() {
       }
       return engine::ProfilePoint{};
     };
-    task.configs =
-        engine::BuildTaskConfigs(spec, task.spec.task, lookup, profile_max_gpus_).configs;
+    task.configs = engine::BuildTaskConfigs(spec, task.spec.task, lookup, profile_max_gpus_,
+                                            /*recompute_modes=*/true)
+                       .configs;
   }
 }
 
@@ -683,7 +684,8 @@ void Runner::ApplyPlan(const engine::Decision& d, engine::Trigger trigger) {
 std::string Runner::TaskConfigText(const TaskRun& t) const {
   if (!t.gang || t.gang->config < 0) return "";
   const planner::Config& c = t.configs[static_cast<size_t>(t.gang->config)];
-  return ConfigText(c.template_name, c.gpus, c.batch_size, t.batch);
+  return ConfigText(c.template_name, c.gpus, c.batch_size, t.batch) +
+         (c.recompute == "unit" ? " recomputing" : "");
 }
 
 Status Runner::Launch(size_t t, int config, const std::vector<int>& devices) {
@@ -692,6 +694,7 @@ Status Runner::Launch(size_t t, int config, const std::vector<int>& devices) {
   const api::ModelSelectionJobSpec& spec = job_.job.spec;
   engine::LaunchConfig lc;
   lc.template_name = c.template_name;
+  lc.recompute = c.recompute;
   lc.gpus = c.gpus;
   lc.batch_size = c.batch_size;
   lc.checkpoint_dir = opt_.workdir + "/checkpoints/" + task.spec.name;

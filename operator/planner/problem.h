@@ -20,6 +20,10 @@ namespace orrery::planner {
 // empty: any type, at this throughput (a cluster of one type, as before types).
 struct Config {
   std::string template_name;  // ddp, fsdp, pipeline, tensor, spill
+  // Activation recomputation the configuration runs with: "none" or "unit"
+  // (worker/contract/templates.h kRecomputeModes); its memory and throughput
+  // are that mode's.
+  std::string recompute = "none";
   int gpus = 1;
   int nodes = 1;  // nodes spanned; gpus % nodes == 0
   int batch_size = 0;

@@ -60,7 +60,22 @@ struct TemplateTraits {
   double frozen_bytes_per_parameter = 4;
   // The knob the profiler's tuning tries for this template.
   std::string_view tuned_knob;
+  // Activation recomputation when the plan does not choose ("none" or
+  // "unit", see kRecomputeModes): spill recomputes, since a shard's
+  // activations kept on the device would defeat its budget.
+  std::string_view recompute = "none";
 };
+
+// Activation recomputation, open to every template: "none" keeps every
+// activation from forward to backward; "unit" keeps only each unit's input
+// (a transformer block's; fsdp's unit, spill's shard) and runs the unit's
+// forward again before its backward: less memory, about a third more compute.
+inline constexpr std::array<std::string_view, 2> kRecomputeModes = {"none", "unit"};
+constexpr bool IsRecomputeMode(std::string_view mode) {
+  for (std::string_view m : kRecomputeModes)
+    if (m == mode) return true;
+  return false;
+}
 
 inline constexpr std::array<TemplateTraits, 7> kTemplates = {{
     {"single", false, false, false, false, MemoryModel::kWhole, WorldAxis::kNone, 1, 1, 4, ""},
@@ -73,7 +88,7 @@ inline constexpr std::array<TemplateTraits, 7> kTemplates = {{
     {"hybrid", false, true, true, true, MemoryModel::kLayout, WorldAxis::kLayout, 1, 0.85, 4,
      "micro_batches"},
     {"spill", true, false, false, true, MemoryModel::kSpilled, WorldAxis::kData, 1, 0.9, 4,
-     "spill_double_buffer"},
+     "spill_double_buffer", "unit"},
 }};
 
 // The row named `name`, or null.

@@ -84,6 +84,7 @@ const std::vector<FlagRow>& Rows() {
       {"bucket-bytes", &WorkerArgs::bucket_bytes},
       {"spill-budget-bytes", &WorkerArgs::spill_budget_bytes},
       {"no-double-buffer", &WorkerArgs::no_double_buffer},
+      {"recompute", &WorkerArgs::recompute, "none|unit"},
       {"threads", &WorkerArgs::threads},
       {"device", &WorkerArgs::device, "cpu|cuda"},
       // budget

@@ -43,6 +43,7 @@ struct WorkerArgs {
   std::optional<std::string> pipeline_schedule;  // gpipe | 1f1b
   std::optional<int64_t> bucket_bytes, spill_budget_bytes;
   bool no_double_buffer = false;
+  std::optional<std::string> recompute;  // none | unit (templates.h kRecomputeModes)
   std::optional<std::string> precision;  // fp32 | bf16
   std::optional<std::string> device;     // cpu | cuda
   // optimizer and schedule

@@ -215,6 +215,42 @@ class C10dCommunicator final : public Communicator {
     }
   }
 
+  std::unique_ptr<PendingOp> AllGatherAsync(const at::Tensor& input, at::Tensor& output) override {
+    const int64_t n = input.numel();
+    if (!Native(input) || !Native(output) || !input.is_contiguous() ||
+        output.numel() != n * size() || !output.is_contiguous()) {
+      return Communicator::AllGatherAsync(input, output);
+    }
+    try {
+      std::vector<at::Tensor> inputs{input};
+      std::vector<std::vector<at::Tensor>> outputs(1);
+      at::Tensor flat = output.view({-1});
+      for (int i = 0; i < size(); ++i)
+        outputs[0].push_back(flat.narrow(0, i * n, n).view(input.sizes()));
+      auto work = group_->allgather(outputs, inputs);
+      return std::make_unique<C10dPendingOp>(std::move(work), "all_gather", output, 1.0);
+    } catch (const std::exception& e) {
+      return std::make_unique<C10dPendingOp>(StatusFromException(e, "all_gather"));
+    }
+  }
+
+  std::unique_ptr<PendingOp> ReduceScatterAsync(const at::Tensor& input, at::Tensor& output,
+                                                ReduceOp op) override {
+    const int64_t n = output.numel();
+    if (backend_ != "gloo" || !Native(input) || !Native(output) || input.numel() != n * size()) {
+      return Communicator::ReduceScatterAsync(input, output, op);
+    }
+    try {
+      // As ReduceScatter: gloo all-reduces a copy; Wait() keeps this rank's chunk.
+      at::Tensor tmp = input.contiguous().clone();
+      auto inner = AllReduceAsync(tmp, op);
+      at::Tensor chunk = tmp.view({-1}).narrow(0, rank() * n, n).view(output.sizes());
+      return std::make_unique<StagedPendingOp>(std::move(inner), chunk, output, "reduce_scatter");
+    } catch (const std::exception& e) {
+      return std::make_unique<C10dPendingOp>(StatusFromException(e, "reduce_scatter"));
+    }
+  }
+
   Status ReduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override {
     int64_t n = output.numel();
     if (input.numel() != n * size()) {
@@ -413,6 +449,30 @@ StatusOr<int> EnvInt(const char* name, int fallback) {
 }
 
 }  // namespace
+
+namespace {
+
+// An operation that already ran: Wait() returns its outcome.
+class RanPendingOp final : public PendingOp {
+ public:
+  explicit RanPendingOp(Status result) : result_(std::move(result)) {}
+  Status Wait() override { return result_; }
+
+ private:
+  Status result_;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingOp> Communicator::AllGatherAsync(const at::Tensor& input,
+                                                        at::Tensor& output) {
+  return std::make_unique<RanPendingOp>(AllGather(input, output));
+}
+
+std::unique_ptr<PendingOp> Communicator::ReduceScatterAsync(const at::Tensor& input,
+                                                            at::Tensor& output, ReduceOp op) {
+  return std::make_unique<RanPendingOp>(ReduceScatter(input, output, op));
+}
 
 StatusOr<RendezvousConfig> RendezvousFromEnv() {
   RendezvousConfig c;

@@ -59,6 +59,14 @@ class Communicator {
   // receives chunk rank() of the result.
   [[nodiscard]] virtual Status ReduceScatter(const at::Tensor& input, at::Tensor& output,
                                              ReduceOp op) = 0;
+  // The same two, started and returned at once (fsdp prefetches the next unit's
+  // gather and reduce-scatters a unit's gradients while the next one computes).
+  // Input and output must stay alive and untouched until Wait() returns; the
+  // output holds the result only then. The default runs the operation before
+  // returning (a backend without asynchronous forms is correct, not overlapped).
+  virtual std::unique_ptr<PendingOp> AllGatherAsync(const at::Tensor& input, at::Tensor& output);
+  virtual std::unique_ptr<PendingOp> ReduceScatterAsync(const at::Tensor& input, at::Tensor& output,
+                                                        ReduceOp op);
   [[nodiscard]] virtual Status Broadcast(at::Tensor& tensor, int root) = 0;
   // Point to point within the group; tag separates concurrent messages between
   // the same pair (the pipeline uses the micro-batch index).

@@ -423,6 +423,8 @@ class HybridStrategy final : public Strategy {
     info_.layout = layout_;
     device_ = config.device;
     precision_ = config.precision;
+    recompute_ = config.recompute == "unit";
+    info_.recompute = config.recompute;
     // Built on the host a layer at a time, keeping only this rank's stage (and
     // its tensor slice), which then moves to the device: no rank ever holds the
     // whole model.
@@ -595,6 +597,8 @@ class HybridStrategy final : public Strategy {
   }
 
   StatusOr<double> StepImpl(const model::Batch& global_batch) {
+    const auto start = std::chrono::steady_clock::now();
+    wait_s_ = 0;
     ORRERY_ASSIGN_OR_RETURN(model::Batch rows,
                             model::SliceBatch(global_batch, coords_.dp, layout_.dp));
     model::Batch local = model::BatchOn(rows, device_);
@@ -606,14 +610,18 @@ class HybridStrategy final : public Strategy {
       at::Tensor loss;
       {
         AutocastGuard autocast(precision_, device_);
-        loss = model::Loss(stage_.Forward(local.inputs), local.targets);
+        loss = model::Loss(ForwardLayers(stage_.layers, local.inputs, recompute_, precision_),
+                           local.targets);
       }
       loss.backward();
       local_loss = loss.item<double>();
     } else {
       ORRERY_ASSIGN_OR_RETURN(local_loss, PipelineStep(local));
     }
-    if (ddp_) ORRERY_RETURN_IF_ERROR(ddp_->Finish());
+    if (ddp_) {
+      WaitTimer wait(wait_s_);
+      ORRERY_RETURN_IF_ERROR(ddp_->Finish());
+    }
     ORRERY_RETURN_IF_ERROR(
         SumTiedGradients(tied_, stage_.NamedParameters(), tied_shapes_, pp_.get(), device_));
     std::vector<at::Tensor> grads;
@@ -624,7 +632,11 @@ class HybridStrategy final : public Strategy {
         at::full({1}, local_loss, at::TensorOptions().dtype(at::kDouble).device(device_));
     if (dp_ && last_stage_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(loss, dist::ReduceOp::kAvg));
     if (pp_) ORRERY_RETURN_IF_ERROR(pp_->Broadcast(loss, layout_.pp - 1));
-    return loss.item<double>();
+    const double value = loss.item<double>();
+    // Tensor parallelism's all-reduces run inside its layers and count as
+    // compute here; ddp's wait for buckets and a stage's receives count.
+    info_.wait_fraction = wait_s_ / std::max(SecondsSince(start), 1e-9);
+    return value;
   }
 
   // One step of micro-batches in the configured schedule's order (see
@@ -659,6 +671,7 @@ class HybridStrategy final : public Strategy {
           x = mb.inputs;
         } else {
           at::Tensor header = at::zeros({8}, at::TensorOptions().dtype(at::kLong).device(device_));
+          WaitTimer wait(wait_s_);
           ORRERY_RETURN_IF_ERROR(pp_->Recv(header, prev, 4 * m));
           header = header.to(at::kCPU);
           std::vector<int64_t> shape(header.data_ptr<int64_t>() + 1,
@@ -670,7 +683,7 @@ class HybridStrategy final : public Strategy {
         at::Tensor y;
         {
           AutocastGuard autocast(precision_, device_);
-          y = stage_.Forward(x);
+          y = ForwardLayers(stage_.layers, x, recompute_, precision_);
           if (last_stage_) y = model::Loss(y, mb.targets) / static_cast<double>(m_count);
         }
         if (last_stage_) {
@@ -698,18 +711,23 @@ class HybridStrategy final : public Strategy {
         y.backward();
       } else {
         at::Tensor g = at::empty(y.sizes(), y.options().requires_grad(false));
-        ORRERY_RETURN_IF_ERROR(pp_->Recv(g, next, 4 * m + 2));
+        {
+          WaitTimer wait(wait_s_);
+          ORRERY_RETURN_IF_ERROR(pp_->Recv(g, next, 4 * m + 2));
+        }
         // A first stage that is all frozen (layer-wise fine-tuning) has nothing to compute.
         if (y.requires_grad()) y.backward(g);
       }
       if (!first_stage_)
         gradient_sends.push_back(pp_->SendAsync(inputs[mi].grad(), prev, 4 * m + 2));
+      WaitTimer wait(wait_s_);
       for (auto& s : activation_sends[mi])
         ORRERY_RETURN_IF_ERROR(s->Wait().WithContext("pipeline send"));
       activation_sends[mi].clear();
       outputs[mi] = at::Tensor();
       inputs[mi] = at::Tensor();
     }
+    WaitTimer wait(wait_s_);
     for (auto& s : gradient_sends) ORRERY_RETURN_IF_ERROR(s->Wait().WithContext("pipeline send"));
     return loss_sum;
   }
@@ -724,6 +742,8 @@ class HybridStrategy final : public Strategy {
   std::vector<std::pair<std::string, std::string>> tied_;
   std::map<std::string, std::vector<int64_t>> tied_shapes_;
   std::string precision_ = "fp32";
+  bool recompute_ = false;
+  double wait_s_ = 0;  // this step's time waiting on communication
   std::vector<at::Tensor> params_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<DdpBuckets> ddp_;

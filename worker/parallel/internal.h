@@ -3,6 +3,7 @@
 // template living in one translation unit.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -113,6 +114,38 @@ class AutocastGuard {
   bool was_enabled_ = false;
   at::ScalarType was_dtype_ = at::kBFloat16;
 };
+
+// Runs `layers` as a chain on `x`. With `recompute` (and grad mode on) each
+// layer is an activation checkpoint: its forward runs without autograd and
+// keeps only its input, and its backward runs the forward again under
+// autograd (and `precision`'s autocast) before back-propagating through it,
+// as torch.utils.checkpoint's reentrant form does. Gradients of the layer's
+// parameters accumulate inside that backward, so gradient hooks (ddp's
+// buckets) and collectives inside layers (tensor parallelism) run as usual.
+at::Tensor ForwardLayers(const std::vector<std::shared_ptr<model::Layer>>& layers,
+                         const at::Tensor& x, bool recompute, const std::string& precision);
+
+// Adds the wall time of its scope to `total_s`: how a template counts the time
+// it waits on communication or copies (StrategyInfo::wait_fraction).
+class WaitTimer {
+ public:
+  explicit WaitTimer(double& total_s)
+      : total_s_(total_s), start_(std::chrono::steady_clock::now()) {}
+  ~WaitTimer() {
+    total_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  WaitTimer(const WaitTimer&) = delete;
+  WaitTimer& operator=(const WaitTimer&) = delete;
+
+ private:
+  double& total_s_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Seconds since `start`, for a step's wall time.
+inline double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 // Turns any exception from a step into a status (torch ops, collectives inside
 // autograd functions).

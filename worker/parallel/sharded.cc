@@ -1,14 +1,22 @@
 // The two templates that keep only part of the model's parameters alive at a
 // time: fsdp (parameters sharded across data-parallel ranks, gathered per layer)
 // and spill (Hydra: parameters in host memory, brought to the device per shard).
-// Both run the model as a chain of units with recomputation: a forward pass
-// without autograd that keeps only each unit's input (the activation checkpoint
-// at the unit boundary), then, from the last unit back, each unit's forward
-// again with autograd and its backward. So each unit is resident twice per step
-// (once for its forward, once for its backward), exactly as both papers
-// describe, and the computed losses and gradients equal the plain loop's.
+// Both run the model as a chain of units, each resident twice per step (once
+// for its forward, once for its backward), in one of two ways
+// (StrategyConfig::recompute):
+//   unit  a forward pass without autograd that keeps only each unit's input
+//         (the activation checkpoint at the unit boundary), then, from the
+//         last unit back, each unit's forward again with autograd and its
+//         backward; Hydra's and ZeRO-Infinity's way, least memory;
+//   none  each unit's forward runs once with autograd and its activations
+//         are kept; its parameters' memory is freed after the forward while
+//         autograd's saved views still refer to it, and refilled (gathered or
+//         copied in again) before its backward, as PyTorch FSDP does with its
+//         flat parameter's storage.
+// Either way the computed losses and gradients equal the plain loop's.
 // Models are built on the host; fsdp's shards, gathers and gradient buffers live
 // on the configured device, spill's masters on the host (see below).
+#include <chrono>
 #include <functional>
 #include <map>
 
@@ -77,6 +85,35 @@ void FlattenGrads(const Unit& u, const std::vector<std::vector<int64_t>>& shapes
   }
 }
 
+// Frees the memory of `t`'s storage while tensors that view it (autograd's
+// saved parameters) stay valid objects; AdoptStorage fills it again.
+void FreeStorage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+// Gives `t`'s (freed) storage the values of `fresh`, shaped like `t`, by
+// taking over fresh's memory when fresh owns exactly that much, else by
+// copying; every view of `t` then reads the new values.
+void AdoptStorage(const at::Tensor& t, const at::Tensor& fresh) {
+  c10::StorageImpl* dst = t.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  c10::StorageImpl* src = fresh.storage().unsafeGetStorageImpl();
+  if (fresh.storage_offset() == 0 && fresh.is_contiguous() && src->nbytes() == bytes &&
+      fresh.device() == t.device() && fresh.dtype() == t.dtype() &&
+      fresh.storage().use_count() == 1) {
+    dst->set_data_ptr_noswap(src->set_data_ptr(at::DataPtr(nullptr, fresh.device())));
+    src->set_nbytes(0);
+  } else {
+    dst->set_data_ptr_noswap(dst->allocator()->allocate(bytes));
+    dst->set_nbytes(bytes);
+    at::Tensor(t).copy_(fresh.view(t.sizes()));
+    return;
+  }
+  dst->set_nbytes(bytes);
+}
+
 at::Tensor Checkpointed(const at::Tensor& x) {
   at::Tensor d = x.detach();
   if (d.is_floating_point()) d.requires_grad_(true);
@@ -127,6 +164,55 @@ StatusOr<double> RunRecomputed(std::vector<Unit>& units, const model::Batch& bat
     ORRERY_RETURN_IF_ERROR(res.Release(u, true));
   }
   return loss_value;
+}
+
+// Forward with autograd keeping every unit's activations (no recomputation):
+// each unit runs once, on a detached copy of its input, so the backward goes
+// unit by unit and each unit's parameters need only be back for its own. The
+// visits are those of RunRecomputed: units 0..U-1 forward (the last one with
+// its backward), then U-2..0.
+StatusOr<double> RunKept(std::vector<Unit>& units, const model::Batch& batch, Residency& res,
+                         const std::string& precision, c10::Device device) {
+  const size_t n = units.size();
+  std::vector<at::Tensor> inputs(n), outputs(n);
+  at::Tensor x = batch.inputs;
+  size_t visit = 0;
+  for (size_t u = 0; u < n; ++u) {
+    const bool last = u + 1 == n;
+    ORRERY_RETURN_IF_ERROR(res.Acquire(visit++, u, last));
+    inputs[u] = Checkpointed(x);
+    {
+      AutocastGuard autocast(precision, device);
+      outputs[u] = RunUnit(units[u], inputs[u]);
+      if (last) outputs[u] = model::Loss(outputs[u], batch.targets);
+    }
+    x = outputs[u];
+    if (!last) ORRERY_RETURN_IF_ERROR(res.Release(u, false));
+  }
+  x = at::Tensor();
+  double loss_value = 0.0;
+  at::Tensor grad;
+  for (size_t u = n; u-- > 0;) {
+    if (u + 1 == n) {
+      loss_value = outputs[u].item<double>();
+      outputs[u].backward();
+    } else {
+      ORRERY_RETURN_IF_ERROR(res.Acquire(visit++, u, true));
+      // The embedding, when it is frozen, needs no backward.
+      if (outputs[u].requires_grad()) outputs[u].backward(grad);
+    }
+    grad = inputs[u].requires_grad() ? inputs[u].grad() : at::Tensor();
+    inputs[u] = at::Tensor();
+    outputs[u] = at::Tensor();
+    ORRERY_RETURN_IF_ERROR(res.Release(u, true));
+  }
+  return loss_value;
+}
+
+StatusOr<double> RunUnits(bool recompute, std::vector<Unit>& units, const model::Batch& batch,
+                          Residency& res, const std::string& precision, c10::Device device) {
+  return recompute ? RunRecomputed(units, batch, res, precision, device)
+                   : RunKept(units, batch, res, precision, device);
 }
 
 // Makes each tied pair's gradients their sum where units hold gradients flat:
@@ -203,16 +289,27 @@ class FsdpStrategy final : public Strategy, private Residency {
                               model::SliceBatch(global_batch, dp_rank_, dp_size_));
       model::Batch local = model::BatchOn(rows, device_);
       last_batch_ = local;
-      ORRERY_ASSIGN_OR_RETURN(double loss,
-                              RunRecomputed(units_, local, *this, precision_, device_));
+      const auto start = std::chrono::steady_clock::now();
+      wait_s_ = 0;
+      in_step_ = true;
+      StatusOr<double> run = RunUnits(recompute_, units_, local, *this, precision_, device_);
+      in_step_ = false;
+      // Every reduce-scatter still in flight (and, after an error, a prefetch).
+      Status drained = DrainPending();
+      if (!run.ok()) return run.status();
+      ORRERY_RETURN_IF_ERROR(drained);
+      const double loss = *run;
       ORRERY_RETURN_IF_ERROR(SumTiedFlat(
           tied_, units_, shapes_, shard_grads_,
           [&](size_t u) { return dp_rank_ * (padded_[u] / dp_size_); }, dp_.get()));
       optimizer_->Step(shard_grads_);
       at::Tensor l = at::full({1}, loss, Options().dtype(at::kDouble));
       if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(l, dist::ReduceOp::kAvg));
+      info_.wait_fraction = wait_s_ / std::max(SecondsSince(start), 1e-9);
       return l.item<double>();
     } catch (const std::exception& e) {
+      in_step_ = false;
+      (void)DrainPending();
       return StatusFromException(e, "fsdp step");
     }
   }
@@ -355,8 +452,11 @@ class FsdpStrategy final : public Strategy, private Residency {
     dp_rank_ = rdv == nullptr ? 0 : rdv->config().rank;
     tied_ = model::TiedParameters(mc);
     precision_ = config.precision;
+    recompute_ = config.recompute == "unit";
+    prefetch_ = config.fsdp_prefetch;
     info_.name = "fsdp";
     info_.layout = config.layout;
+    info_.recompute = config.recompute;
     if (dp_size_ > 1) {
       ORRERY_ASSIGN_OR_RETURN(dp_, rdv->NewGroup("fsdp", AllRanks(dp_size_)));
     }
@@ -418,8 +518,13 @@ class FsdpStrategy final : public Strategy, private Residency {
           units_.push_back(std::move(u));
           return OkStatus();
         }));
-    // One gathered unit, its gradients and the gradient buffer, plus the shards.
-    info_.peak_device_parameter_bytes = 3 * largest + shard_bytes;
+    // One gathered unit, its gradients and the gradient buffer, plus the shards
+    // (and with prefetch the next unit's gather).
+    info_.peak_device_parameter_bytes = (prefetch_ ? 4 : 3) * largest + shard_bytes;
+    const size_t n = units_.size();
+    full_.resize(n);
+    for (size_t u = 0; u < n; ++u) visits_.push_back(u);
+    for (size_t u = n - 1; u-- > 0;) visits_.push_back(u);
     optimizer_ = std::make_unique<Optimizer>(opt, shards_, masks);
     return OkStatus();
   }
@@ -427,6 +532,7 @@ class FsdpStrategy final : public Strategy, private Residency {
   StatusOr<at::Tensor> Gather(size_t u) {
     at::Tensor full = at::empty({padded_[u]}, Options());
     if (dp_) {
+      WaitTimer wait(wait_s_);
       ORRERY_RETURN_IF_ERROR(dp_->AllGather(shards_[u], full));
     } else {
       full.copy_(shards_[u]);
@@ -434,23 +540,99 @@ class FsdpStrategy final : public Strategy, private Residency {
     return full;
   }
 
-  Status Acquire(size_t, size_t u, bool) override {
-    ORRERY_ASSIGN_OR_RETURN(at::Tensor full, Gather(u));
-    BindShaped(units_[u], full, shapes_.by_unit[u]);
+  // Unit u gathered: the prefetch started for it, or a gather now.
+  StatusOr<at::Tensor> Gathered(size_t u) {
+    if (gather_ != nullptr && gather_unit_ != u) {
+      // Not the unit expected (a step cut short): finish it before its
+      // buffer goes.
+      WaitTimer wait(wait_s_);
+      (void)gather_->Wait();
+      gather_.reset();
+      gather_buffer_ = at::Tensor();
+    }
+    if (gather_ != nullptr) {
+      Status done;
+      {
+        WaitTimer wait(wait_s_);
+        done = gather_->Wait();
+      }
+      gather_.reset();
+      at::Tensor full = std::move(gather_buffer_);
+      ORRERY_RETURN_IF_ERROR(done.WithContext("gathering fsdp unit " + std::to_string(u)));
+      return full;
+    }
+    return Gather(u);
+  }
+
+  Status WaitReduceScatters() {
+    Status first = OkStatus();
+    WaitTimer wait(wait_s_);
+    for (auto& op : reduce_scatters_) {
+      Status s = op->Wait();
+      if (first.ok() && !s.ok()) first = s.WithContext("reduce-scattering fsdp gradients");
+    }
+    reduce_scatters_.clear();
+    grad_buffers_.clear();
+    return first;
+  }
+
+  // Waits for what is in flight: gradient reduce-scatters and a prefetch.
+  Status DrainPending() {
+    Status first = WaitReduceScatters();
+    WaitTimer wait(wait_s_);
+    if (gather_ != nullptr) {
+      Status s = gather_->Wait();
+      if (first.ok()) first = s;
+    }
+    gather_.reset();
+    gather_buffer_ = at::Tensor();
+    return first;
+  }
+
+  Status Acquire(size_t visit, size_t u, bool) override {
+    ORRERY_ASSIGN_OR_RETURN(at::Tensor full, Gathered(u));
+    // The next visit's gather runs while this unit computes (PyTorch FSDP's
+    // forward and backward prefetch; the order is the step's fixed visits).
+    if (in_step_ && prefetch_ && dp_ && visit + 1 < visits_.size()) {
+      gather_unit_ = visits_[visit + 1];
+      gather_buffer_ = at::empty({padded_[gather_unit_]}, Options());
+      gather_ = dp_->AllGatherAsync(shards_[gather_unit_], gather_buffer_);
+    }
+    if (full_[u].defined()) {
+      // Kept activations still view this unit's freed parameters: refill them.
+      AdoptStorage(full_[u], full);
+    } else {
+      full_[u] = full;
+      BindShaped(units_[u], full, shapes_.by_unit[u]);
+    }
     return OkStatus();
   }
 
   Status Release(size_t u, bool backward) override {
+    if (!backward && in_step_ && !recompute_) {
+      // Autograd keeps views of the parameters for the backward; only the
+      // memory goes (Acquire refills it).
+      FreeStorage(full_[u]);
+      return OkStatus();
+    }
     if (backward) {
       at::Tensor flat = at::zeros({padded_[u]}, Options());
       FlattenGrads(units_[u], shapes_.by_unit[u], flat);
       if (dp_) {
-        ORRERY_RETURN_IF_ERROR(dp_->ReduceScatter(flat, shard_grads_[u], dist::ReduceOp::kAvg));
+        // The previous unit's reduce-scatter ran during this backward; this
+        // one runs during the next (one in flight bounds the memory), and
+        // the last is drained before the optimizer reads the gradients.
+        ORRERY_RETURN_IF_ERROR(WaitReduceScatters());
+        reduce_scatters_.push_back(
+            dp_->ReduceScatterAsync(flat, shard_grads_[u], dist::ReduceOp::kAvg));
+        grad_buffers_.push_back(flat);
+        if (!prefetch_) ORRERY_RETURN_IF_ERROR(WaitReduceScatters());
       } else {
         shard_grads_[u].copy_(flat);
       }
     }
     Unbind(units_[u], device_);
+    full_[u] = at::Tensor();
     return OkStatus();
   }
 
@@ -465,6 +647,18 @@ class FsdpStrategy final : public Strategy, private Residency {
   std::vector<at::Tensor> shards_, shard_grads_;
   std::vector<std::pair<std::string, std::string>> tied_;
   std::string precision_ = "fp32";
+  bool recompute_ = false, prefetch_ = true;
+  bool in_step_ = false;  // Acquire and Release serve Step (else Forward)
+  // Each unit's gathered parameters while bound (kept mode: across its
+  // forward and backward, the storage freed in between).
+  std::vector<at::Tensor> full_;
+  std::vector<size_t> visits_;               // the step's units in visit order
+  std::unique_ptr<dist::PendingOp> gather_;  // the prefetch in flight
+  size_t gather_unit_ = 0;
+  at::Tensor gather_buffer_;
+  std::vector<std::unique_ptr<dist::PendingOp>> reduce_scatters_;
+  std::vector<at::Tensor> grad_buffers_;  // their inputs, alive until they finish
+  double wait_s_ = 0;
   std::unique_ptr<Optimizer> optimizer_;
   StrategyInfo info_;
 };
@@ -502,7 +696,11 @@ class SpillStrategy final : public Strategy, private Residency {
       model::Batch local = model::BatchOn(rows, device_);
       last_batch_ = local;
       shard_devices_.clear();
-      StatusOr<double> loss = RunRecomputed(units_, local, *this, precision_, device_);
+      const auto start = std::chrono::steady_clock::now();
+      wait_s_ = 0;
+      in_step_ = true;
+      StatusOr<double> loss = RunUnits(recompute_, units_, local, *this, precision_, device_);
+      in_step_ = false;
       // Only after an error: a successful step's last visit prefetches nothing.
       DropPrefetch();
       if (!loss.ok()) return loss.status();
@@ -512,8 +710,11 @@ class SpillStrategy final : public Strategy, private Residency {
       at::Tensor l = at::full({1}, *loss, at::TensorOptions().dtype(at::kDouble).device(device_));
       if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(l, dist::ReduceOp::kAvg));
       info_.peak_device_parameter_bytes = accountant_.peak();
+      info_.wait_fraction = wait_s_ / std::max(SecondsSince(start), 1e-9);
       return l.item<double>();
     } catch (const std::exception& e) {
+      in_step_ = false;
+      DropPrefetch();
       return StatusFromException(e, "spill step");
     }
   }
@@ -638,6 +839,8 @@ class SpillStrategy final : public Strategy, private Residency {
     tied_ = model::TiedParameters(mc);
     precision_ = config.precision;
     double_buffer_ = config.spill_double_buffer;
+    recompute_ = config.recompute == "unit";
+    info_.recompute = config.recompute;
     info_.name = "spill";
     info_.layout = config.layout;
     info_.spill_budget_bytes = config.spill_budget_bytes;
@@ -717,9 +920,11 @@ class SpillStrategy final : public Strategy, private Residency {
   Status Acquire(size_t visit, size_t u, bool backward) override {
     at::Tensor device;
     if (copier_->pending()) {
+      WaitTimer wait(wait_s_);
       ORRERY_ASSIGN_OR_RETURN(device, copier_->Finish());
     } else {
       ORRERY_RETURN_IF_ERROR(Reserve(u, "parameters"));
+      WaitTimer wait(wait_s_);
       device = copier_->CopyNow(host_[u]);
     }
     if (double_buffer_ && visit + 1 < visits_.size()) {
@@ -728,9 +933,14 @@ class SpillStrategy final : public Strategy, private Residency {
       ORRERY_RETURN_IF_ERROR(Reserve(prefetched_, "parameters (prefetch)"));
       copier_->Start(host_[prefetched_]);
     }
-    resident_[u] = device;
     shard_devices_.push_back({"shard/" + std::to_string(u) + "/parameters", device.device()});
-    BindShaped(units_[u], device, shapes_.by_unit[u]);
+    if (resident_[u].defined()) {
+      // Kept activations still view this shard's freed parameters: refill them.
+      AdoptStorage(resident_[u], device);
+    } else {
+      resident_[u] = device;
+      BindShaped(units_[u], device, shapes_.by_unit[u]);
+    }
     if (backward) {
       // Autograd will allocate this shard's gradients on the device.
       ORRERY_RETURN_IF_ERROR(Reserve(u, "gradients"));
@@ -739,6 +949,13 @@ class SpillStrategy final : public Strategy, private Residency {
   }
 
   Status Release(size_t u, bool backward) override {
+    if (!backward && in_step_ && !recompute_) {
+      // Autograd keeps views of the parameters for the backward; the device
+      // memory goes back to the budget (Acquire copies the shard in again).
+      FreeStorage(resident_[u]);
+      accountant_.Release(Bytes(host_[u]));
+      return OkStatus();
+    }
     if (backward) {
       // On CPU the host sum is written directly; on CUDA the gradients are
       // flattened and all-reduced on the device, then copied out (a blocking
@@ -747,7 +964,10 @@ class SpillStrategy final : public Strategy, private Residency {
                                          : at::empty({host_grad_[u].numel()},
                                                      at::TensorOptions().device(device_));
       FlattenGrads(units_[u], shapes_.by_unit[u], flat);
-      if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(flat, dist::ReduceOp::kAvg));
+      if (dp_) {
+        WaitTimer wait(wait_s_);
+        ORRERY_RETURN_IF_ERROR(dp_->AllReduce(flat, dist::ReduceOp::kAvg));
+      }
       shard_devices_.push_back({"shard/" + std::to_string(u) + "/gradients", flat.device()});
       if (!device_.is_cpu()) host_grad_[u].copy_(flat);
     }
@@ -760,6 +980,9 @@ class SpillStrategy final : public Strategy, private Residency {
   c10::Device device_{c10::kCPU};
   int dp_size_ = 1, dp_rank_ = 0;
   bool double_buffer_ = true;
+  bool recompute_ = true;
+  bool in_step_ = false;  // Acquire and Release serve Step (else Forward)
+  double wait_s_ = 0;     // this step's time waiting on copies and all-reduces
   std::unique_ptr<dist::Communicator> dp_;
   model::Model model_;
   std::vector<Unit> units_;

@@ -362,6 +362,58 @@ AutocastGuard::~AutocastGuard() {
 #endif
 }
 
+namespace {
+
+// One layer as an activation checkpoint (see ForwardLayers). `anchor` is an
+// empty tensor that requires a gradient: it makes the output require one even
+// when the input does not (token ids into the embedding), so autograd still
+// reaches this backward and the layer's parameters get their gradients. The
+// layer is passed by address: it outlives the step's graph.
+class LayerCheckpoint : public torch::autograd::Function<LayerCheckpoint> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& anchor, int64_t layer, const std::string& precision) {
+    (void)anchor;
+    ctx->save_for_backward({x});
+    ctx->saved_data["layer"] = layer;
+    ctx->saved_data["precision"] = precision;
+    // Function::apply runs this without autograd: nothing inside is kept.
+    return reinterpret_cast<model::Layer*>(layer)->Forward(x);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    at::Tensor x = ctx->get_saved_variables()[0].detach();
+    auto* layer = reinterpret_cast<model::Layer*>(ctx->saved_data["layer"].toInt());
+    const std::string precision = ctx->saved_data["precision"].toStringRef();
+    if (x.is_floating_point() && ctx->needs_input_grad(0)) x.requires_grad_(true);
+    at::Tensor y;
+    {
+      torch::AutoGradMode grad_mode(true);
+      AutocastGuard autocast(precision, x.device());
+      y = layer->Forward(x);
+    }
+    if (y.requires_grad() && grads[0].defined()) torch::autograd::backward({y}, {grads[0]});
+    return {x.requires_grad() ? x.grad() : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor ForwardLayers(const std::vector<std::shared_ptr<model::Layer>>& layers,
+                         const at::Tensor& x, bool recompute, const std::string& precision) {
+  at::Tensor y = x;
+  if (!recompute || !at::GradMode::is_enabled()) {
+    for (const auto& l : layers) y = l->Forward(y);
+    return y;
+  }
+  at::Tensor anchor = at::empty({0}, x.options().dtype(at::kFloat)).requires_grad_(true);
+  for (const auto& l : layers) {
+    y = LayerCheckpoint::apply(y, anchor, reinterpret_cast<int64_t>(l.get()), precision);
+  }
+  return y;
+}
+
 Status SumTiedGradients(const std::vector<std::pair<std::string, std::string>>& tied,
                         const model::NamedTensors& params,
                         const std::map<std::string, std::vector<int64_t>>& shapes,
@@ -408,11 +460,13 @@ namespace {
 class SingleStrategy final : public Strategy {
  public:
   SingleStrategy(model::Model m, const OptimizerConfig& opt, c10::Device device,
-                 std::vector<std::pair<std::string, std::string>> tied, std::string precision)
+                 std::vector<std::pair<std::string, std::string>> tied, std::string precision,
+                 bool recompute)
       : model_(std::move(m)),
         device_(device),
         tied_(std::move(tied)),
-        precision_(std::move(precision)) {
+        precision_(std::move(precision)),
+        recompute_(recompute) {
     // A tied pair is one tensor here: one gradient (autograd adds both uses),
     // one optimizer update, as transformers' tied model.
     tied_ = model::ShareTiedParameters(model_, tied_);
@@ -438,7 +492,8 @@ class SingleStrategy final : public Strategy {
       at::Tensor loss;
       {
         AutocastGuard autocast(precision_, device_);
-        loss = model::Loss(model_.Forward(batch.inputs), batch.targets);
+        loss = model::Loss(ForwardLayers(model_.layers, batch.inputs, recompute_, precision_),
+                           batch.targets);
       }
       loss.backward();
       ORRERY_RETURN_IF_ERROR(
@@ -499,6 +554,7 @@ class SingleStrategy final : public Strategy {
   StrategyInfo Info() const override {
     StrategyInfo info;
     info.name = "single";
+    info.recompute = recompute_ ? "unit" : "none";
     for (const auto& p : params_) info.peak_device_parameter_bytes += 2 * Bytes(p);
     return info;
   }
@@ -515,6 +571,7 @@ class SingleStrategy final : public Strategy {
   c10::Device device_;
   std::vector<std::pair<std::string, std::string>> tied_;
   std::string precision_;
+  bool recompute_ = false;
   std::map<std::string, std::vector<int64_t>> shapes_;
   std::vector<std::string> names_;  // names_[i] names params_[i]
   // Every parameter name and its index in params_ (two names may share one).
@@ -614,6 +671,10 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model
     return InvalidArgumentError("unknown template '" + c.name + "' (" +
                                 contract::TemplateNames(/*plannable_only=*/false) + ")");
   }
+  if (c.recompute.empty()) c.recompute = std::string(traits->recompute);
+  if (!contract::IsRecomputeMode(c.recompute)) {
+    return InvalidArgumentError("unknown recompute mode '" + c.recompute + "' (none, unit)");
+  }
   switch (traits->axis) {
     case contract::WorldAxis::kNone: {
       if (world != 1) {
@@ -623,7 +684,7 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model
       ORRERY_ASSIGN_OR_RETURN(model::Model m, internal::BuildOn(model_config, config.device));
       return std::unique_ptr<Strategy>(std::make_unique<internal::SingleStrategy>(
           std::move(m), optimizer, config.device, model::TiedParameters(model_config),
-          config.precision));
+          config.precision, c.recompute == "unit"));
     }
     case contract::WorldAxis::kData: c.layout = {world, 1, 1}; break;
     case contract::WorldAxis::kTensor: c.layout = {1, world, 1}; break;

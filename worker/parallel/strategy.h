@@ -78,6 +78,19 @@ struct StrategyConfig {
   // spill: device-memory budget for resident parameters and their gradients.
   int64_t spill_budget_bytes = 64 << 20;
   bool spill_double_buffer = true;
+  // Activation recomputation, a memory-for-time trade open to every template:
+  //   "none"  every activation autograd saves is kept from forward to
+  //           backward (fsdp still frees a unit's gathered parameters after
+  //           its forward and gathers them again for its backward, as
+  //           PyTorch FSDP does; spill copies a shard in again likewise);
+  //   "unit"  only each unit's input is kept (a layer, i.e. a transformer
+  //           block, for single/ddp/tensor/pipeline/hybrid; fsdp's unit;
+  //           spill's shard) and its forward runs again before its backward.
+  //   ""      the template's default (contract::TemplateTraits::recompute).
+  std::string recompute;
+  // fsdp: gather the next unit while this one computes, and reduce-scatter a
+  // unit's gradients while the next backward runs.
+  bool fsdp_prefetch = true;
   // "fp32", or "bf16": the forward runs under bfloat16 autocast (matmuls in
   // bf16; parameters, gradients and optimizer state stay float32, the master
   // copy; norms, softmax and the loss in float32), as torch.autocast does.
@@ -113,6 +126,12 @@ struct StrategyInfo {
   int spill_shards = 0;              // spill
   int64_t spill_budget_bytes = 0;    // spill
   bool spill_double_buffer = false;  // spill
+  std::string recompute;             // none | unit
+  // Of the last step's wall time, the fraction this rank spent waiting on
+  // communication or copies it could not hide behind compute (fsdp's
+  // gathers and reduce-scatters, ddp's bucket all-reduces, pipeline
+  // receives and sends, spill's shard copies); 0 before the first step.
+  double wait_fraction = 0;
   // Peak bytes of parameters (and gradients) resident on the device this rank
   // ever held: for spill what the accountant measured, else the local shard size.
   int64_t peak_device_parameter_bytes = 0;

@@ -66,6 +66,31 @@ class Profiler {
         }
       }
     }
+    // Both activation-recomputation modes with the chosen knobs, so a reader
+    // sees what recomputing costs this model here (the measurement below
+    // stays in the configured mode: the one the profile cache is keyed by).
+    Json recompute_modes = Json::array();
+    if (task_.tune) {
+      for (std::string_view mode : contract::kRecomputeModes) {
+        parallel::StrategyConfig c = best;
+        c.recompute = std::string(mode);
+        dist::SynchronizeDevice(c.device);
+        dist::ResetPeakDeviceMemory(c.device);
+        auto m = Measure(c, 1, std::max(2, task_.profile_steps / 2));
+        if (!m.ok()) {
+          recompute_modes.push_back(
+              {{"recompute", std::string(mode)}, {"error", m.status().ToString()}});
+          continue;
+        }
+        const double t = Percentile(m->step_times, 0.5);
+        Json row = {{"recompute", std::string(mode)},
+                    {"step_time_s", t},
+                    {"samples_per_s", t > 0 ? static_cast<double>(task_.global_batch) / t : 0.0},
+                    {"wait_fraction", m->info.wait_fraction}};
+        if (c.device.is_cuda()) row["device_allocated"] = dist::PeakDeviceMemory(c.device);
+        recompute_modes.push_back(row);
+      }
+    }
     const c10::Device device = task_.strategy.device;
     // The measured configuration's own peak, not the tuning runs'.
     dist::SynchronizeDevice(device);
@@ -113,6 +138,7 @@ class Profiler {
         {"peak_memory_bytes", PeakMemory(peaks, device)},
         {"knobs", KnobsOf(m.info)},
         {"tuning", tuning},
+        {"recompute_modes", recompute_modes},
         {"loss_first", m.loss_first},
         {"loss_last", m.loss_last},
     };
@@ -142,7 +168,9 @@ class Profiler {
             {"buckets", info.buckets},
             {"spill_shards", info.spill_shards},
             {"spill_budget_bytes", info.spill_budget_bytes},
-            {"spill_double_buffer", info.spill_double_buffer}};
+            {"spill_double_buffer", info.spill_double_buffer},
+            {"recompute", info.recompute},
+            {"wait_fraction", info.wait_fraction}};
   }
 
   // The knobs worth trying for this template.
@@ -220,6 +248,7 @@ class Profiler {
     std::string text = doc.dump();
     if (text.size() > 4096) {
       doc.erase("tuning");
+      doc.erase("recompute_modes");
       text = doc.dump();
     }
     std::ofstream f(path, std::ios::trunc);

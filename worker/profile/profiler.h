@@ -11,15 +11,22 @@
 //        (with --device cuda also "device_allocated": the CUDA caching
 //        allocator's peak of allocated bytes over the measured steps)
 //    "knobs":{"micro_batches":4,"stage_starts":[2],"bucket_bytes":0,
-//             "spill_shards":0,"spill_budget_bytes":0,"spill_double_buffer":false},
+//             "spill_shards":0,"spill_budget_bytes":0,"spill_double_buffer":false,
+//             "recompute":"none","wait_fraction":0.04},
 //    "tuning":[{"micro_batches":2,"step_time_s":0.013}, ...],
+//    "recompute_modes":[{"recompute":"none","step_time_s":0.012,"samples_per_s":666.7,
+//                        "wait_fraction":0.04}, {"recompute":"unit",...}],
 //    "loss_first":4.1,"loss_last":3.9}
 //
 // "device" is "cpu" or "cuda" (--device; "device_name" says which, "cuda:1").
 // A step's time is the slowest rank's (all ranks agree by an all-reduce of the
 // maximum). With --tune the profiler first tries the template's knobs
 // (micro-batches for pipelines, bucket size for ddp, double buffering for spill)
-// for a few steps each and keeps the fastest; "tuning" lists what it tried.
+// for a few steps each and keeps the fastest; "tuning" lists what it tried;
+// "recompute_modes" then measures the chosen knobs with and without activation
+// recomputation ("knobs"."recompute" is the mode of the main measurement,
+// --recompute or the template's default; "wait_fraction" the share of a step
+// spent waiting on communication or copies).
 // In a pod, the document is also written to the termination message path
 // (--termination-message-path, else $ORRERY_TERMINATION_MESSAGE_PATH, else
 // /dev/termination-log when running under Kubernetes), where the controller

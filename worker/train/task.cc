@@ -107,6 +107,7 @@ TaskConfig FromArgs(const contract::WorkerArgs& a) {
   Take(s.bucket_bytes, a.bucket_bytes);
   Take(s.spill_budget_bytes, a.spill_budget_bytes);
   if (a.no_double_buffer) s.spill_double_buffer = false;
+  Take(s.recompute, a.recompute);
   Take(s.precision, a.precision);
   Take(t.optimizer.kind, a.optimizer);
   Take(t.optimizer.lr, a.lr);

@@ -52,8 +52,13 @@ TEST(PlanCommandTest, MeasuredProfilesReplaceEstimates) {
   RunResult r = RunOrrery("plan " + Example("quickstart.yaml") + " --gpus 1x2 --device cpu --svg " +
                           svg + " --profile-cache " + cache);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("6 profiled configurations, 0 estimated"), std::string::npos) << r.output;
+  // Each point with and without activation recomputation: 2 x 6.
+  EXPECT_NE(r.output.find("12 profiled configurations, 0 estimated"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find(" 400.0\n"), std::string::npos) << r.output;  // measured, unmarked
+  // The small model fits either way, and not recomputing is faster.
+  EXPECT_NE(r.output.find("recompute"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("unit "), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("~400"), std::string::npos) << r.output;
 }
 
@@ -85,8 +90,9 @@ TEST(PlanCommandTest, OffersWhatTheOperatorWouldOfferElasticBatchesAndOneNodeGan
                           " --profile-cache " + cache);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // 3 tasks x (batches 8, 16, 32) x (1, 2 GPUs: a gang never spans the 2-GPU
-  // nodes) = 18 configurations, 3 of them measured.
-  EXPECT_NE(r.output.find("3 profiled configurations, 15 estimated"), std::string::npos)
+  // nodes) x (with and without recomputation) = 36 configurations, 6 of them
+  // measured.
+  EXPECT_NE(r.output.find("6 profiled configurations, 30 estimated"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("batch"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find(" 4     "), std::string::npos) << "no 4-GPU gang on 2-GPU nodes\n"

@@ -239,5 +239,90 @@ TEST(BuildTaskConfigs, ThePlannerPicksALargerBatchWhenThroughputScalesWithIt) {
   EXPECT_EQ(small.batches, (std::vector<int>{128, 128}));
 }
 
+const char* kGptJob = R"(
+apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: g}
+spec:
+  tasks:
+  - name: gpt2
+    model: {gpt: {layers: 12, hidden: 768, heads: 12, seqLen: 1024, vocab: 50257}}
+    data: {synthetic: {seed: 7, samples: 100000}}
+    training: {epochs: 1, batchSize: 8, optimizer: adamw, learningRate: 0.0003}
+  resources:
+    templates: [ddp]
+    gpusPerTask: {min: 1, max: 1}
+    gpuQuota: 1
+  profiling: {gpuCounts: [1]}
+)";
+
+// The configuration the planner picks for the GPT-2-sized task on one GPU of
+// `gpu_memory_gib`, its parameter state profiled at 2 GiB and 10 samples/s.
+planner::Config PlanGpt(double gpu_memory_gib) {
+  api::LoadedJob job = Load(kGptJob);
+  const api::TaskSpec& task = job.tasks[0].task;
+  ProfileLookup profiled = [](api::Template, int, int64_t) {
+    return ProfilePoint{ProfilePoint::State::kMeasured, 10, 2};
+  };
+  planner::Problem problem;
+  problem.nodes.push_back({"n0", 1, gpu_memory_gib});
+  planner::Task t;
+  t.name = "gpt2";
+  t.work = static_cast<double>(SampleBudget(task));
+  t.configs = BuildTaskConfigs(job.job.spec, task, profiled, 1, /*recompute_modes=*/true).configs;
+  problem.tasks.push_back(t);
+  auto plan = planner::MakeOrreryPlanner()->Solve(problem, {});
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  return t.configs[static_cast<size_t>(plan->assignments[0].config)];
+}
+
+TEST(RecomputeModes, EachPointIsOfferedWithAndWithoutRecomputation) {
+  api::LoadedJob job = Load(kGptJob);
+  ProfileLookup profiled = [](api::Template, int, int64_t) {
+    return ProfilePoint{ProfilePoint::State::kMeasured, 10, 2};
+  };
+  TaskConfigs tc = BuildTaskConfigs(job.job.spec, job.tasks[0].task, profiled, 1, true);
+  ASSERT_EQ(tc.configs.size(), 2u);
+  const planner::Config& none = tc.configs[0];
+  const planner::Config& unit = tc.configs[1];
+  EXPECT_EQ(none.recompute, "none");
+  EXPECT_EQ(unit.recompute, "unit");
+  // Recomputing runs one more forward (6N -> 8N) and keeps a block's input
+  // instead of its activations: about 18 GB against about 5 GB at batch 8
+  // (Korthikanti et al.'s count, float32, no dropout), each over the 2 GiB of
+  // parameter state the profile measured.
+  EXPECT_DOUBLE_EQ(unit.throughput, 7.5);
+  EXPECT_NEAR(none.memory_gib, 2 + 16.6, 0.5);
+  EXPECT_NEAR(unit.memory_gib, 2 + 4.5, 0.5);
+  // Without the flag (the Kubernetes world): one configuration, as profiled.
+  TaskConfigs plain = BuildTaskConfigs(job.job.spec, job.tasks[0].task, profiled, 1);
+  ASSERT_EQ(plain.configs.size(), 1u);
+  EXPECT_EQ(plain.configs[0].memory_gib, 2);
+}
+
+TEST(RecomputeModes, ThePlannerRecomputesOnlyWhenTheModelDoesNotFitWithout) {
+  // 80 GiB: both fit, and not recomputing is faster.
+  planner::Config roomy = PlanGpt(80);
+  EXPECT_EQ(roomy.recompute, "none");
+  EXPECT_DOUBLE_EQ(roomy.throughput, 10);
+  // 16 GiB: the kept activations do not fit; recomputing does.
+  planner::Config tight = PlanGpt(16);
+  EXPECT_EQ(tight.recompute, "unit");
+  EXPECT_LE(tight.memory_gib, 16);
+}
+
+TEST(RecomputeModes, SpillAlwaysRecomputes) {
+  api::LoadedJob job = Load(kGptJob);
+  api::ModelSelectionJobSpec spec = job.job.spec;
+  spec.resources.templates = {api::Template::kSpill};
+  ProfileLookup profiled = [](api::Template, int, int64_t) {
+    return ProfilePoint{ProfilePoint::State::kMeasured, 5, 1};
+  };
+  TaskConfigs tc = BuildTaskConfigs(spec, job.tasks[0].task, profiled, 1, true);
+  ASSERT_EQ(tc.configs.size(), 1u);
+  EXPECT_EQ(tc.configs[0].recompute, "unit");
+}
+
 }  // namespace
 }  // namespace orrery::engine

@@ -35,6 +35,10 @@ TEST(Templates, RowsAreConsistent) {
     EXPECT_GT(t.efficiency_per_doubling, 0);
     EXPECT_LE(t.efficiency_per_doubling, 1);
     EXPECT_GE(t.frozen_bytes_per_parameter, 4);  // the weight itself, in fp32
+    // Every template runs in either recomputation mode; only spill, whose
+    // point is a small device, recomputes unless told otherwise.
+    EXPECT_TRUE(IsRecomputeMode(t.recompute));
+    EXPECT_EQ(t.recompute == "unit", t.memory == MemoryModel::kSpilled);
     // Ranks that hold disjoint parts of the state divide its memory; replicas
     // do not. Spill's working set is bounded by the device, not by ranks.
     if (t.memory == MemoryModel::kWhole) {

@@ -29,6 +29,7 @@ WorkerArgs Everything() {
   a.pipeline_schedule = "1f1b";
   a.bucket_bytes = 1 << 20, a.spill_budget_bytes = 1 << 24;
   a.no_double_buffer = true;
+  a.recompute = "unit";
   a.precision = "bf16", a.device = "cuda";
   a.optimizer = "adamw";
   a.lr = 3e-4, a.momentum = 0.9, a.weight_decay = 0.01;
@@ -97,6 +98,7 @@ TEST(WorkerArgs, BadCommandLinesNameTheFlag) {
   ExpectError({"--lr=nan"}, "--lr: 'nan' is not a number");
   ExpectError({"--stage-starts=0,x"}, "--stage-starts: 'x' is not an integer");
   ExpectError({"--precision=fp16"}, "--precision must be fp32 or bf16, not 'fp16'");
+  ExpectError({"--recompute=full"}, "--recompute must be none or unit, not 'full'");
   ExpectError({"--token-bytes=3"}, "--token-bytes must be 2 or 4, not '3'");
   ExpectError({"--decay=step"}, "--decay must be constant, cosine or linear, not 'step'");
   ExpectError({"--export-dtype=int8"}, "--export-dtype must be float32, bfloat16 or float16");
