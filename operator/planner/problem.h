@@ -20,10 +20,6 @@ namespace orrery::planner {
 // empty: any type, at this throughput (a cluster of one type, as before types).
 struct Config {
   std::string template_name;  // ddp, fsdp, pipeline, tensor, spill
-  // Activation recomputation the configuration runs with: "none" or "unit"
-  // (worker/contract/templates.h kRecomputeModes); its memory and throughput
-  // are that mode's.
-  std::string recompute = "none";
   int gpus = 1;
   int nodes = 1;  // nodes spanned; gpus % nodes == 0
   int batch_size = 0;
@@ -31,6 +27,10 @@ struct Config {
   double memory_gib = 0;  // peak per GPU
   int GpusPerNode() const { return gpus / nodes; }
   std::string gpu_type = {};  // empty: any type
+  // Activation recomputation the configuration runs with: "none" or "unit"
+  // (worker/contract/templates.h kRecomputeModes); its memory and throughput
+  // are that mode's. Last, so that positional initialisers keep their meaning.
+  std::string recompute = "none";
 };
 
 struct GpuSlot {
