@@ -512,6 +512,14 @@ Status Reconciler::DeleteGang(const std::string& ns, const std::string& service,
   return OkStatus();
 }
 
+// What was created of a gang the API server refused part of: its pods and
+// Service, by the names BuildGang gave them (those never created are NotFound).
+Status Reconciler::DeleteRefusedGang(const std::string& ns, const Gang& gang) {
+  std::vector<std::string> names;
+  for (const Json& p : gang.pods) names.push_back(Str(p, "metadata", "name"));
+  return DeleteGang(ns, Str(gang.service, "metadata", "name"), names);
+}
+
 Status Reconciler::MergeIntoConfigMap(const std::vector<CachedProfile>& profiles,
                                       ProfileTable* table) {
   const std::string& ns = options_.profile_namespace;
@@ -698,10 +706,7 @@ StatusOr<kube::Result> Reconciler::Suspend(JobContext& ctx) {
 // back to try again (a quota frees without any event Orrery watches).
 Status Reconciler::ForbiddenLaunch(JobContext& ctx, const std::string& task, const Gang& gang,
                                    const Status& refused) {
-  const std::string& ns = ctx.loaded.job.metadata.namespace_;
-  std::vector<std::string> names;
-  for (const Json& p : gang.pods) names.push_back(Str(p, "metadata", "name"));
-  ORRERY_RETURN_IF_ERROR(DeleteGang(ns, Str(gang.service, "metadata", "name"), names));
+  ORRERY_RETURN_IF_ERROR(DeleteRefusedGang(ctx.loaded.job.metadata.namespace_, gang));
   const std::string message = kube::HumanMessage(refused);
   const bool quota = message.find("quota") != std::string::npos;
   ctx.forbidden[task] = (quota ? "waiting for the namespace's ResourceQuota: "
@@ -782,10 +787,7 @@ Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConf
     if (!kube::IsInvalid(s)) return s;
     // The API server refuses this task's pods (422): what was created of the
     // gang goes, and the task fails for this spec; the others carry on.
-    std::vector<std::string> names;
-    for (const Json& p : gang.pods) names.push_back(Str(p, "metadata", "name"));
-    ORRERY_RETURN_IF_ERROR(
-        DeleteGang(job.metadata.namespace_, Str(gang.service, "metadata", "name"), names));
+    ORRERY_RETURN_IF_ERROR(DeleteRefusedGang(job.metadata.namespace_, gang));
     const std::string message = kube::HumanMessage(s);
     st.pod_rejected[task.name] = {job.metadata.generation, message};
     ctx.done.insert(task.name);

@@ -283,6 +283,7 @@ class Reconciler {
   Status MergeIntoConfigMap(const std::vector<CachedProfile>& profiles, ProfileTable* table);
   Status DeleteGang(const std::string& ns, const std::string& service,
                     const std::vector<std::string>& pods);
+  Status DeleteRefusedGang(const std::string& ns, const Gang& gang);
   Status CreateObjects(const std::string& ns, const Json& service, const std::vector<Json>& pods);
   Status WriteStatus(JobContext& ctx, const std::map<std::string, TaskObservation>& observed,
                      const std::set<std::string>& profiling);
