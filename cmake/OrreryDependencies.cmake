@@ -61,6 +61,17 @@ if(ORRERY_WITH_TORCH)
   find_package(Torch REQUIRED)
   add_library(orrery_torch INTERFACE)
   target_link_libraries(orrery_torch INTERFACE ${TORCH_LIBRARIES})
+  # libstdc++ first in every torch binary's library search order. The CUDA
+  # LibTorch wheels are built with a newer GCC than Debian's and export their own
+  # copy of parts of std::filesystem (remove_all, ...), which call into symbols
+  # Debian's libstdc++ lacks through weak references that resolve to address 0.
+  # Link options come before the libraries on the link line, so libstdc++ is the
+  # first DT_NEEDED entry and the dynamic linker binds std:: symbols there
+  # (--no-as-needed: nothing references it yet at that point of the line).
+  # Harmless with Debian's LibTorch, which exports no std:: symbols. Shown by
+  # tests/worker/dist/device_test.cc (StandardLibraryTest).
+  target_link_options(orrery_torch INTERFACE "LINKER:--push-state,--no-as-needed" "-lstdc++"
+                      "LINKER:--pop-state")
   # Torch's headers are noisy under our warnings: mark them as system headers.
   target_include_directories(orrery_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
   add_library(orrery::torch ALIAS orrery_torch)

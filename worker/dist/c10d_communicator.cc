@@ -493,8 +493,32 @@ StatusOr<RendezvousConfig> RendezvousFromEnv() {
   return c;
 }
 
+// LibTorch 2.x records every collective in a process-wide "flight recorder"
+// (2000 entries by default, each with a captured traceback), and its record()
+// inserts a process group's first entry into a std::map before taking its own
+// mutex (torch/csrc/distributed/c10d/FlightRecorderDetail.hpp, 2.11). Two process
+// groups whose first collectives start together on two threads (fsdp's gather
+// thread beside the main one; ranks as threads in the tests) corrupt that map:
+// CI's GPU-path build crashed there, in the hybrid template's first all-reduce.
+// Off unless the user asks for it (TORCH_FR_BUFFER_SIZE or
+// TORCH_NCCL_TRACE_BUFFER_SIZE set: then theirs, race included); it also spares
+// a traceback per collective. LibTorch 1.13 has no flight recorder.
+namespace {
+void FlightRecorderOffUnlessAsked() {
+  static const bool once = [] {
+    if (std::getenv("TORCH_FR_BUFFER_SIZE") == nullptr &&
+        std::getenv("TORCH_NCCL_TRACE_BUFFER_SIZE") == nullptr) {
+      ::setenv("TORCH_FR_BUFFER_SIZE", "0", 0);
+    }
+    return true;
+  }();
+  (void)once;
+}
+}  // namespace
+
 StatusOr<std::unique_ptr<Rendezvous>> Connect(const RendezvousConfig& config,
                                               const std::string& backend) {
+  FlightRecorderOffUnlessAsked();
   if (config.world_size < 1 || config.rank < 0 || config.rank >= config.world_size) {
     return InvalidArgumentError("rank " + std::to_string(config.rank) + " not in world of " +
                                 std::to_string(config.world_size));

@@ -4,11 +4,15 @@
 // build (CUDA LibTorch, scripts/cuda-toolkit), with or without a GPU.
 #include "worker/dist/device.h"
 
+#include <fstream>
+
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <torch/cuda.h>
 
 #include "tests/worker/dist/run_ranks.h"
+#include "worker/checkpoint/io.h"
 #include "worker/dist/communicator.h"
 
 namespace orrery::dist {
@@ -39,6 +43,31 @@ TEST(DeviceFlagTest, AbsentIsEmptyAndAMissingValueIsAnError) {
   EXPECT_EQ(TakeDeviceFlag(args).status().code(), StatusCode::kInvalidArgument);
   args = {"--device="};
   EXPECT_EQ(TakeDeviceFlag(args).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The CUDA LibTorch wheels are built with a newer GCC than Debian's and carry
+// (and export) their own copy of parts of std::filesystem; its remove_all calls
+// recursive_directory_iterator::__erase through a weak reference that Debian's
+// libstdc++ does not define, so a binary that binds remove_all to LibTorch's
+// copy jumps to address 0 on the first nested directory (CI saw it: the
+// templates' device test crashed in a temporary folder's destructor, and the
+// worker prunes checkpoint folders with it). cmake/OrreryDependencies.cmake puts
+// libstdc++ ahead of LibTorch in every torch binary's search order; this
+// removes a nested tree the way the checkpoint store does.
+TEST(StandardLibraryTest, RemovesNestedTreesWithTheLinkedLibTorch) {
+  testing_worker::TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const std::string root = dir.path() + "/checkpoints";
+  std::string at = dir.path();
+  for (const char* part : {"checkpoints", "step-10", "rank-0", "shards"}) {
+    at += std::string("/") + part;
+    ASSERT_EQ(::mkdir(at.c_str(), 0700), 0) << at;
+    std::ofstream(at + "/file") << "x";
+  }
+  Status removed = checkpoint::RemoveTree(root);
+  ASSERT_TRUE(removed.ok()) << removed;
+  struct stat st {};
+  EXPECT_NE(::stat(root.c_str(), &st), 0) << root << " is still there";
 }
 
 TEST(CheckDeviceTest, CpuWithGlooRunsEverywhere) { EXPECT_TRUE(CheckDevice("cpu", "gloo").ok()); }
