@@ -649,16 +649,31 @@ TEST_F(OperatorScaleTest, PlacesEveryGangSurvivesNodeLossAndRestartAndFinishes) 
   std::cout << "[scale] restarted operator reconciled every job in "
             << Seconds(SteadyClock::now() - restart_at) << " s" << std::endl;
   std::this_thread::sleep_for(std::chrono::seconds(10));
+  // Every pod of the first wave is still there, in its generation. The new
+  // operator may start a task that was waiting (its plan for waiting tasks is
+  // solved afresh), never touch one that runs.
   std::set<std::string> names_after;
-  std::vector<std::string> regenerated;
+  std::vector<std::string> regenerated, started;
   for (const PodView& p : ListPods(*client_)) {
     names_after.insert(p.name);
     auto it = gen_before.find(p.TaskKey());
-    if (it != gen_before.end() && p.generation != it->second) regenerated.push_back(p.name);
+    if (it == gen_before.end()) {
+      started.push_back(p.name);
+    } else if (p.generation != it->second) {
+      regenerated.push_back(p.name);
+    }
   }
-  EXPECT_EQ(names_after, names_before) << op->LogTail();
+  std::vector<std::string> gone;
+  for (const std::string& name : names_before) {
+    if (names_after.count(name) == 0) gone.push_back(name);
+  }
+  EXPECT_TRUE(gone.empty()) << gone.size()
+                            << " pods of the first wave gone after the restart, e.g. "
+                            << gone.front() << "; " << op->LogTail();
   EXPECT_TRUE(regenerated.empty())
       << regenerated.size() << " pods of a new generation, e.g. " << regenerated.front();
+  std::cout << "[scale] after the restart: " << started.size()
+            << " pods of tasks that were waiting started" << std::endl;
 
   // 5. A node holding gangs is deleted: its gangs are torn down and relaunched
   // on other nodes under a new generation.

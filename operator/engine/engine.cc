@@ -63,6 +63,15 @@ planner::Plan KeepRunning(const planner::Problem& problem, const planner::Plan& 
   planner::Summarize(problem, kept);
   return kept;
 }
+// Whether the job's running tasks hold more GPUs than its cap.
+bool OverCap(const WorldView& world) {
+  int running_gpus = 0;
+  for (const TaskView& v : world.tasks) {
+    if (v.running && !v.done) running_gpus += static_cast<int>(v.running->gpus.size());
+  }
+  return world.gpu_cap > 0 && running_gpus > world.gpu_cap;
+}
+
 // The running tasks `plan` (in world terms) does not keep running as they are,
 // among those it planned (`planned`: world indices; a task with no work left
 // is not planned and finishes where it runs).
@@ -72,11 +81,7 @@ std::vector<StopAction> RunningStops(const WorldView& world, const planner::Plan
   for (int t : planned_tasks) {
     if (t >= 0 && static_cast<size_t>(t) < in_plan.size()) in_plan[static_cast<size_t>(t)] = true;
   }
-  int running_gpus = 0;
-  for (const TaskView& v : world.tasks) {
-    if (v.running && !v.done) running_gpus += static_cast<int>(v.running->gpus.size());
-  }
-  const bool over_cap = world.gpu_cap > 0 && running_gpus > world.gpu_cap;
+  const bool over_cap = OverCap(world);
   std::vector<StopAction> stops;
   for (size_t t = 0; t < world.tasks.size() && t < plan.assignments.size(); ++t) {
     const TaskView& v = world.tasks[t];
@@ -235,9 +240,16 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
   // A plan that must be adopted (start, arrivals, capacity) still stops a running
   // task only when that beats keeping it by the threshold: each stop costs a
   // checkpoint and a restart, and small gains are within the profiles' noise.
+  // On kStart with gangs already running (an operator restarted, or a job
+  // resumed, finds its gangs in the cluster) they are kept whatever the gain,
+  // within the cap: the plan that placed them is gone, a fresh solve under a
+  // time limit differs from it by the solver's noise, and a restart must not
+  // churn what runs. The next trigger (interval, drift, a finish) weighs moving
+  // them by the usual rule.
   if (d.solved && MovesRunning(rp.problem, fresh)) {
     planner::Plan kept = KeepRunning(rp.problem, fresh);
-    if (!(fresh.objective < kept.objective * (1 - options_.adopt_gain))) {
+    const bool adopting_gangs = trigger == Trigger::kStart && !OverCap(world);
+    if (adopting_gangs || !(fresh.objective < kept.objective * (1 - options_.adopt_gain))) {
       fresh = kept;
       d.new_objective = fresh.objective;
     }

@@ -144,6 +144,48 @@ TEST(EngineTest, ForcedReplanMovesARunningTaskOnlyForARealGain) {
   }
 }
 
+// An operator restarted mid-run (or a job resumed) finds gangs running and no
+// plan: the start keeps them, even where a fresh solve would gain by moving
+// them, since the plan that placed them is gone and a restart must not churn
+// what runs. The next trigger weighs the move by the usual rule. Over the cap,
+// the start still stops what exceeds it.
+TEST(EngineTest, StartKeepsTheGangsItFindsAndTheNextTriggerMayMoveThem) {
+  WorldView w;
+  w.nodes = {{"a", 4, 40, true}};
+  TaskView t;
+  t.name = "t";
+  t.remaining_work = 1000;
+  t.profile = {Cfg(1, 10), Cfg(4, 40)};  // 4 GPUs: 25 s against 100 s
+  t.running = RunningView{0, {{0, 0}}};
+  w.tasks.push_back(t);
+  EngineOptions o = Options();
+  o.switch_cost_s = 1;
+  Engine engine(o, nullptr);
+  auto d = engine.Decide(w, Trigger::kStart);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_TRUE(d->adopted);
+  EXPECT_TRUE(d->stops.empty());
+  EXPECT_EQ(d->plan.assignments[0].config, 0);
+  EXPECT_EQ(d->plan.assignments[0].gpus, (std::vector<planner::GpuSlot>{{0, 0}}));
+  w.now = 10;
+  w.tasks[0].remaining_work = 900;
+  d = engine.Decide(w, Trigger::kInterval);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_TRUE(d->adopted) << d->reason;
+  EXPECT_EQ(d->plan.assignments[0].config, 1);
+  ASSERT_EQ(d->stops.size(), 1u);
+  EXPECT_EQ(d->stops[0].reason, StopReason::kReplan);
+
+  // Found holding 4 GPUs under a cap of 1: stopped at the start (quota).
+  w.tasks[0].running = RunningView{1, {{0, 0}, {0, 1}, {0, 2}, {0, 3}}};
+  w.gpu_cap = 1;
+  Engine capped(o, nullptr);
+  d = capped.Decide(w, Trigger::kStart);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->stops.size(), 1u);
+  EXPECT_EQ(d->stops[0].reason, StopReason::kQuota);
+}
+
 TEST(EngineTest, QuotaCapsThePlan) {
   Engine engine(Options(), nullptr);
   WorldView w = TwoNodes();  // 4 GPUs, three tasks that would each like 2
