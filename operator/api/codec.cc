@@ -778,6 +778,7 @@ Json EncodeStatus(const ModelSelectionJobStatus& s) {
                       {"gpus", t.config->gpus},
                       {"batchSize", t.config->batch_size},
                       {"nodes", t.config->nodes}};
+      if (!t.config->recompute.empty()) tj["config"]["recompute"] = t.config->recompute;
     }
     tj["stepsDone"] = t.steps_done;
     tj["stepsTotal"] = t.steps_total;
@@ -853,6 +854,7 @@ void DecodeStatus(const Json& json, const std::string& path, ModelSelectionJobSt
       c.Enum("template", &config.template_);
       c.Integer("gpus", &config.gpus);
       c.Integer("batchSize", &config.batch_size);
+      c.String("recompute", &config.recompute);
       c.List("nodes", [&](const Json& n, const std::string& np) {
         std::string node;
         if (c.ReadString(n, np, &node)) config.nodes.push_back(node);

@@ -326,6 +326,10 @@ struct TaskConfig {
   int gpus = 0;
   int64_t batch_size = 0;
   std::vector<std::string> nodes;
+  // Activation recomputation the gang runs with: "none" | "unit" (each
+  // transformer block's forward runs again in its backward); "" = not recorded
+  // (a gang made before the plan chose it: the template's default).
+  std::string recompute = {};
   bool operator==(const TaskConfig&) const = default;
 };
 

@@ -240,6 +240,7 @@ engine::LaunchConfig LaunchFor(const api::ModelSelectionJob& job, const GangRequ
   launch.template_name = std::string(api::EnumName(c.template_));
   launch.gpus = c.gpus;
   launch.batch_size = c.batch_size;
+  launch.recompute = c.recompute;
   launch.checkpoint_dir = CheckpointDir(job, task);
   launch.checkpoint_every = job.spec.checkpoints.interval_steps;
   launch.keep = job.spec.checkpoints.keep;
@@ -299,7 +300,8 @@ StatusOr<Gang> BuildGang(const GangRequest& r) {
   Json config_note = {{"template", launch.template_name},
                       {"gpus", c.gpus},
                       {"nodes", static_cast<int>(distinct.size())},
-                      {"batchSize", c.batch_size}};
+                      {"batchSize", c.batch_size},
+                      {"recompute", launch.recompute}};
   std::string rank0 = GangPodName(job.metadata.name, task, r.generation, 0);
   std::string master = PodDnsName(rank0, gang.service_name, job.metadata.namespace_);
   bool has_claim = !job.spec.checkpoints.claim_name.empty();

@@ -49,6 +49,7 @@ struct GangConfig {
   int gpus = 1;            // ranks, one pod and one GPU each
   int nodes = 1;           // distinct nodes spanned; 0 = not checked
   int64_t batch_size = 0;  // global; 0 = the task's own
+  std::string recompute;   // --recompute: "none" | "unit"; "" = the template's default
 };
 
 struct GangOptions {

@@ -173,7 +173,9 @@ Status Manager::StartKueueInformers(Clock* clock) {
   return OkStatus();
 }
 
-Status Manager::Run(const std::atomic<bool>& stop) {
+// The informers: MSJs (one per named namespace, or one over all), pods,
+// nodes and the shared profile ConfigMap.
+void Manager::MakeInformers(Clock* clock) {
   // Named namespaces: one job informer each, so a Role in each suffices; none:
   // one informer over all namespaces, filtered by Watched().
   kube::InformerOptions job_options;
@@ -181,25 +183,26 @@ Status Manager::Run(const std::atomic<bool>& stop) {
   kube::InformerOptions profile_options;
   profile_options.ns = options_.reconciler.profile_namespace;
   profile_options.field_selector = std::string("metadata.name=") + kProfileConfigMapName;
-  Clock* mutable_clock = const_cast<Clock*>(clock_);
   std::vector<std::string> job_namespaces(namespaces_.begin(), namespaces_.end());
   if (job_namespaces.empty()) job_namespaces.emplace_back();
   jobs_.clear();
   for (const std::string& ns : job_namespaces) {
     job_options.ns = ns;
-    jobs_.push_back(std::make_unique<kube::Informer>(client_, ModelSelectionJobs(), job_options,
-                                                     mutable_clock));
+    jobs_.push_back(
+        std::make_unique<kube::Informer>(client_, ModelSelectionJobs(), job_options, clock));
   }
-  pods_ = std::make_unique<kube::Informer>(client_, kube::Pods(), kube::InformerOptions{},
-                                           mutable_clock);
-  nodes_ = std::make_unique<kube::Informer>(client_, kube::Nodes(), kube::InformerOptions{},
-                                            mutable_clock);
+  pods_ = std::make_unique<kube::Informer>(client_, kube::Pods(), kube::InformerOptions{}, clock);
+  nodes_ = std::make_unique<kube::Informer>(client_, kube::Nodes(), kube::InformerOptions{}, clock);
   configmaps_ =
-      std::make_unique<kube::Informer>(client_, kube::ConfigMaps(), profile_options, mutable_clock);
+      std::make_unique<kube::Informer>(client_, kube::ConfigMaps(), profile_options, clock);
+}
 
+// The reconciler over the informers' caches, with the event recorder, the
+// progress board, the metrics and the re-enqueue hook wired in.
+Status Manager::MakeReconciler(Clock* clock) {
   kube::EventRecorderOptions event_options;
   event_options.reporting_instance = options_.identity;
-  events_ = std::make_unique<kube::EventRecorder>(client_, event_options, mutable_clock);
+  events_ = std::make_unique<kube::EventRecorder>(client_, event_options, clock);
   ReconcilerOptions ro = options_.reconciler;
   ro.events = events_.get();
   ro.progress = &progress_;
@@ -210,35 +213,36 @@ Status Manager::Run(const std::atomic<bool>& stop) {
   };
   Caches caches{&jobs_.front()->store(), &pods_->store(), &nodes_->store(), &configmaps_->store()};
   for (size_t i = 1; i < jobs_.size(); ++i) caches.more_jobs.push_back(&jobs_[i]->store());
-  ORRERY_RETURN_IF_ERROR(StartKueueInformers(mutable_clock));
+  ORRERY_RETURN_IF_ERROR(StartKueueInformers(clock));
   if (workloads_) caches.kueue = {&workloads_->store(), &flavors_->store()};
   reconciler_ = std::make_unique<Reconciler>(client_, caches, ro, clock_);
+  return OkStatus();
+}
 
-  Reconciler* reconciler = reconciler_.get();
-  metrics::OperatorMetrics* m = metrics_;
-  kube::Reconciler reconcile = [this, reconciler, m](const std::string& key) {
-    std::string ns = key.substr(0, key.find('/'));
-    if (!Watched(ns)) return StatusOr<kube::Result>(kube::Result{});
-    auto start = std::chrono::steady_clock::now();
-    StatusOr<kube::Result> r = reconciler->Reconcile(key);
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (m != nullptr) {
-      std::string result =
-          r.ok() ? (r->requeue || r->requeue_after.count() > 0 ? "requeue" : "success")
-                 : (kube::IsConflict(r.status()) ? "conflict" : "error");
-      m->reconciles.Add({{"controller", "modelselectionjob"}, {"result", result}}).Increment();
-      m->reconcile_seconds.Add({{"controller", "modelselectionjob"}}, ReconcileBuckets())
-          .Observe(seconds);
-    }
-    if (!r.ok() && !kube::IsConflict(r.status())) {
-      Log(LogLevel::kWarning, "Reconcile failed", {{"msj", key}, {"error", r.status().ToString()}});
-    }
-    return r;
-  };
-  controller_ = std::make_unique<kube::Controller>("modelselectionjob", reconcile, options_.workers,
-                                                   mutable_clock);
+// One reconcile of a watched job, timed and counted.
+StatusOr<kube::Result> Manager::ReconcileOne(const std::string& key) {
+  std::string ns = key.substr(0, key.find('/'));
+  if (!Watched(ns)) return kube::Result{};
+  auto start = std::chrono::steady_clock::now();
+  StatusOr<kube::Result> r = reconciler_->Reconcile(key);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (metrics_ != nullptr) {
+    std::string result = r.ok()
+                             ? (r->requeue || r->requeue_after.count() > 0 ? "requeue" : "success")
+                             : (kube::IsConflict(r.status()) ? "conflict" : "error");
+    metrics_->reconciles.Add({{"controller", "modelselectionjob"}, {"result", result}}).Increment();
+    metrics_->reconcile_seconds.Add({{"controller", "modelselectionjob"}}, ReconcileBuckets())
+        .Observe(seconds);
+  }
+  if (!r.ok() && !kube::IsConflict(r.status())) {
+    Log(LogLevel::kWarning, "Reconcile failed", {{"msj", key}, {"error", r.status().ToString()}});
+  }
+  return r;
+}
 
+// What enqueues a job: its own events and its pods' and Workloads'; every job
+// on a node's planning change, a ResourceFlavor's or the profile ConfigMap's.
+void Manager::AddEventHandlers() {
   kube::EventHandlers job_handlers = controller_->EnqueueHandlers();
   for (const auto& informer : jobs_) informer->AddEventHandler(job_handlers);
   pods_->AddEventHandler(controller_->EnqueueOwnerHandlers(kJobKind));
@@ -249,18 +253,20 @@ Status Manager::Run(const std::atomic<bool>& stop) {
                                EnqueueAllJobs();
                            },
                            [this](const kube::ObjectPtr&, bool) { EnqueueAllJobs(); }});
+  kube::EventHandlers every_job = {
+      [this](const kube::ObjectPtr&) { EnqueueAllJobs(); },
+      [this](const kube::ObjectPtr&, const kube::ObjectPtr&) { EnqueueAllJobs(); },
+      [this](const kube::ObjectPtr&, bool) { EnqueueAllJobs(); }};
   if (workloads_) {
     workloads_->AddEventHandler(controller_->EnqueueOwnerHandlers(kJobKind));
-    flavors_->AddEventHandler(
-        {[this](const kube::ObjectPtr&) { EnqueueAllJobs(); },
-         [this](const kube::ObjectPtr&, const kube::ObjectPtr&) { EnqueueAllJobs(); },
-         [this](const kube::ObjectPtr&, bool) { EnqueueAllJobs(); }});
+    flavors_->AddEventHandler(every_job);
   }
-  configmaps_->AddEventHandler(
-      {[this](const kube::ObjectPtr&) { EnqueueAllJobs(); },
-       [this](const kube::ObjectPtr&, const kube::ObjectPtr&) { EnqueueAllJobs(); },
-       [this](const kube::ObjectPtr&, bool) { EnqueueAllJobs(); }});
+  configmaps_->AddEventHandler(every_job);
+}
 
+// Starts every informer and waits for their caches (or `stop`, or the sync
+// timeout with an error naming the cache and the RBAC it needs).
+Status Manager::SyncInformers(const std::atomic<bool>& stop) {
   for (kube::Informer* i : Informers()) i->Start();
   auto deadline = std::chrono::steady_clock::now() + options_.sync_timeout;
   for (kube::Informer* i : Informers()) {
@@ -275,6 +281,19 @@ Status Manager::Run(const std::atomic<bool>& stop) {
       i->WaitForSync(std::chrono::milliseconds(200));
     }
   }
+  return OkStatus();
+}
+
+Status Manager::Run(const std::atomic<bool>& stop) {
+  Clock* mutable_clock = const_cast<Clock*>(clock_);
+  MakeInformers(mutable_clock);
+  ORRERY_RETURN_IF_ERROR(MakeReconciler(mutable_clock));
+  controller_ = std::make_unique<kube::Controller>(
+      "modelselectionjob", [this](const std::string& key) { return ReconcileOne(key); },
+      options_.workers, mutable_clock);
+  AddEventHandlers();
+  ORRERY_RETURN_IF_ERROR(SyncInformers(stop));
+  if (stop.load()) return OkStatus();
   controller_->Start();
   scraper_ = std::make_unique<ProgressScraper>(
       &pods_->store(), &progress_,

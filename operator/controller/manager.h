@@ -107,6 +107,12 @@ class Manager {
   bool Watched(const std::string& ns) const;
   void EnqueueAllJobs();
   Status StartKueueInformers(Clock* clock);
+  // Run's steps, in order.
+  void MakeInformers(Clock* clock);
+  Status MakeReconciler(Clock* clock);
+  StatusOr<kube::Result> ReconcileOne(const std::string& key);
+  void AddEventHandlers();
+  Status SyncInformers(const std::atomic<bool>& stop);
   void SampleMetrics();
   void MetricsLoop();
 

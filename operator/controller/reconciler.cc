@@ -238,7 +238,10 @@ TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
     p.memory_gib = it->second.entry.peak_memory_bytes / (1024.0 * 1024.0 * 1024.0);
     return p;
   };
-  return engine::BuildTaskConfigs(spec, task.task, lookup, max_gpus);
+  // Each point in every recomputation mode worth planning (as the local runner
+  // and `orrery plan` offer them): a model that fits keeping its activations
+  // runs without recomputation, one that does not recomputes.
+  return engine::BuildTaskConfigs(spec, task.task, lookup, max_gpus, /*recompute_modes=*/true);
 }
 
 std::string HumanDuration(double seconds) {
@@ -265,6 +268,17 @@ int64_t SamplesDone(const api::TaskStatus& status, int64_t task_batch) {
   }
   return samples + std::max<int64_t>(0, status.steps_done - from_step) * batch;
 }
+
+namespace {
+// Whether planned configuration `c` runs in a live gang's recomputation mode
+// (its config annotation's; "" from a gang made before the plan chose one: the
+// template's default mode).
+bool SameRecompute(const planner::Config& c, const std::string& live) {
+  if (!live.empty()) return c.recompute == live;
+  const contract::TemplateTraits* traits = contract::FindTemplate(c.template_name);
+  return c.recompute == (traits != nullptr ? std::string(traits->recompute) : "none");
+}
+}  // namespace
 
 engine::WorldView BuildWorldView(const WorldInput& in) {
   engine::WorldView w;
@@ -308,7 +322,8 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
         // a configuration without a batch matches any).
         int64_t live_batch = c.batch_size > 0 ? c.batch_size : task.task.training.batch_size;
         if (tc.templates[k] == c.template_ && tc.configs[k].gpus == c.gpus &&
-            (tc.configs[k].batch_size == 0 || tc.configs[k].batch_size == live_batch)) {
+            (tc.configs[k].batch_size == 0 || tc.configs[k].batch_size == live_batch) &&
+            SameRecompute(tc.configs[k], c.recompute)) {
           config = static_cast<int>(k);
           break;
         }
@@ -767,6 +782,7 @@ Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConf
   r.config.gpus = c.gpus;
   r.config.nodes = 0;
   r.config.batch_size = c.batch_size;
+  r.config.recompute = c.recompute;
   r.placement = placement;
   r.generation = generation;
   r.options = options_.gang;
@@ -805,6 +821,7 @@ Status Reconciler::LaunchGang(JobContext& ctx, size_t task_index, const TaskConf
   created.config.template_ = r.config.template_;
   created.config.gpus = c.gpus;
   created.config.batch_size = c.batch_size;
+  created.config.recompute = c.recompute;
   created.config.nodes = placement;
   created.pod_settings = PodSettingsDigest(job.spec.resources);
   st.expected[task.name] =

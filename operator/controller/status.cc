@@ -66,6 +66,7 @@ std::optional<api::TaskConfig> ConfigOf(const Json& annotations) {
   c.template_ = *t;
   c.gpus = j.value("gpus", 0);
   c.batch_size = j.value("batchSize", int64_t{0});
+  c.recompute = j.value("recompute", "");
   return c;
 }
 

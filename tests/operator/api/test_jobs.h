@@ -96,7 +96,7 @@ inline ModelSelectionJob FullJob() {
   TaskStatus ts;
   ts.name = "gpt-r0";
   ts.state = TaskState::kRunning;
-  ts.config = TaskConfig{Template::kFsdp, 4, 64, {"node-a", "node-b"}};
+  ts.config = TaskConfig{Template::kFsdp, 4, 64, {"node-a", "node-b"}, "unit"};
   ts.steps_done = 10;
   ts.steps_total = 100;
   ts.progress = 0.1;

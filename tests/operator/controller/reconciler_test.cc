@@ -251,6 +251,38 @@ TEST_F(ReconcilerPureTest, WorldViewMarksLiveGangsRunningAndProfilingTasksNotArr
   EXPECT_FALSE(BuildWorldView(in).tasks[0].running.has_value());
 }
 
+// The plan may run a point keeping its activations or recomputing them: a
+// live gang is the configuration of its own mode (its config annotation's), and
+// a gang made before the mode was recorded ("") the template's default one.
+TEST_F(ReconcilerPureTest, WorldViewMatchesALiveGangsRecomputationMode) {
+  std::vector<NodeCapacity> nodes = {{"a", 8, 0}};
+  std::vector<TaskConfigs> configs = OneDdpConfigEach(loaded_.tasks.size(), 2);
+  for (TaskConfigs& tc : configs) {
+    planner::Config unit = tc.configs[0];
+    unit.recompute = "unit";
+    unit.throughput = 7.5;
+    tc.configs.insert(tc.configs.begin(), unit);  // first, so a match cannot be by order
+    tc.templates.push_back(api::Template::kDdp);
+  }
+  WorldInput in;
+  in.now = 10;
+  in.tasks = &loaded_.tasks;
+  in.configs = &configs;
+  in.nodes = &nodes;
+  api::TaskConfig running;
+  running.template_ = api::Template::kDdp;
+  running.gpus = 2;
+  running.nodes = {"a", "a"};
+  for (const auto& [mode, want] :
+       std::vector<std::pair<std::string, int>>{{"unit", 0}, {"none", 1}, {"", 1}}) {
+    running.recompute = mode;
+    in.live[loaded_.tasks[0].name] = LiveGang{0, running, ""};
+    engine::WorldView w = BuildWorldView(in);
+    ASSERT_TRUE(w.tasks[0].running.has_value()) << "mode '" << mode << "'";
+    EXPECT_EQ(w.tasks[0].running->config, want) << "mode '" << mode << "'";
+  }
+}
+
 TEST(HumanDuration, AsKubectlShowsAges) {
   EXPECT_EQ(HumanDuration(0), "0s");
   EXPECT_EQ(HumanDuration(44.6), "45s");
@@ -804,7 +836,9 @@ TEST_F(ReconcileTest, TheQuotaCapsGpusHeldAcrossTheJobsTasks) {
 
 // A running gang that an adopted plan moves is stopped gracefully (its ranks
 // checkpoint on SIGTERM and exit 0) and relaunched in its new configuration; its
-// preempted ranks are not mistaken for a finished task.
+// preempted ranks are not mistaken for a finished task. The operator that finds
+// the gang keeps it at its start (a restart churns nothing); the periodic
+// re-plan moves it.
 TEST_F(ReconcileTest, APlanThatMovesARunningGangStopsItAndRelaunchesItThere) {
   api::ModelSelectionJobStatus status;
   for (size_t t : {1u, 2u}) {
@@ -827,8 +861,12 @@ TEST_F(ReconcileTest, APlanThatMovesARunningGangStopsItAndRelaunchesItThere) {
   Reconciler reconciler(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
   ASSERT_TRUE(reconciler.Reconcile(key_).ok());
   std::string rank0 = "pods/team-a/" + GangPodName("sweep", task, 0, 0);
-  EXPECT_NE(std::find(client_.deleted.begin(), client_.deleted.end(), rank0),
-            client_.deleted.end());
+  EXPECT_EQ(std::find(client_.deleted.begin(), client_.deleted.end(), rank0), client_.deleted.end())
+      << "the start keeps the gang it finds";
+  clock_.Advance(std::chrono::seconds(static_cast<int64_t>(options_.engine.replan_interval_s) + 1));
+  ASSERT_TRUE(reconciler.Reconcile(key_).ok());
+  EXPECT_NE(std::find(client_.deleted.begin(), client_.deleted.end(), rank0), client_.deleted.end())
+      << "the interval's re-plan moves it";
   EXPECT_EQ(PodsCreated(), existing) << "its rank still holds the GPU until it is gone";
   ASSERT_FALSE(client_.statuses.empty());
   // The rank checkpointed and exited 0 while being deleted: a preemption.

@@ -17,13 +17,15 @@ using testing::MakePod;
 class StatusTest : public ::testing::Test {
  protected:
   void SetUp() override { loaded_ = LoadJob(); }
-  std::vector<Json> Gang(size_t task, int generation, std::vector<std::string> nodes) {
+  std::vector<Json> Gang(size_t task, int generation, std::vector<std::string> nodes,
+                         const std::string& recompute = "") {
     GangRequest r;
     r.job = &loaded_.job;
     r.task = &loaded_.tasks[task];
     r.config.gpus = static_cast<int>(nodes.size());
     r.config.nodes = 0;
     r.config.batch_size = 16;
+    r.config.recompute = recompute;
     r.placement = std::move(nodes);
     r.generation = generation;
     auto g = BuildGang(r);
@@ -117,7 +119,10 @@ TEST_F(StatusTest, ProfileAndForeignPodsAreIgnored) {
 }
 
 TEST_F(StatusTest, JobStatusFromObservations) {
-  auto a = Gang(0, 0, {"n1", "n2"});
+  auto a = Gang(0, 0, {"n1", "n2"}, "unit");
+  // The plan's recomputation mode reaches the worker's command line.
+  std::string args = a[0]["spec"]["containers"][0]["args"].dump();
+  EXPECT_NE(args.find(R"("--recompute=unit")"), std::string::npos) << args;
   auto b = Gang(1, 1, {"n1"});
   auto c = Gang(2, 0, {"n2"});
   auto obs = ObserveTasks({Bound(a[0], "Running"), Bound(a[1], "Running"), Bound(b[0], "Succeeded"),
@@ -134,6 +139,8 @@ TEST_F(StatusTest, JobStatusFromObservations) {
   ASSERT_TRUE(s.tasks[0].config.has_value());
   EXPECT_EQ(s.tasks[0].config->gpus, 2);
   EXPECT_EQ(s.tasks[0].config->nodes, (std::vector<std::string>{"n1", "n2"}));
+  EXPECT_EQ(s.tasks[0].config->recompute, "unit");
+  EXPECT_EQ(s.tasks[1].config->recompute, "") << "not chosen: the template's default";
   EXPECT_EQ(s.tasks[0].steps_total, 100);
   EXPECT_EQ(s.tasks[1].state, api::TaskState::kSucceeded);
   EXPECT_EQ(s.tasks[1].restarts, 1);
