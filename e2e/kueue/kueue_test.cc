@@ -366,8 +366,15 @@ TEST_F(KueueAdmissionTest, PreemptedJobCheckpointsWaitsAndFinishesWithinItsAdmis
   EXPECT_NE(JobCondition(job).value("message", "").find("Pending in LocalQueue lq-a"),
             std::string::npos)
       << JobCondition(job).dump();
-  const std::string workload =
-      "msj-sweep-" + job["metadata"]["uid"].get<std::string>().substr(0, 5);
+  // The job's one Workload (its name has a digest of the request: kueue.h).
+  CommandResult named =
+      plane()->Kubectl(std::string("-n ") + kNamespace + " get workloads -l " +
+                       controller::kJobLabel + "=sweep -o jsonpath={.items[*].metadata.name}");
+  ASSERT_EQ(named.exit_code, 0) << named.output;
+  const std::string workload = named.output;
+  ASSERT_EQ(
+      workload.rfind("msj-sweep-" + job["metadata"]["uid"].get<std::string>().substr(0, 5), 0), 0u)
+      << workload;
   UsageSampler usage(workload);
   std::this_thread::sleep_for(std::chrono::seconds(3));
   for (const Json& p : Pods()) ADD_FAILURE() << "a pod before admission: " << p["metadata"]["name"];

@@ -17,6 +17,13 @@
 //   integration (QuotaReserved=False "Pending", admission removed, Requeued), so
 //   Kueue queues it again; admitted again, the job resumes from its checkpoints
 //   in whatever layout the new admission allows.
+// - Edited (spec.resources.gpuQuota, gpusPerTask.min, nodeSelector,
+//   tolerations, image, gpuResourceName: what the pod sets say): a Workload's
+//   pod sets cannot change, so the job's Workload is replaced. One that holds
+//   no quota is deleted and a new one queued at once; an admitted one holds
+//   the job (its gangs checkpoint and stop as for an eviction, status reason
+//   WorkloadOutdated) until no pod of the job is left, then is deleted (its
+//   quota goes back to Kueue) and a new one queues (event WorkloadReplaced).
 // - Succeeded or Failed: the Workload gets Finished=True, releasing its quota.
 //   Deleting the job deletes the Workload by its owner reference.
 //
@@ -49,8 +56,13 @@ kube::Resource WorkloadPriorityClasses();  // kueue.x-k8s.io/v1beta2, cluster-sc
 
 // The job's LocalQueue, "" when it is not labelled (Kueue is then not involved).
 std::string KueueQueueName(const api::ModelSelectionJob& job);
-// The Workload's name: deterministic for one job object (its uid's first
-// characters tell a re-created job's Workload from its predecessor's).
+// The Workload's pod sets for the job's spec now (see BuildWorkload).
+kube::Object WorkloadPodSets(const api::ModelSelectionJob& job);
+// The Workload's name: deterministic for one job object and one request (its
+// uid's first characters tell a re-created job's Workload from its
+// predecessor's; a digest of WorkloadPodSets, a Workload asking for an edited
+// spec.resources from the one asking for the old, since Kueue's pod sets are
+// immutable).
 std::string WorkloadName(const api::ModelSelectionJob& job);
 
 // The Workload that represents `job` in `queue`; `priority` (a

@@ -3,6 +3,9 @@
 // cleared after an eviction) and one pass of KueueGate over an in-memory API.
 #include "operator/controller/kueue.h"
 
+#include <functional>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "operator/controller/names.h"
@@ -55,7 +58,8 @@ TEST(KueueTest, WorkloadAsksForTheQuotaAsOneGpuPodsOwnedByTheJob) {
   Object wl = BuildWorkload(job, "team-a-gpus", WorkloadPriority{"high", 1000});
   EXPECT_EQ(wl["apiVersion"], "kueue.x-k8s.io/v1beta2");
   EXPECT_EQ(wl["kind"], "Workload");
-  EXPECT_EQ(wl["metadata"]["name"], "msj-sweep-6f1d2");
+  EXPECT_EQ(wl["metadata"]["name"], WorkloadName(job));
+  EXPECT_EQ(WorkloadName(job).rfind("msj-sweep-6f1d2-", 0), 0u);
   EXPECT_EQ(wl["metadata"]["namespace"], "team-a");
   const Object& owner = wl["metadata"]["ownerReferences"][0];
   EXPECT_EQ(owner["kind"], "ModelSelectionJob");
@@ -222,6 +226,26 @@ class MemoryApi : public kube::Client {
   std::map<std::string, Object> objects;
   int status_writes = 0;
 };
+
+// Kueue's pod sets are immutable: an edit of what they say names another
+// Workload (the gate replaces the old one); an edit of anything else does not.
+TEST(KueueTest, AnEditedRequestNamesAnotherWorkload) {
+  api::ModelSelectionJob job = LabelledJob();
+  const std::string before = WorkloadName(job);
+  api::ModelSelectionJob suspended = job;
+  suspended.spec.suspend = true;
+  EXPECT_EQ(WorkloadName(suspended), before);
+  for (auto edit : std::vector<std::function<void(api::ResourcesSpec&)>>{
+           [](api::ResourcesSpec& r) { r.gpu_quota = 4; },
+           [](api::ResourcesSpec& r) { r.gpus_per_task.min = 2; },
+           [](api::ResourcesSpec& r) { r.node_selector["zone"] = "b"; },
+           [](api::ResourcesSpec& r) { r.tolerations.clear(); }}) {
+    api::ModelSelectionJob edited = job;
+    edit(edited.spec.resources);
+    EXPECT_NE(WorkloadName(edited), before);
+    EXPECT_EQ(WorkloadName(edited).rfind("msj-sweep-6f1d2-", 0), 0u);
+  }
+}
 
 TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) {
   MemoryApi api;

@@ -380,6 +380,153 @@ TEST_F(QuotaEditTest, SixteenToEightFreesTheExcessInOnePassAndEightToTwentyFourL
             << " at 24\n";
 }
 
+// The same edits of a job Kueue admits (kueue.h), with a real Kueue manager:
+// a Workload's pod sets are immutable, so an edit of gpuQuota replaces the
+// job's Workload. Pending, it is deleted and a new one queued within the pass;
+// admitted, the job is held while its gangs stop (they checkpoint), then the
+// old Workload is deleted (its quota released), a new one asks for the new
+// quota, and the job runs again within what Kueue admits of it.
+const char* kKueueQueuesYaml = R"(apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: std}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: std
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 16}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: lq, namespace: ctl-quota}
+spec: {clusterQueue: cq}
+)";
+
+class KueueQuotaEditTest : public QuotaEditTest {
+ protected:
+  static void SetUpTestSuite() { StartShared({.kueue = true}); }
+
+  // The job's Workloads on the server, by name.
+  std::map<std::string, kube::Object> ServerWorkloads() {
+    std::map<std::string, kube::Object> named;
+    auto list = client_->List(Workloads(), kQuotaNamespace, {});
+    EXPECT_TRUE(list.ok()) << list.status();
+    if (!list.ok()) return named;
+    for (const kube::Object& wl : (*list)["items"]) named[wl["metadata"]["name"]] = wl;
+    return named;
+  }
+  // Waits for the job's one Workload to ask for `gpus` and, when `admitted`,
+  // for Kueue to admit it and `cache` to hold it so; returns its name.
+  std::string OneWorkload(const kube::Informer& cache, int gpus, bool admitted) {
+    std::string name;
+    EXPECT_TRUE(WaitUntil([&] {
+      auto wls = ServerWorkloads();
+      if (wls.size() != 1) return false;
+      const kube::Object& wl = wls.begin()->second;
+      if (wl["spec"]["podSets"][0]["count"] != gpus) return false;
+      KueueAdmission a = ReadAdmission(wl, kGpu);
+      if (admitted && a.state != KueueAdmission::State::kAdmitted) return false;
+      name = wls.begin()->first;
+      kube::ObjectPtr cached = cache.store().Get(kube::KeyFor(kQuotaNamespace, name));
+      return cached && kube::ResourceVersionOf(*cached) == kube::ResourceVersionOf(wl);
+    })) << "no single Workload for "
+        << gpus << " GPUs (admitted: " << admitted << ")";
+    return name;
+  }
+  std::string KueueReason() {
+    auto job = client_->Get(ModelSelectionJobs(), kQuotaNamespace, "sweep");
+    if (!job.ok()) return job.status().ToString();
+    for (const kube::Object& c : (*job)["status"]["conditions"]) {
+      if (c["type"] == kKueueCondition) return c.value("reason", "");
+    }
+    return "";
+  }
+};
+
+TEST_F(KueueQuotaEditTest, AnEditedQuotaReplacesTheWorkloadPendingAtOnceAdmittedOnceStopped) {
+  const std::string key = kube::KeyFor(kQuotaNamespace, "sweep");
+  auto labelled =
+      client_->Patch(ModelSelectionJobs(), kQuotaNamespace, "sweep", kube::PatchType::kMerge,
+                     {{"metadata", {{"labels", {{kKueueQueueLabel, "lq"}}}}}}, {});
+  ASSERT_TRUE(labelled.ok()) << labelled.status();
+  PlaneCaches cache(client_.get(), kQuotaNamespace, kProfileNamespace);
+  ASSERT_TRUE(cache.Start(key, 3));
+  kube::Informer workloads(client_.get(), Workloads(), PlaneCaches::In(kQuotaNamespace));
+  kube::Informer flavors(client_.get(), ResourceFlavors());
+  for (kube::Informer* i : {&workloads, &flavors}) i->Start();
+  for (kube::Informer* i : {&workloads, &flavors}) {
+    ASSERT_TRUE(i->WaitForSync(std::chrono::seconds(30)));
+  }
+  Caches caches = cache.caches();
+  caches.kueue = {&workloads.store(), &flavors.store()};
+  auto recorder = Recorder(client_.get(), "kueue-quota-test");
+  FakeClock clock;
+  Reconciler reconciler(client_.get(), caches, PlaneOptions(recorder.get()), &clock);
+  auto pass = [&] {
+    ASSERT_TRUE(cache.CatchUp(*client_, kQuotaNamespace, "sweep"));
+    clock.Advance(std::chrono::seconds(10));
+    auto r = reconciler.Reconcile(key);
+    ASSERT_TRUE(r.ok()) << r.status();
+  };
+
+  // Its LocalQueue does not exist yet: a Workload for 16 waits, no pod.
+  pass();
+  const std::string pending = OneWorkload(workloads, 16, false);
+  EXPECT_EQ(KueueReason(), "Pending");
+  // 16 -> 12 while pending: replaced within the pass, still no pod.
+  SetQuota(12);
+  pass();
+  EXPECT_EQ(ServerWorkloads().count(pending), 0u) << "the outdated Workload is deleted";
+  const std::string asked = OneWorkload(workloads, 12, false);
+  EXPECT_NE(asked, pending);
+  EXPECT_EQ(HeldOnServer(), 0);
+  std::vector<std::string> replaced = EventNotes("WorkloadReplaced");
+  ASSERT_EQ(replaced.size(), 1u);
+  EXPECT_NE(replaced[0].find("gpuQuota changed from 16 to 12"), std::string::npos) << replaced[0];
+
+  // The queues: Kueue admits the 12, the job runs within them.
+  auto applied = plane()->Kubectl("apply -f -", kKueueQueuesYaml);
+  ASSERT_EQ(applied.exit_code, 0) << applied.output;
+  const std::string admitted = OneWorkload(workloads, 12, true);
+  pass();
+  const int first = HeldOnServer();
+  EXPECT_GT(first, 8) << "the plan should use more than the later quota";
+  EXPECT_LE(first, 12);
+  RunPods();
+
+  // 12 -> 8 while admitted: the job is held and its gangs stop (gracefully:
+  // deleted, to checkpoint); the admitted Workload stays until they are gone.
+  SetQuota(8);
+  pass();
+  EXPECT_EQ(KueueReason(), "WorkloadOutdated");
+  EXPECT_EQ(ServerWorkloads().count(admitted), 1u);
+  EXPECT_EQ(HeldOnServer(), 0) << "every gang stops";
+  // Gone: the next pass replaces the Workload; Kueue admits the 8.
+  pass();
+  EXPECT_EQ(ServerWorkloads().count(admitted), 0u);
+  replaced = EventNotes("WorkloadReplaced");
+  ASSERT_EQ(replaced.size(), 2u);
+  bool said = false;
+  for (const std::string& n : replaced) {
+    said |= n.find("gpuQuota changed from 12 to 8") != std::string::npos &&
+            n.find("quota goes back to ClusterQueue cq") != std::string::npos;
+  }
+  EXPECT_TRUE(said) << replaced.back();
+  OneWorkload(workloads, 8, true);
+  pass();
+  EXPECT_EQ(KueueReason(), "Admitted");
+  const int after = HeldOnServer();
+  EXPECT_GT(after, 0) << "the job runs again";
+  EXPECT_LE(after, 8);
+  std::cout << "GPUs held: " << first << " admitted 12, " << after << " admitted 8\n";
+}
+
 // GPU pools as platform teams run them, on a real API server: nodes tainted
 // for another team, a cordoned node, a node of another pool (the job's
 // nodeSelector excludes it), and two nodes the job may use (one untainted, one
