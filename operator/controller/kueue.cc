@@ -164,6 +164,12 @@ KueueAdmission ReadAdmission(const Object& wl, const std::string& gpu_resource) 
       }
     }
   }
+  if (wl.contains("status") && wl["status"].is_object() &&
+      wl["status"].contains("reclaimablePods") && wl["status"]["reclaimablePods"].is_array()) {
+    for (const Object& rp : wl["status"]["reclaimablePods"]) {
+      if (rp.value("name", "") == kKueuePodSet) a.reclaimable = rp.value("count", 0);
+    }
+  }
   auto words = [&a](const Object* c) {
     if (c == nullptr) return;
     a.reason = c->value("reason", "");
@@ -187,7 +193,8 @@ KueueAdmission ReadAdmission(const Object& wl, const std::string& gpu_resource) 
 
 Status ApplyAdmission(const KueueAdmission& admission, const Object* flavor,
                       api::ResourcesSpec* resources) {
-  resources->gpu_quota = std::min(resources->gpu_quota, admission.gpus);
+  resources->gpu_quota =
+      std::min(resources->gpu_quota, std::max(0, admission.gpus - admission.reclaimable));
   if (flavor == nullptr || !flavor->contains("spec") || !(*flavor)["spec"].is_object()) {
     return OkStatus();
   }
@@ -268,6 +275,18 @@ Object ClearedReservation(const Object& workload, const std::string& now) {
     SetCondition(&wl, "Admitted", "False", "NoReservation", "The workload has no reservation", now);
   }
   wl["status"].erase("admission");
+  return wl;
+}
+
+int ReclaimableGpus(const KueueAdmission& admission, int usable_gpus) {
+  if (usable_gpus < 0) return admission.reclaimable;
+  const int beyond = std::clamp(admission.gpus - usable_gpus, 0, admission.gpus);
+  return std::max(admission.reclaimable, beyond);
+}
+
+Object WithReclaimable(const Object& workload, int count) {
+  Object wl = workload;
+  wl["status"]["reclaimablePods"] = Object::array({{{"name", kKueuePodSet}, {"count", count}}});
   return wl;
 }
 
@@ -413,11 +432,36 @@ StatusOr<bool> ReplaceOutdated(kube::Client* client, const api::ModelSelectionJo
   return true;
 }
 
+// Reports the admitted GPUs the job's unfinished tasks cannot use as
+// reclaimable pods, so Kueue frees their quota (with an event saying so).
+Status GiveBackUnusable(kube::Client* client, const api::ModelSelectionJob& job, const Object& wl,
+                        int usable_gpus, KueueAdmission* a, KueueGateResult* out) {
+  const int reclaimable = ReclaimableGpus(*a, usable_gpus);
+  if (reclaimable <= a->reclaimable) return OkStatus();
+  auto stored =
+      client->UpdateStatus(Workloads(), job.metadata.namespace_, WithReclaimable(wl, reclaimable));
+  if (!stored.ok()) return stored.status();
+  Log(LogLevel::kInfo, "Gave GPUs back to Kueue",
+      {{"msj", job.metadata.namespace_ + "/" + job.metadata.name},
+       {"workload", wl["metadata"].value("name", "")},
+       {"reclaimable", std::to_string(reclaimable)}});
+  a->reclaimable = reclaimable;
+  if (out->event_reason.empty()) {
+    out->event_reason = "GpusReclaimable";
+    out->event_message = std::to_string(reclaimable) + " of the " + std::to_string(a->gpus) +
+                         " GPUs admitted by ClusterQueue " + a->cluster_queue;
+    out->event_message +=
+        " go back to Kueue: the unfinished tasks use at most " + std::to_string(usable_gpus);
+  }
+  return OkStatus();
+}
+
 // Reads the job's Workload (creating it) and what Kueue decided: marks a
 // finished job's Workload Finished, applies an admission to the job's
 // resources and hands an evicted reservation back once `live_pods` is 0.
 Status GateOnWorkload(kube::Client* client, const KueueCaches& caches, api::ModelSelectionJob* job,
-                      int live_pods, const std::string& now, KueueGateResult* out) {
+                      int live_pods, int usable_gpus, const std::string& now,
+                      KueueGateResult* out) {
   const std::string queue = KueueQueueName(*job);
   const auto outdated = OutdatedWorkloads(*caches.workloads, *job);
   if (!outdated.empty()) {
@@ -447,6 +491,7 @@ Status GateOnWorkload(kube::Client* client, const KueueCaches& caches, api::Mode
   out->condition = AdmissionCondition(a, queue, job->metadata.generation);
   out->run = terminal || a.state == KueueAdmission::State::kAdmitted;
   if (a.state == KueueAdmission::State::kAdmitted) {
+    ORRERY_RETURN_IF_ERROR(GiveBackUnusable(client, *job, *wl, usable_gpus, &a, out));
     const kube::ObjectPtr flavor =
         caches.flavors != nullptr && !a.flavor.empty() ? caches.flavors->Get(a.flavor) : nullptr;
     if (Status s = ApplyAdmission(a, flavor.get(), &job->spec.resources); !s.ok()) {
@@ -471,7 +516,7 @@ Status GateOnWorkload(kube::Client* client, const KueueCaches& caches, api::Mode
 }  // namespace
 
 StatusOr<KueueGateResult> KueueGate(kube::Client* client, const KueueCaches& caches,
-                                    api::ModelSelectionJob* job, int live_pods,
+                                    api::ModelSelectionJob* job, int live_pods, int usable_gpus,
                                     const std::string& now) {
   const std::string queue = KueueQueueName(*job);
   KueueGateResult out;
@@ -486,7 +531,7 @@ StatusOr<KueueGateResult> KueueGate(kube::Client* client, const KueueCaches& cac
                             "or remove the label to run without Kueue";
     out.warning = true;
   } else {
-    ORRERY_RETURN_IF_ERROR(GateOnWorkload(client, caches, job, live_pods, now, &out));
+    ORRERY_RETURN_IF_ERROR(GateOnWorkload(client, caches, job, live_pods, usable_gpus, now, &out));
   }
   const api::Condition* before = StoredCondition(*job);
   if (out.event_reason.empty() && (before == nullptr || before->reason != out.condition.reason ||

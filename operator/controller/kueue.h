@@ -24,6 +24,10 @@
 //   the job (its gangs checkpoint and stop as for an eviction, status reason
 //   WorkloadOutdated) until no pod of the job is left, then is deleted (its
 //   quota goes back to Kueue) and a new one queues (event WorkloadReplaced).
+// - Tasks finishing: once the unfinished tasks together (each at most
+//   gpusPerTask.max) cannot use every admitted GPU, the rest are reported as
+//   reclaimable pods (status.reclaimablePods), so Kueue frees their quota for
+//   other workloads while the job runs on.
 // - Succeeded or Failed: the Workload gets Finished=True, releasing its quota.
 //   Deleting the job deletes the Workload by its owner reference.
 //
@@ -81,6 +85,7 @@ struct KueueAdmission {
   std::string cluster_queue;  // admitted (or evicted while still reserved)
   std::string flavor;         // the GPU resource's flavor
   int gpus = 0;               // GPUs admitted
+  int reclaimable = 0;        // of those, given back (status.reclaimablePods)
   bool reserved = false;      // QuotaReserved=True (an evicted one still holds it)
   std::string reason;         // Kueue's condition reason ("Preempted", "Pending", ...)
   std::string message;        // Kueue's condition message
@@ -88,9 +93,9 @@ struct KueueAdmission {
 KueueAdmission ReadAdmission(const kube::Object& workload, const std::string& gpu_resource);
 
 // The job's resources inside an admission: the quota capped at the admitted
-// GPUs, the flavor's node labels added to the node selector and its
-// tolerations to the tolerations. A flavor label the job's own selector sets to
-// another value is an error naming both (no node could hold the pods).
+// GPUs less those given back as reclaimable, the flavor's node labels added to the node selector
+// and its tolerations to the tolerations. A flavor label the job's own selector sets to another
+// value is an error naming both (no node could hold the pods).
 Status ApplyAdmission(const KueueAdmission& admission, const kube::Object* flavor,
                       api::ResourcesSpec* resources);
 
@@ -105,6 +110,13 @@ api::Condition AdmissionCondition(const KueueAdmission& admission, const std::st
 // preemption or node failures, sets Requeued=True. Returns the Workload with
 // that status; `now` is RFC 3339.
 kube::Object ClearedReservation(const kube::Object& workload, const std::string& now);
+// GPUs of an admission the job can no longer use, to give back to Kueue as
+// reclaimable pods of its one-GPU pod set: the admitted GPUs beyond
+// `usable_gpus` (what its unfinished tasks may use together; -1: unknown),
+// never fewer than already given back (Kueue only lets the count grow).
+int ReclaimableGpus(const KueueAdmission& admission, int usable_gpus);
+// The Workload with status.reclaimablePods saying `count` pods of its pod set.
+kube::Object WithReclaimable(const kube::Object& workload, int count);
 // The Workload with Finished=True (reason Succeeded or Failed).
 kube::Object FinishedWorkload(const kube::Object& workload, bool succeeded,
                               const std::string& message, const std::string& now);
@@ -124,11 +136,12 @@ struct KueueGateResult {
 };
 
 // Ensures the job's Workload exists, reads Kueue's decision, applies an
-// admission to `job`'s resources, clears an evicted Workload's reservation
+// admission to `job`'s resources, gives back admitted GPUs beyond
+// `usable_gpus` (ReclaimableGpus), clears an evicted Workload's reservation
 // once `live_pods` is 0 and marks a finished job's Workload. `client` writes
 // the Workload; errors are API errors (retried by the caller).
 StatusOr<KueueGateResult> KueueGate(kube::Client* client, const KueueCaches& caches,
-                                    api::ModelSelectionJob* job, int live_pods,
+                                    api::ModelSelectionJob* job, int live_pods, int usable_gpus,
                                     const std::string& now);
 
 }  // namespace orrery::controller

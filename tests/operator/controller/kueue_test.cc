@@ -254,14 +254,14 @@ TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) 
   api::ModelSelectionJob job = LabelledJob("q");
   job.metadata.labels[kKueuePriorityClassLabel] = "high";
   // A priority class that does not exist: the job waits, saying which.
-  auto gate = KueueGate(&api, caches, &job, 0, "t0");
+  auto gate = KueueGate(&api, caches, &job, 0, -1, "t0");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_FALSE(gate->run);
   EXPECT_EQ(gate->condition.reason, "InvalidPriorityClass");
   EXPECT_NE(gate->condition.message.find("WorkloadPriorityClass high"), std::string::npos);
   api.objects["workloadpriorityclasses/high"] = {{"metadata", {{"name", "high"}}}, {"value", 100}};
 
-  gate = KueueGate(&api, caches, &job, 0, "t1");
+  gate = KueueGate(&api, caches, &job, 0, -1, "t1");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_FALSE(gate->run);
   EXPECT_EQ(gate->event_reason, "WorkloadCreated");
@@ -275,7 +275,7 @@ TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) 
   flavors.Upsert(std::make_shared<Object>(
       Object{{"metadata", {{"name", "a100"}}}, {"spec", {{"nodeLabels", {{"model", "a100"}}}}}}));
   api::ModelSelectionJob admitted = job;
-  gate = KueueGate(&api, caches, &admitted, 0, "t2");
+  gate = KueueGate(&api, caches, &admitted, 0, -1, "t2");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_TRUE(gate->run);
   EXPECT_EQ(gate->condition.status, "True");
@@ -289,12 +289,12 @@ TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) 
   workloads.Upsert(std::make_shared<Object>(
       Evicted(*workloads.Get("team-a/" + WorkloadName(job)), "Preempted")));
   int writes = api.status_writes;
-  gate = KueueGate(&api, caches, &job, 3, "t3");
+  gate = KueueGate(&api, caches, &job, 3, -1, "t3");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_FALSE(gate->run);
   EXPECT_EQ(gate->condition.reason, "Evicted");
   EXPECT_EQ(api.status_writes, writes);
-  gate = KueueGate(&api, caches, &job, 0, "t4");
+  gate = KueueGate(&api, caches, &job, 0, -1, "t4");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_EQ(api.status_writes, writes + 1);
   EXPECT_FALSE(api.objects[key]["status"].contains("admission"));
@@ -305,16 +305,48 @@ TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) 
   done.status = api::ModelSelectionJobStatus{};
   done.status->phase = api::Phase::kSucceeded;
   workloads.Upsert(std::make_shared<Object>(api.objects[key]));
-  gate = KueueGate(&api, caches, &done, 0, "t5");
+  gate = KueueGate(&api, caches, &done, 0, -1, "t5");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_TRUE(gate->run);
   EXPECT_EQ((*Condition(api.objects[key], "Finished"))["reason"], "Succeeded");
 }
 
+// Admitted GPUs the unfinished tasks cannot use go back to Kueue as
+// reclaimable pods; the count only grows, and the job's cap shrinks with it.
+TEST(KueueTest, GpusTheUnfinishedTasksCannotUseAreReclaimable) {
+  KueueAdmission a;
+  a.state = KueueAdmission::State::kAdmitted;
+  a.gpus = 6;
+  EXPECT_EQ(ReclaimableGpus(a, -1), 0);  // unknown: nothing
+  EXPECT_EQ(ReclaimableGpus(a, 8), 0);
+  EXPECT_EQ(ReclaimableGpus(a, 4), 2);
+  EXPECT_EQ(ReclaimableGpus(a, 0), 6);
+  a.reclaimable = 3;
+  EXPECT_EQ(ReclaimableGpus(a, 4), 3);  // never fewer than reported
+  api::ResourcesSpec r = LabelledJob().spec.resources;
+  ASSERT_TRUE(ApplyAdmission(a, nullptr, &r).ok());
+  EXPECT_EQ(r.gpu_quota, 3);
+
+  MemoryApi api;
+  kube::Store workloads, flavors;
+  api::ModelSelectionJob job = LabelledJob("q");
+  Object wl = Admitted(BuildWorkload(job, "q", std::nullopt), 4, "std");
+  workloads.Upsert(std::make_shared<Object>(wl));
+  auto gate = KueueGate(&api, KueueCaches{&workloads, &flavors}, &job, 2, 2, "t");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_TRUE(gate->run);
+  EXPECT_EQ(job.spec.resources.gpu_quota, 2);
+  EXPECT_EQ(gate->event_reason, "GpusReclaimable");
+  const Object& stored = api.objects["workloads/team-a/" + WorkloadName(LabelledJob("q"))];
+  ASSERT_TRUE(stored["status"].contains("reclaimablePods")) << stored.dump();
+  EXPECT_EQ(stored["status"]["reclaimablePods"][0]["name"], kKueuePodSet);
+  EXPECT_EQ(stored["status"]["reclaimablePods"][0]["count"], 2);
+}
+
 TEST(KueueTest, WithoutKueueServedALabelledJobWaitsSayingWhy) {
   MemoryApi api;
   api::ModelSelectionJob job = LabelledJob("q");
-  auto gate = KueueGate(&api, KueueCaches{}, &job, 0, "t");
+  auto gate = KueueGate(&api, KueueCaches{}, &job, 0, -1, "t");
   ASSERT_TRUE(gate.ok());
   EXPECT_FALSE(gate->run);
   EXPECT_EQ(gate->condition.reason, "KueueNotServed");
