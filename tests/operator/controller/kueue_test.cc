@@ -235,7 +235,7 @@ TEST(KueueTest, AnEditedRequestNamesAnotherWorkload) {
   api::ModelSelectionJob suspended = job;
   suspended.spec.suspend = true;
   EXPECT_EQ(WorkloadName(suspended), before);
-  for (auto edit : std::vector<std::function<void(api::ResourcesSpec&)>>{
+  for (const auto& edit : std::vector<std::function<void(api::ResourcesSpec&)>>{
            [](api::ResourcesSpec& r) { r.gpu_quota = 4; },
            [](api::ResourcesSpec& r) { r.gpus_per_task.min = 2; },
            [](api::ResourcesSpec& r) { r.node_selector["zone"] = "b"; },
