@@ -1,11 +1,13 @@
 #include "operator/controller/kueue.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "common/log.h"
 #include "operator/api/types.h"
 #include "operator/controller/names.h"
 #include "operator/kube/api_error.h"
+#include "operator/kube/store.h"
 
 namespace orrery::controller {
 
@@ -87,14 +89,7 @@ std::string KueueQueueName(const api::ModelSelectionJob& job) {
   return it == job.metadata.labels.end() ? "" : it->second;
 }
 
-std::string WorkloadName(const api::ModelSelectionJob& job) {
-  // A job name is at most 63 characters (names.h keeps it a label value), so
-  // "msj-" + name + "-" + 5 characters stays a valid object name.
-  return "msj-" + job.metadata.name + "-" + job.metadata.uid.substr(0, 5);
-}
-
-Object BuildWorkload(const api::ModelSelectionJob& job, const std::string& queue,
-                     const std::optional<WorkloadPriority>& priority) {
+Object WorkloadPodSets(const api::ModelSelectionJob& job) {
   const api::ResourcesSpec& r = job.spec.resources;
   Object container = {
       {"name", "worker"},
@@ -114,6 +109,18 @@ Object BuildWorkload(const api::ModelSelectionJob& job, const std::string& queue
       {"name", kKueuePodSet}, {"count", r.gpu_quota}, {"template", {{"spec", pod_spec}}}};
   const int least = std::max(1, r.gpus_per_task.min);
   if (least < r.gpu_quota) pod_set["minCount"] = least;
+  return Object::array({pod_set});
+}
+
+std::string WorkloadName(const api::ModelSelectionJob& job) {
+  // A job name is at most 63 characters (names.h keeps it a label value), so
+  // "msj-" + name + "-" + 5 + "-" + 5 characters stays a valid object name.
+  return "msj-" + job.metadata.name + "-" + job.metadata.uid.substr(0, 5) + "-" +
+         HashHex(WorkloadPodSets(job).dump(), 5);
+}
+
+Object BuildWorkload(const api::ModelSelectionJob& job, const std::string& queue,
+                     const std::optional<WorkloadPriority>& priority) {
   Object wl = {{"apiVersion", std::string(kKueueGroup) + "/" + kKueueVersion},
                {"kind", "Workload"},
                {"metadata",
@@ -126,7 +133,7 @@ Object BuildWorkload(const api::ModelSelectionJob& job, const std::string& queue
                                                      {"name", job.metadata.name},
                                                      {"uid", job.metadata.uid},
                                                      {"controller", true}}})}}},
-               {"spec", {{"queueName", queue}, {"podSets", Object::array({pod_set})}}}};
+               {"spec", {{"queueName", queue}, {"podSets", WorkloadPodSets(job)}}}};
   if (priority) {
     wl["spec"]["priorityClassRef"] = {
         {"group", kKueueGroup}, {"kind", "WorkloadPriorityClass"}, {"name", priority->class_name}};
@@ -157,6 +164,12 @@ KueueAdmission ReadAdmission(const Object& wl, const std::string& gpu_resource) 
       }
     }
   }
+  if (wl.contains("status") && wl["status"].is_object() &&
+      wl["status"].contains("reclaimablePods") && wl["status"]["reclaimablePods"].is_array()) {
+    for (const Object& rp : wl["status"]["reclaimablePods"]) {
+      if (rp.value("name", "") == kKueuePodSet) a.reclaimable = rp.value("count", 0);
+    }
+  }
   auto words = [&a](const Object* c) {
     if (c == nullptr) return;
     a.reason = c->value("reason", "");
@@ -180,7 +193,8 @@ KueueAdmission ReadAdmission(const Object& wl, const std::string& gpu_resource) 
 
 Status ApplyAdmission(const KueueAdmission& admission, const Object* flavor,
                       api::ResourcesSpec* resources) {
-  resources->gpu_quota = std::min(resources->gpu_quota, admission.gpus);
+  resources->gpu_quota =
+      std::min(resources->gpu_quota, std::max(0, admission.gpus - admission.reclaimable));
   if (flavor == nullptr || !flavor->contains("spec") || !(*flavor)["spec"].is_object()) {
     return OkStatus();
   }
@@ -264,6 +278,18 @@ Object ClearedReservation(const Object& workload, const std::string& now) {
   return wl;
 }
 
+int ReclaimableGpus(const KueueAdmission& admission, int usable_gpus) {
+  if (usable_gpus < 0) return admission.reclaimable;
+  const int beyond = std::clamp(admission.gpus - usable_gpus, 0, admission.gpus);
+  return std::max(admission.reclaimable, beyond);
+}
+
+Object WithReclaimable(const Object& workload, int count) {
+  Object wl = workload;
+  wl["status"]["reclaimablePods"] = Object::array({{{"name", kKueuePodSet}, {"count", count}}});
+  return wl;
+}
+
 Object FinishedWorkload(const Object& workload, bool succeeded, const std::string& message,
                         const std::string& now) {
   Object wl = workload;
@@ -315,26 +341,188 @@ StatusOr<Object> EnsureWorkload(kube::Client* client, const KueueCaches& caches,
   if (created.ok()) {
     Log(LogLevel::kInfo, "Created Workload",
         {{"msj", ns + "/" + job.metadata.name}, {"workload", name}, {"queue", queue}});
-    out->event_reason = "WorkloadCreated";
-    out->event_message = "created Workload " + name + " asking LocalQueue " + queue + " for " +
-                         std::to_string(job.spec.resources.gpu_quota) + " GPUs";
+    const std::string note = "created Workload " + name + " asking LocalQueue " + queue + " for " +
+                             std::to_string(job.spec.resources.gpu_quota) + " GPUs";
+    if (out->event_reason.empty()) {
+      out->event_reason = "WorkloadCreated";
+      out->event_message = note;
+    } else {
+      out->event_message += "; " + note;  // replacing an outdated one
+    }
     return *created;
   }
   if (!kube::IsAlreadyExists(created.status())) return created.status();
   return client->Get(Workloads(), ns, name);
 }
 
+// The job's Workloads other than the one its spec asks for now: left by an
+// edit of what the pod sets say (owned by this job object, another name).
+std::vector<kube::ObjectPtr> OutdatedWorkloads(const kube::Store& workloads,
+                                               const api::ModelSelectionJob& job) {
+  const std::string current = WorkloadName(job);
+  std::vector<kube::ObjectPtr> outdated;
+  for (const kube::ObjectPtr& wl : workloads.List()) {
+    const Object& meta = (*wl)["metadata"];
+    if (meta.value("namespace", "") != job.metadata.namespace_ ||
+        meta.value("name", "") == current || !meta.contains("ownerReferences")) {
+      continue;
+    }
+    for (const Object& owner : meta["ownerReferences"]) {
+      if (owner.value("uid", "") == job.metadata.uid) {
+        outdated.push_back(wl);
+        break;
+      }
+    }
+  }
+  return outdated;
+}
+
+// What of the job's request differs from the outdated Workload's, in the
+// spec's words.
+std::string RequestChange(const Object& outdated, const api::ModelSelectionJob& job) {
+  const Object now = WorkloadPodSets(job)[0];
+  Object before = Object::object();
+  if (outdated["spec"].contains("podSets") && outdated["spec"]["podSets"].is_array() &&
+      !outdated["spec"]["podSets"].empty()) {
+    before = outdated["spec"]["podSets"][0];
+  }
+  if (before.value("count", 0) != now.value("count", 0)) {
+    return "spec.resources.gpuQuota changed from " + std::to_string(before.value("count", 0)) +
+           " to " + std::to_string(now.value("count", 0));
+  }
+  if (before.value("minCount", 0) != now.value("minCount", 0)) {
+    return "spec.resources.gpusPerTask.min changed to " +
+           std::to_string(std::max(1, job.spec.resources.gpus_per_task.min));
+  }
+  return "spec.resources changed (nodeSelector, tolerations, image or gpuResourceName)";
+}
+
+// Replaces the Workloads an edit left. One that holds quota while pods of the
+// job live holds the job (false: its gangs stop as for an eviction, so they
+// checkpoint); else it is deleted (its quota goes back to Kueue) and true says
+// the gate goes on to create the one the spec asks for.
+StatusOr<bool> ReplaceOutdated(kube::Client* client, const api::ModelSelectionJob& job,
+                               const std::vector<kube::ObjectPtr>& outdated, int live_pods,
+                               const std::string& queue, KueueGateResult* out) {
+  const std::string& ns = job.metadata.namespace_;
+  for (const kube::ObjectPtr& wl : outdated) {
+    const std::string name = (*wl)["metadata"].value("name", "");
+    const KueueAdmission a = ReadAdmission(*wl, job.spec.resources.gpu_resource_name);
+    const std::string change = RequestChange(*wl, job);
+    if (a.reserved && live_pods > 0) {
+      out->condition.reason = "WorkloadOutdated";
+      std::string& m = out->condition.message;
+      m = change + ", but the pod sets of Workload ";
+      m += name + " (admitted to ClusterQueue " + a.cluster_queue;
+      m += " with " + std::to_string(a.gpus) + " GPUs) cannot change: its gangs checkpoint and ";
+      m += "stop, then a new Workload asks LocalQueue " + queue + " again";
+      return false;
+    }
+    Status deleted = client->Delete(Workloads(), ns, name, {});
+    if (kube::IsNotFound(deleted)) continue;  // an earlier pass deleted it; the cache lags
+    if (!deleted.ok()) return deleted;
+    Log(LogLevel::kInfo, "Replaced an outdated Workload",
+        {{"msj", ns + "/" + job.metadata.name}, {"workload", name}, {"change", change}});
+    out->event_reason = "WorkloadReplaced";
+    out->event_message = change + ": deleted Workload ";
+    out->event_message += name;
+    if (a.reserved)
+      out->event_message += " (its quota goes back to ClusterQueue " + a.cluster_queue + ")";
+  }
+  return true;
+}
+
+// Reports the admitted GPUs the job's unfinished tasks cannot use as
+// reclaimable pods, so Kueue frees their quota (with an event saying so).
+Status GiveBackUnusable(kube::Client* client, const api::ModelSelectionJob& job, const Object& wl,
+                        int usable_gpus, KueueAdmission* a, KueueGateResult* out) {
+  const int reclaimable = ReclaimableGpus(*a, usable_gpus);
+  if (reclaimable <= a->reclaimable) return OkStatus();
+  auto stored =
+      client->UpdateStatus(Workloads(), job.metadata.namespace_, WithReclaimable(wl, reclaimable));
+  if (!stored.ok()) return stored.status();
+  Log(LogLevel::kInfo, "Gave GPUs back to Kueue",
+      {{"msj", job.metadata.namespace_ + "/" + job.metadata.name},
+       {"workload", wl["metadata"].value("name", "")},
+       {"reclaimable", std::to_string(reclaimable)}});
+  a->reclaimable = reclaimable;
+  if (out->event_reason.empty()) {
+    out->event_reason = "GpusReclaimable";
+    out->event_message = std::to_string(reclaimable) + " of the " + std::to_string(a->gpus) +
+                         " GPUs admitted by ClusterQueue " + a->cluster_queue;
+    out->event_message +=
+        " go back to Kueue: the unfinished tasks use at most " + std::to_string(usable_gpus);
+  }
+  return OkStatus();
+}
+
+// Reads the job's Workload (creating it) and what Kueue decided: marks a
+// finished job's Workload Finished, applies an admission to the job's
+// resources and hands an evicted reservation back once `live_pods` is 0.
+Status GateOnWorkload(kube::Client* client, const KueueCaches& caches, api::ModelSelectionJob* job,
+                      int live_pods, int usable_gpus, const std::string& now,
+                      KueueGateResult* out) {
+  const std::string queue = KueueQueueName(*job);
+  const auto outdated = OutdatedWorkloads(*caches.workloads, *job);
+  if (!outdated.empty()) {
+    ORRERY_ASSIGN_OR_RETURN(bool replaced,
+                            ReplaceOutdated(client, *job, outdated, live_pods, queue, out));
+    if (!replaced) return OkStatus();  // held until the gangs have stopped
+  }
+  auto wl = EnsureWorkload(client, caches, *job, queue, out);
+  if (!wl.ok()) {
+    if (wl.status().code() != StatusCode::kInvalidArgument) return wl.status();
+    out->condition.reason = "InvalidPriorityClass";
+    out->condition.message = wl.status().message();
+    out->warning = true;
+    return OkStatus();
+  }
+  KueueAdmission a = ReadAdmission(*wl, job->spec.resources.gpu_resource_name);
+  const bool terminal = job->status && (job->status->phase == api::Phase::kSucceeded ||
+                                        job->status->phase == api::Phase::kFailed);
+  if (terminal && a.state != KueueAdmission::State::kFinished) {
+    const bool ok = job->status->phase == api::Phase::kSucceeded;
+    auto stored = client->UpdateStatus(
+        Workloads(), job->metadata.namespace_,
+        FinishedWorkload(*wl, ok, ok ? "every task finished" : "the job failed", now));
+    if (!stored.ok()) return stored.status();
+    a.state = KueueAdmission::State::kFinished;
+  }
+  out->condition = AdmissionCondition(a, queue, job->metadata.generation);
+  out->run = terminal || a.state == KueueAdmission::State::kAdmitted;
+  if (a.state == KueueAdmission::State::kAdmitted) {
+    ORRERY_RETURN_IF_ERROR(GiveBackUnusable(client, *job, *wl, usable_gpus, &a, out));
+    const kube::ObjectPtr flavor =
+        caches.flavors != nullptr && !a.flavor.empty() ? caches.flavors->Get(a.flavor) : nullptr;
+    if (Status s = ApplyAdmission(a, flavor.get(), &job->spec.resources); !s.ok()) {
+      out->run = false;
+      out->condition.status = "False";
+      out->condition.reason = "FlavorConflict";
+      out->condition.message = s.message();
+      out->warning = true;
+    }
+  } else if (a.state == KueueAdmission::State::kEvicted && a.reserved && live_pods == 0) {
+    // Stopped: the reservation goes back to Kueue, which queues it again.
+    auto stored =
+        client->UpdateStatus(Workloads(), job->metadata.namespace_, ClearedReservation(*wl, now));
+    if (!stored.ok()) return stored.status();
+    Log(LogLevel::kInfo, "Cleared the evicted Workload's reservation",
+        {{"msj", job->metadata.namespace_ + "/" + job->metadata.name},
+         {"workload", WorkloadName(*job)}});
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<KueueGateResult> KueueGate(kube::Client* client, const KueueCaches& caches,
-                                    api::ModelSelectionJob* job, int live_pods,
+                                    api::ModelSelectionJob* job, int live_pods, int usable_gpus,
                                     const std::string& now) {
   const std::string queue = KueueQueueName(*job);
-  const int64_t generation = job->metadata.generation;
   KueueGateResult out;
   out.condition.type = kKueueCondition;
   out.condition.status = "False";
-  out.condition.observed_generation = generation;
+  out.condition.observed_generation = job->metadata.generation;
   if (caches.workloads == nullptr) {
     out.condition.reason = "KueueNotServed";
     out.condition.message = "labelled " + std::string(kKueueQueueLabel) + "=" + queue +
@@ -343,47 +531,7 @@ StatusOr<KueueGateResult> KueueGate(kube::Client* client, const KueueCaches& cac
                             "or remove the label to run without Kueue";
     out.warning = true;
   } else {
-    auto wl = EnsureWorkload(client, caches, *job, queue, &out);
-    if (!wl.ok()) {
-      if (wl.status().code() != StatusCode::kInvalidArgument) return wl.status();
-      out.condition.reason = "InvalidPriorityClass";
-      out.condition.message = wl.status().message();
-      out.warning = true;
-    } else {
-      KueueAdmission a = ReadAdmission(*wl, job->spec.resources.gpu_resource_name);
-      const bool terminal = job->status && (job->status->phase == api::Phase::kSucceeded ||
-                                            job->status->phase == api::Phase::kFailed);
-      if (terminal && a.state != KueueAdmission::State::kFinished) {
-        const bool ok = job->status->phase == api::Phase::kSucceeded;
-        auto stored = client->UpdateStatus(
-            Workloads(), job->metadata.namespace_,
-            FinishedWorkload(*wl, ok, ok ? "every task finished" : "the job failed", now));
-        if (!stored.ok()) return stored.status();
-        a.state = KueueAdmission::State::kFinished;
-      }
-      out.condition = AdmissionCondition(a, queue, generation);
-      out.run = terminal || a.state == KueueAdmission::State::kAdmitted;
-      if (a.state == KueueAdmission::State::kAdmitted) {
-        const kube::ObjectPtr flavor = caches.flavors != nullptr && !a.flavor.empty()
-                                           ? caches.flavors->Get(a.flavor)
-                                           : nullptr;
-        if (Status s = ApplyAdmission(a, flavor.get(), &job->spec.resources); !s.ok()) {
-          out.run = false;
-          out.condition.status = "False";
-          out.condition.reason = "FlavorConflict";
-          out.condition.message = s.message();
-          out.warning = true;
-        }
-      } else if (a.state == KueueAdmission::State::kEvicted && a.reserved && live_pods == 0) {
-        // Stopped: the reservation goes back to Kueue, which queues it again.
-        auto stored = client->UpdateStatus(Workloads(), job->metadata.namespace_,
-                                           ClearedReservation(*wl, now));
-        if (!stored.ok()) return stored.status();
-        Log(LogLevel::kInfo, "Cleared the evicted Workload's reservation",
-            {{"msj", job->metadata.namespace_ + "/" + job->metadata.name},
-             {"workload", WorkloadName(*job)}});
-      }
-    }
+    ORRERY_RETURN_IF_ERROR(GateOnWorkload(client, caches, job, live_pods, usable_gpus, now, &out));
   }
   const api::Condition* before = StoredCondition(*job);
   if (out.event_reason.empty() && (before == nullptr || before->reason != out.condition.reason ||

@@ -17,6 +17,17 @@
 //   integration (QuotaReserved=False "Pending", admission removed, Requeued), so
 //   Kueue queues it again; admitted again, the job resumes from its checkpoints
 //   in whatever layout the new admission allows.
+// - Edited (spec.resources.gpuQuota, gpusPerTask.min, nodeSelector,
+//   tolerations, image, gpuResourceName: what the pod sets say): a Workload's
+//   pod sets cannot change, so the job's Workload is replaced. One that holds
+//   no quota is deleted and a new one queued at once; an admitted one holds
+//   the job (its gangs checkpoint and stop as for an eviction, status reason
+//   WorkloadOutdated) until no pod of the job is left, then is deleted (its
+//   quota goes back to Kueue) and a new one queues (event WorkloadReplaced).
+// - Tasks finishing: once the unfinished tasks together (each at most
+//   gpusPerTask.max) cannot use every admitted GPU, the rest are reported as
+//   reclaimable pods (status.reclaimablePods), so Kueue frees their quota for
+//   other workloads while the job runs on.
 // - Succeeded or Failed: the Workload gets Finished=True, releasing its quota.
 //   Deleting the job deletes the Workload by its owner reference.
 //
@@ -49,8 +60,13 @@ kube::Resource WorkloadPriorityClasses();  // kueue.x-k8s.io/v1beta2, cluster-sc
 
 // The job's LocalQueue, "" when it is not labelled (Kueue is then not involved).
 std::string KueueQueueName(const api::ModelSelectionJob& job);
-// The Workload's name: deterministic for one job object (its uid's first
-// characters tell a re-created job's Workload from its predecessor's).
+// The Workload's pod sets for the job's spec now (see BuildWorkload).
+kube::Object WorkloadPodSets(const api::ModelSelectionJob& job);
+// The Workload's name: deterministic for one job object and one request (its
+// uid's first characters tell a re-created job's Workload from its
+// predecessor's; a digest of WorkloadPodSets, a Workload asking for an edited
+// spec.resources from the one asking for the old, since Kueue's pod sets are
+// immutable).
 std::string WorkloadName(const api::ModelSelectionJob& job);
 
 // The Workload that represents `job` in `queue`; `priority` (a
@@ -69,6 +85,7 @@ struct KueueAdmission {
   std::string cluster_queue;  // admitted (or evicted while still reserved)
   std::string flavor;         // the GPU resource's flavor
   int gpus = 0;               // GPUs admitted
+  int reclaimable = 0;        // of those, given back (status.reclaimablePods)
   bool reserved = false;      // QuotaReserved=True (an evicted one still holds it)
   std::string reason;         // Kueue's condition reason ("Preempted", "Pending", ...)
   std::string message;        // Kueue's condition message
@@ -76,9 +93,9 @@ struct KueueAdmission {
 KueueAdmission ReadAdmission(const kube::Object& workload, const std::string& gpu_resource);
 
 // The job's resources inside an admission: the quota capped at the admitted
-// GPUs, the flavor's node labels added to the node selector and its
-// tolerations to the tolerations. A flavor label the job's own selector sets to
-// another value is an error naming both (no node could hold the pods).
+// GPUs less those given back as reclaimable, the flavor's node labels added to the node selector
+// and its tolerations to the tolerations. A flavor label the job's own selector sets to another
+// value is an error naming both (no node could hold the pods).
 Status ApplyAdmission(const KueueAdmission& admission, const kube::Object* flavor,
                       api::ResourcesSpec* resources);
 
@@ -93,6 +110,13 @@ api::Condition AdmissionCondition(const KueueAdmission& admission, const std::st
 // preemption or node failures, sets Requeued=True. Returns the Workload with
 // that status; `now` is RFC 3339.
 kube::Object ClearedReservation(const kube::Object& workload, const std::string& now);
+// GPUs of an admission the job can no longer use, to give back to Kueue as
+// reclaimable pods of its one-GPU pod set: the admitted GPUs beyond
+// `usable_gpus` (what its unfinished tasks may use together; -1: unknown),
+// never fewer than already given back (Kueue only lets the count grow).
+int ReclaimableGpus(const KueueAdmission& admission, int usable_gpus);
+// The Workload with status.reclaimablePods saying `count` pods of its pod set.
+kube::Object WithReclaimable(const kube::Object& workload, int count);
 // The Workload with Finished=True (reason Succeeded or Failed).
 kube::Object FinishedWorkload(const kube::Object& workload, bool succeeded,
                               const std::string& message, const std::string& now);
@@ -112,11 +136,12 @@ struct KueueGateResult {
 };
 
 // Ensures the job's Workload exists, reads Kueue's decision, applies an
-// admission to `job`'s resources, clears an evicted Workload's reservation
+// admission to `job`'s resources, gives back admitted GPUs beyond
+// `usable_gpus` (ReclaimableGpus), clears an evicted Workload's reservation
 // once `live_pods` is 0 and marks a finished job's Workload. `client` writes
 // the Workload; errors are API errors (retried by the caller).
 StatusOr<KueueGateResult> KueueGate(kube::Client* client, const KueueCaches& caches,
-                                    api::ModelSelectionJob* job, int live_pods,
+                                    api::ModelSelectionJob* job, int live_pods, int usable_gpus,
                                     const std::string& now);
 
 }  // namespace orrery::controller

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <set>
 
 #include "common/log.h"
 #include "common/time_text.h"
@@ -741,8 +742,24 @@ Status Reconciler::ForbiddenLaunch(JobContext& ctx, const std::string& task, con
 StatusOr<bool> Reconciler::AdmittedByKueue(JobContext& ctx) {
   int live_pods = 0;
   for (const Json& p : ctx.job_pods) live_pods += PodFinished(p) ? 0 : 1;
-  ORRERY_ASSIGN_OR_RETURN(KueueGateResult gate,
-                          KueueGate(client_, caches_.kueue, &ctx.loaded.job, live_pods, NowText()));
+  // What the unfinished tasks may use together (each at most gpusPerTask.max),
+  // from the states the status last recorded; the rest of an admission goes
+  // back to Kueue.
+  const api::ModelSelectionJob& job = ctx.loaded.job;
+  std::set<std::string> finished;
+  if (job.status) {
+    for (const api::TaskStatus& t : job.status->tasks) {
+      if (t.state == api::TaskState::kSucceeded || t.state == api::TaskState::kFailed) {
+        finished.insert(t.name);
+      }
+    }
+  }
+  int unfinished = 0;
+  for (const api::ExpandedTask& t : ctx.loaded.tasks) unfinished += finished.count(t.name) ? 0 : 1;
+  const int per_task = job.spec.resources.gpus_per_task.max;
+  const int usable = per_task > 0 ? unfinished * per_task : -1;
+  ORRERY_ASSIGN_OR_RETURN(KueueGateResult gate, KueueGate(client_, caches_.kueue, &ctx.loaded.job,
+                                                          live_pods, usable, NowText()));
   ctx.kueue_condition = gate.condition;
   ctx.kueue_admitted = gate.run;
   if (!gate.event_reason.empty()) {

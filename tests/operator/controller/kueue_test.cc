@@ -3,6 +3,9 @@
 // cleared after an eviction) and one pass of KueueGate over an in-memory API.
 #include "operator/controller/kueue.h"
 
+#include <functional>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "operator/controller/names.h"
@@ -55,7 +58,8 @@ TEST(KueueTest, WorkloadAsksForTheQuotaAsOneGpuPodsOwnedByTheJob) {
   Object wl = BuildWorkload(job, "team-a-gpus", WorkloadPriority{"high", 1000});
   EXPECT_EQ(wl["apiVersion"], "kueue.x-k8s.io/v1beta2");
   EXPECT_EQ(wl["kind"], "Workload");
-  EXPECT_EQ(wl["metadata"]["name"], "msj-sweep-6f1d2");
+  EXPECT_EQ(wl["metadata"]["name"], WorkloadName(job));
+  EXPECT_EQ(WorkloadName(job).rfind("msj-sweep-6f1d2-", 0), 0u);
   EXPECT_EQ(wl["metadata"]["namespace"], "team-a");
   const Object& owner = wl["metadata"]["ownerReferences"][0];
   EXPECT_EQ(owner["kind"], "ModelSelectionJob");
@@ -223,6 +227,26 @@ class MemoryApi : public kube::Client {
   int status_writes = 0;
 };
 
+// Kueue's pod sets are immutable: an edit of what they say names another
+// Workload (the gate replaces the old one); an edit of anything else does not.
+TEST(KueueTest, AnEditedRequestNamesAnotherWorkload) {
+  api::ModelSelectionJob job = LabelledJob();
+  const std::string before = WorkloadName(job);
+  api::ModelSelectionJob suspended = job;
+  suspended.spec.suspend = true;
+  EXPECT_EQ(WorkloadName(suspended), before);
+  for (const auto& edit : std::vector<std::function<void(api::ResourcesSpec&)>>{
+           [](api::ResourcesSpec& r) { r.gpu_quota = 4; },
+           [](api::ResourcesSpec& r) { r.gpus_per_task.min = 2; },
+           [](api::ResourcesSpec& r) { r.node_selector["zone"] = "b"; },
+           [](api::ResourcesSpec& r) { r.tolerations.clear(); }}) {
+    api::ModelSelectionJob edited = job;
+    edit(edited.spec.resources);
+    EXPECT_NE(WorkloadName(edited), before);
+    EXPECT_EQ(WorkloadName(edited).rfind("msj-sweep-6f1d2-", 0), 0u);
+  }
+}
+
 TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) {
   MemoryApi api;
   kube::Store workloads, flavors;
@@ -230,14 +254,14 @@ TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) 
   api::ModelSelectionJob job = LabelledJob("q");
   job.metadata.labels[kKueuePriorityClassLabel] = "high";
   // A priority class that does not exist: the job waits, saying which.
-  auto gate = KueueGate(&api, caches, &job, 0, "t0");
+  auto gate = KueueGate(&api, caches, &job, 0, -1, "t0");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_FALSE(gate->run);
   EXPECT_EQ(gate->condition.reason, "InvalidPriorityClass");
   EXPECT_NE(gate->condition.message.find("WorkloadPriorityClass high"), std::string::npos);
   api.objects["workloadpriorityclasses/high"] = {{"metadata", {{"name", "high"}}}, {"value", 100}};
 
-  gate = KueueGate(&api, caches, &job, 0, "t1");
+  gate = KueueGate(&api, caches, &job, 0, -1, "t1");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_FALSE(gate->run);
   EXPECT_EQ(gate->event_reason, "WorkloadCreated");
@@ -251,7 +275,7 @@ TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) 
   flavors.Upsert(std::make_shared<Object>(
       Object{{"metadata", {{"name", "a100"}}}, {"spec", {{"nodeLabels", {{"model", "a100"}}}}}}));
   api::ModelSelectionJob admitted = job;
-  gate = KueueGate(&api, caches, &admitted, 0, "t2");
+  gate = KueueGate(&api, caches, &admitted, 0, -1, "t2");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_TRUE(gate->run);
   EXPECT_EQ(gate->condition.status, "True");
@@ -265,12 +289,12 @@ TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) 
   workloads.Upsert(std::make_shared<Object>(
       Evicted(*workloads.Get("team-a/" + WorkloadName(job)), "Preempted")));
   int writes = api.status_writes;
-  gate = KueueGate(&api, caches, &job, 3, "t3");
+  gate = KueueGate(&api, caches, &job, 3, -1, "t3");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_FALSE(gate->run);
   EXPECT_EQ(gate->condition.reason, "Evicted");
   EXPECT_EQ(api.status_writes, writes);
-  gate = KueueGate(&api, caches, &job, 0, "t4");
+  gate = KueueGate(&api, caches, &job, 0, -1, "t4");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_EQ(api.status_writes, writes + 1);
   EXPECT_FALSE(api.objects[key]["status"].contains("admission"));
@@ -281,16 +305,48 @@ TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) 
   done.status = api::ModelSelectionJobStatus{};
   done.status->phase = api::Phase::kSucceeded;
   workloads.Upsert(std::make_shared<Object>(api.objects[key]));
-  gate = KueueGate(&api, caches, &done, 0, "t5");
+  gate = KueueGate(&api, caches, &done, 0, -1, "t5");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_TRUE(gate->run);
   EXPECT_EQ((*Condition(api.objects[key], "Finished"))["reason"], "Succeeded");
 }
 
+// Admitted GPUs the unfinished tasks cannot use go back to Kueue as
+// reclaimable pods; the count only grows, and the job's cap shrinks with it.
+TEST(KueueTest, GpusTheUnfinishedTasksCannotUseAreReclaimable) {
+  KueueAdmission a;
+  a.state = KueueAdmission::State::kAdmitted;
+  a.gpus = 6;
+  EXPECT_EQ(ReclaimableGpus(a, -1), 0);  // unknown: nothing
+  EXPECT_EQ(ReclaimableGpus(a, 8), 0);
+  EXPECT_EQ(ReclaimableGpus(a, 4), 2);
+  EXPECT_EQ(ReclaimableGpus(a, 0), 6);
+  a.reclaimable = 3;
+  EXPECT_EQ(ReclaimableGpus(a, 4), 3);  // never fewer than reported
+  api::ResourcesSpec r = LabelledJob().spec.resources;
+  ASSERT_TRUE(ApplyAdmission(a, nullptr, &r).ok());
+  EXPECT_EQ(r.gpu_quota, 3);
+
+  MemoryApi api;
+  kube::Store workloads, flavors;
+  api::ModelSelectionJob job = LabelledJob("q");
+  Object wl = Admitted(BuildWorkload(job, "q", std::nullopt), 4, "std");
+  workloads.Upsert(std::make_shared<Object>(wl));
+  auto gate = KueueGate(&api, KueueCaches{&workloads, &flavors}, &job, 2, 2, "t");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_TRUE(gate->run);
+  EXPECT_EQ(job.spec.resources.gpu_quota, 2);
+  EXPECT_EQ(gate->event_reason, "GpusReclaimable");
+  const Object& stored = api.objects["workloads/team-a/" + WorkloadName(LabelledJob("q"))];
+  ASSERT_TRUE(stored["status"].contains("reclaimablePods")) << stored.dump();
+  EXPECT_EQ(stored["status"]["reclaimablePods"][0]["name"], kKueuePodSet);
+  EXPECT_EQ(stored["status"]["reclaimablePods"][0]["count"], 2);
+}
+
 TEST(KueueTest, WithoutKueueServedALabelledJobWaitsSayingWhy) {
   MemoryApi api;
   api::ModelSelectionJob job = LabelledJob("q");
-  auto gate = KueueGate(&api, KueueCaches{}, &job, 0, "t");
+  auto gate = KueueGate(&api, KueueCaches{}, &job, 0, -1, "t");
   ASSERT_TRUE(gate.ok());
   EXPECT_FALSE(gate->run);
   EXPECT_EQ(gate->condition.reason, "KueueNotServed");
