@@ -1,0 +1,243 @@
+// Interleaved multi-model execution (worker/parallel/interleaved.h) against
+// the two ways to train the same K spilled models without it, in one run, same
+// models, batches, steps and device budget:
+//   interleaved     the K tasks share the device, their shards in one
+//                   schedule (the order chosen from a measured first round;
+//                   also each order forced);
+//   one after other each task spilled alone with the whole budget, in turn;
+//   side by side    each task spilled alone on its own thread with 1/K of the
+//                   budget (so together they stay within it), uncoordinated.
+// Every model is larger than the budget. The tasks alternate between a
+// compute-heavy batch and a copy-heavy one (--batches), the case where a
+// model's compute can hide another's copies. Printed: wall seconds of all
+// tasks' steps, the speedup over one after other, and the device-busy
+// fraction: compute seconds (turns, or steps, less the time waiting on shard
+// copies) over wall seconds. The "device" is the CPU path's (a memory budget
+// and a copy thread, one intra-op thread per task): side by side gets one
+// core per thread on a multi-core host, where on one GPU its kernels would
+// share the device; its fraction may then pass 1 (compute-seconds per wall
+// second). Timings on a shared machine are noisy: compare within one run.
+//
+//   interleave_bench [--smoke] [--models K] [--steps N] [--hidden N] [--layers N]
+//                    [--batches B1,B2,..]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include "worker/parallel/interleaved.h"
+
+namespace {
+
+using orrery::Status;
+using orrery::StatusOr;
+namespace model = orrery::model;
+namespace parallel = orrery::parallel;
+
+struct Options {
+  bool smoke = false;
+  int models = 2;
+  int steps = 8;
+  int hidden = 768;
+  int layers = 0;  // 0: 3K + 2, so each model passes the budget
+  std::vector<int64_t> batches = {64, 1};
+};
+
+bool ParseArgs(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    const char* v = nullptr;
+    if (a == "--smoke") {
+      o.smoke = true;
+    } else if ((a == "--models" || a == "--steps" || a == "--hidden" || a == "--layers") &&
+               (v = next()) != nullptr) {
+      const int n = std::atoi(v);
+      if (n <= 0) return false;
+      (a == "--models"   ? o.models
+       : a == "--steps"  ? o.steps
+       : a == "--hidden" ? o.hidden
+                         : o.layers) = n;
+    } else if (a == "--batches" && (v = next()) != nullptr) {
+      o.batches.clear();
+      std::stringstream in(v);
+      for (std::string b; std::getline(in, b, ',');) o.batches.push_back(std::atoll(b.c_str()));
+      if (o.batches.empty() ||
+          std::any_of(o.batches.begin(), o.batches.end(), [](int64_t b) { return b <= 0; }))
+        return false;
+    } else {
+      return false;
+    }
+  }
+  return o.models >= 2;
+}
+
+double Since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+struct Figures {
+  double wall_s = 0;
+  double busy_s = 0;
+};
+
+std::vector<parallel::InterleavedTask> Tasks(const Options& o) {
+  std::vector<parallel::InterleavedTask> tasks;
+  for (int k = 0; k < o.models; ++k) {
+    parallel::InterleavedTask t;
+    t.name = "model" + std::to_string(k);
+    t.model.kind = "mlp";
+    t.model.mlp = {o.hidden, o.hidden, o.layers, 10};
+    t.model.seed = 100 + k;
+    t.strategy.name = "spill";
+    t.strategy.recompute = "unit";
+    const int64_t rows = o.batches[static_cast<size_t>(k) % o.batches.size()];
+    const model::ModelConfig mc = t.model;
+    t.batch = [mc, rows](int64_t step) { return model::SyntheticBatch(mc, rows, step); };
+    t.steps = o.steps;
+    tasks.push_back(std::move(t));
+  }
+  return tasks;
+}
+
+// Task `t` spilled alone under `budget`: its steps' wall and busy seconds.
+StatusOr<Figures> Alone(const parallel::InterleavedTask& t, int64_t budget) {
+  parallel::StrategyConfig sc = t.strategy;
+  sc.spill_budget_bytes = budget;
+  const auto start = std::chrono::steady_clock::now();
+  ORRERY_ASSIGN_OR_RETURN(auto s, parallel::MakeStrategy(t.model, sc, t.optimizer, nullptr));
+  Figures f;
+  for (int64_t step = 0; step < t.steps; ++step) {
+    const auto step_start = std::chrono::steady_clock::now();
+    ORRERY_ASSIGN_OR_RETURN(double loss, s->Step(t.batch(step)));
+    (void)loss;
+    f.busy_s += Since(step_start) * (1 - s->Info().wait_fraction);
+  }
+  f.wall_s = Since(start);
+  return f;
+}
+
+StatusOr<Figures> OneAfterOther(const std::vector<parallel::InterleavedTask>& tasks,
+                                int64_t budget) {
+  Figures total;
+  for (const auto& t : tasks) {
+    ORRERY_ASSIGN_OR_RETURN(Figures f, Alone(t, budget));
+    total.wall_s += f.wall_s;
+    total.busy_s += f.busy_s;
+  }
+  return total;
+}
+
+StatusOr<Figures> SideBySide(const std::vector<parallel::InterleavedTask>& tasks, int64_t budget) {
+  std::vector<StatusOr<Figures>> out(tasks.size(), Figures{});
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  const int64_t share = budget / static_cast<int64_t>(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i)
+    threads.emplace_back([&, i]() { out[i] = Alone(tasks[i], share); });
+  for (auto& t : threads) t.join();
+  Figures total;
+  total.wall_s = Since(start);
+  for (auto& f : out) {
+    if (!f.ok()) return f.status();
+    total.busy_s += f->busy_s;
+  }
+  return total;
+}
+
+StatusOr<Figures> Interleaved(const std::vector<parallel::InterleavedTask>& tasks, int64_t budget,
+                              parallel::InterleaveOrder order, std::string* choice) {
+  ORRERY_ASSIGN_OR_RETURN(auto device,
+                          parallel::InterleavedDevice::Create(c10::kCPU, budget, order));
+  const auto start = std::chrono::steady_clock::now();
+  auto results = parallel::TrainInterleaved(*device, tasks);
+  Figures f;
+  f.wall_s = Since(start);
+  for (const auto& r : results)
+    if (!r.status.ok()) return r.status;
+  f.busy_s = device->stats().busy_s;
+  if (device->choice().has_value()) *choice = device->choice()->ToJson();
+  return f;
+}
+
+int64_t LayerBytes(const Options& o) { return int64_t{4} * (o.hidden * o.hidden + o.hidden); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!ParseArgs(argc, argv, o)) {
+    std::cerr << "usage: interleave_bench [--smoke] [--models K>=2] [--steps N] [--hidden N] "
+                 "[--layers N] [--batches B1,B2,..]\n";
+    return 2;
+  }
+  if (o.smoke) {
+    o.hidden = 64;
+    o.steps = 3;
+  }
+  if (o.layers == 0) o.layers = 3 * o.models + 2;
+  at::set_num_threads(1);
+  // Side by side each task has 1/K of the budget, a third of which (spill's
+  // double buffering) must hold one layer.
+  const int64_t budget = 3 * o.models * LayerBytes(o) + 4096;
+  const auto tasks = Tasks(o);
+  const int64_t model_bytes = (o.layers + 1) * LayerBytes(o);
+  std::printf(
+      "interleave benchmark: %d MLPs of %d layers x %d hidden (%.1f MB of parameters each), "
+      "device budget %.1f MB, %d steps each, batches",
+      o.models, o.layers + 1, o.hidden, static_cast<double>(model_bytes) / 1e6,
+      static_cast<double>(budget) / 1e6, o.steps);
+  for (const auto& t : tasks)
+    std::printf(" %lld", static_cast<long long>(t.batch(0).inputs.size(0)));
+  std::printf("; CPU path, 1 intra-op thread per task, %u hardware threads; LibTorch %s\n",
+              std::thread::hardware_concurrency(), TORCH_VERSION);
+  struct Row {
+    std::string label;
+    std::function<StatusOr<Figures>(std::string*)> run;
+  };
+  const std::vector<Row> rows = {
+      {"one after other", [&](std::string*) { return OneAfterOther(tasks, budget); }},
+      {"side by side", [&](std::string*) { return SideBySide(tasks, budget); }},
+      {"interleaved (auto)",
+       [&](std::string* c) {
+         return Interleaved(tasks, budget, parallel::InterleaveOrder::kAuto, c);
+       }},
+      {"interleaved rr",
+       [&](std::string* c) {
+         return Interleaved(tasks, budget, parallel::InterleaveOrder::kRoundRobin, c);
+       }},
+      {"interleaved mam", [&](std::string* c) {
+         return Interleaved(tasks, budget, parallel::InterleaveOrder::kModelAfterModel, c);
+       }}};
+  // Warm-up (allocator, LibTorch's first calls), not timed.
+  if (auto warm = OneAfterOther(tasks, budget); !warm.ok()) {
+    std::printf("warm-up failed: %s\n", warm.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("\n%-20s %10s %14s %12s\n", "execution", "wall s", "vs one-after", "device busy");
+  double baseline = 0;
+  int failures = 0;
+  std::string auto_choice;
+  for (const Row& r : rows) {
+    std::string choice;
+    StatusOr<Figures> f = r.run(&choice);
+    if (!f.ok()) {
+      std::printf("%-20s failed: %s\n", r.label.c_str(), f.status().ToString().c_str());
+      ++failures;
+      continue;
+    }
+    if (baseline == 0) baseline = f->wall_s;
+    if (r.label == "interleaved (auto)") auto_choice = choice;
+    std::printf("%-20s %10.3f %13.2fx %11.1f%%\n", r.label.c_str(), f->wall_s, baseline / f->wall_s,
+                100 * f->busy_s / f->wall_s);
+  }
+  std::printf("\nauto's choice: %s\n", auto_choice.c_str());
+  return failures == 0 ? 0 : 1;
+}
