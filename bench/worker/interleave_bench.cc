@@ -7,9 +7,13 @@
 //   one after other each task spilled alone with the whole budget, in turn;
 //   side by side    each task spilled alone on its own thread with 1/K of the
 //                   budget (so together they stay within it), uncoordinated.
-// Every model is larger than the budget. The tasks alternate between a
-// compute-heavy batch and a copy-heavy one (--batches), the case where a
-// model's compute can hide another's copies. Printed: wall seconds of all
+// Every model is larger than the budget. The tasks alternate between a small
+// model on a large batch (compute-heavy) and a wide one on a batch of one
+// (copy-heavy), the case where a model's compute can hide another's copies.
+// Copies go over an emulated link (StrategyConfig::spill_link_bytes_per_s,
+// --link-mbps; 0 for plain memcpy), as a GPU's would over PCIe: the CPU
+// path's memcpy is otherwise far faster against its compute than a link is
+// against a GPU's. Printed: wall seconds of all
 // tasks' steps, the speedup over one after other, and the device-busy
 // fraction: compute seconds (turns, or steps, less the time waiting on shard
 // copies) over wall seconds. The "device" is the CPU path's (a memory budget
@@ -18,8 +22,8 @@
 // share the device; its fraction may then pass 1 (compute-seconds per wall
 // second). Timings on a shared machine are noisy: compare within one run.
 //
-//   interleave_bench [--smoke] [--models K] [--steps N] [--hidden N] [--layers N]
-//                    [--batches B1,B2,..]
+//   interleave_bench [--smoke] [--models K] [--steps N] [--hidden H1,H2,..]
+//                    [--batches B1,B2,..] [--link-mbps N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,10 +49,18 @@ struct Options {
   bool smoke = false;
   int models = 2;
   int steps = 8;
-  int hidden = 768;
-  int layers = 0;  // 0: 3K + 2, so each model passes the budget
-  std::vector<int64_t> batches = {64, 1};
+  std::vector<int64_t> hidden = {768, 1536};
+  std::vector<int64_t> batches = {128, 1};
+  int64_t link_mbps = 400;  // the emulated host-to-device link, MB/s (0: memcpy)
 };
+
+std::vector<int64_t> ParseList(const char* v) {
+  std::vector<int64_t> out;
+  std::stringstream in(v);
+  for (std::string b; std::getline(in, b, ',');) out.push_back(std::atoll(b.c_str()));
+  if (std::any_of(out.begin(), out.end(), [](int64_t b) { return b <= 0; })) out.clear();
+  return out;
+}
 
 bool ParseArgs(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
@@ -57,21 +69,16 @@ bool ParseArgs(int argc, char** argv, Options& o) {
     const char* v = nullptr;
     if (a == "--smoke") {
       o.smoke = true;
-    } else if ((a == "--models" || a == "--steps" || a == "--hidden" || a == "--layers") &&
-               (v = next()) != nullptr) {
+    } else if ((a == "--models" || a == "--steps") && (v = next()) != nullptr) {
       const int n = std::atoi(v);
       if (n <= 0) return false;
-      (a == "--models"   ? o.models
-       : a == "--steps"  ? o.steps
-       : a == "--hidden" ? o.hidden
-                         : o.layers) = n;
-    } else if (a == "--batches" && (v = next()) != nullptr) {
-      o.batches.clear();
-      std::stringstream in(v);
-      for (std::string b; std::getline(in, b, ',');) o.batches.push_back(std::atoll(b.c_str()));
-      if (o.batches.empty() ||
-          std::any_of(o.batches.begin(), o.batches.end(), [](int64_t b) { return b <= 0; }))
-        return false;
+      (a == "--models" ? o.models : o.steps) = n;
+    } else if (a == "--link-mbps" && (v = next()) != nullptr) {
+      o.link_mbps = std::atoll(v);
+      if (o.link_mbps < 0) return false;
+    } else if ((a == "--batches" || a == "--hidden") && (v = next()) != nullptr) {
+      (a == "--batches" ? o.batches : o.hidden) = ParseList(v);
+      if ((a == "--batches" ? o.batches : o.hidden).empty()) return false;
     } else {
       return false;
     }
@@ -88,17 +95,36 @@ struct Figures {
   double busy_s = 0;
 };
 
-std::vector<parallel::InterleavedTask> Tasks(const Options& o) {
+template <typename T>
+T Cycle(const std::vector<T>& v, int k) {
+  return v[static_cast<size_t>(k) % v.size()];
+}
+
+int64_t LayerBytes(int64_t hidden) { return 4 * (hidden * hidden + hidden); }
+
+// Side by side each task has 1/K of the budget, a third of which (spill's
+// double buffering) must hold its largest layer.
+int64_t Budget(const Options& o) {
+  int64_t largest = 0;
+  for (int k = 0; k < o.models; ++k) largest = std::max(largest, LayerBytes(Cycle(o.hidden, k)));
+  return 3 * o.models * largest + 4096;
+}
+
+// Each model has enough layers to pass the budget by one.
+std::vector<parallel::InterleavedTask> Tasks(const Options& o, int64_t budget) {
   std::vector<parallel::InterleavedTask> tasks;
   for (int k = 0; k < o.models; ++k) {
     parallel::InterleavedTask t;
     t.name = "model" + std::to_string(k);
     t.model.kind = "mlp";
-    t.model.mlp = {o.hidden, o.hidden, o.layers, 10};
+    const int hidden = static_cast<int>(Cycle(o.hidden, k));
+    const int layers = static_cast<int>(budget / LayerBytes(hidden)) + 1;
+    t.model.mlp = {hidden, hidden, layers, 10};
     t.model.seed = 100 + k;
     t.strategy.name = "spill";
     t.strategy.recompute = "unit";
-    const int64_t rows = o.batches[static_cast<size_t>(k) % o.batches.size()];
+    t.strategy.spill_link_bytes_per_s = o.link_mbps * 1000000;
+    const int64_t rows = Cycle(o.batches, k);
     const model::ModelConfig mc = t.model;
     t.batch = [mc, rows](int64_t step) { return model::SyntheticBatch(mc, rows, step); };
     t.steps = o.steps;
@@ -154,8 +180,9 @@ StatusOr<Figures> SideBySide(const std::vector<parallel::InterleavedTask>& tasks
 
 StatusOr<Figures> Interleaved(const std::vector<parallel::InterleavedTask>& tasks, int64_t budget,
                               parallel::InterleaveOrder order, std::string* choice) {
-  ORRERY_ASSIGN_OR_RETURN(auto device,
-                          parallel::InterleavedDevice::Create(c10::kCPU, budget, order));
+  ORRERY_ASSIGN_OR_RETURN(
+      auto device, parallel::InterleavedDevice::Create(
+                       c10::kCPU, budget, order, tasks.front().strategy.spill_link_bytes_per_s));
   const auto start = std::chrono::steady_clock::now();
   auto results = parallel::TrainInterleaved(*device, tasks);
   Figures f;
@@ -167,37 +194,38 @@ StatusOr<Figures> Interleaved(const std::vector<parallel::InterleavedTask>& task
   return f;
 }
 
-int64_t LayerBytes(const Options& o) { return int64_t{4} * (o.hidden * o.hidden + o.hidden); }
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
   if (!ParseArgs(argc, argv, o)) {
-    std::cerr << "usage: interleave_bench [--smoke] [--models K>=2] [--steps N] [--hidden N] "
-                 "[--layers N] [--batches B1,B2,..]\n";
+    std::cerr
+        << "usage: interleave_bench [--smoke] [--models K>=2] [--steps N] [--hidden H1,H2,..] "
+           "[--batches B1,B2,..] [--link-mbps N]\n";
     return 2;
   }
   if (o.smoke) {
-    o.hidden = 64;
+    o.hidden = {64, 96};
     o.steps = 3;
+    o.link_mbps = 1000;
   }
-  if (o.layers == 0) o.layers = 3 * o.models + 2;
   at::set_num_threads(1);
-  // Side by side each task has 1/K of the budget, a third of which (spill's
-  // double buffering) must hold one layer.
-  const int64_t budget = 3 * o.models * LayerBytes(o) + 4096;
-  const auto tasks = Tasks(o);
-  const int64_t model_bytes = (o.layers + 1) * LayerBytes(o);
+  const int64_t budget = Budget(o);
+  const auto tasks = Tasks(o, budget);
   std::printf(
-      "interleave benchmark: %d MLPs of %d layers x %d hidden (%.1f MB of parameters each), "
-      "device budget %.1f MB, %d steps each, batches",
-      o.models, o.layers + 1, o.hidden, static_cast<double>(model_bytes) / 1e6,
-      static_cast<double>(budget) / 1e6, o.steps);
-  for (const auto& t : tasks)
-    std::printf(" %lld", static_cast<long long>(t.batch(0).inputs.size(0)));
-  std::printf("; CPU path, 1 intra-op thread per task, %u hardware threads; LibTorch %s\n",
-              std::thread::hardware_concurrency(), TORCH_VERSION);
+      "interleave benchmark: %d MLPs, device budget %.1f MB, %d steps each; per model "
+      "(layers x hidden, MB of parameters, batch):",
+      o.models, static_cast<double>(budget) / 1e6, o.steps);
+  for (const auto& t : tasks) {
+    std::printf(
+        " %dx%d %.1f MB %lld;", t.model.mlp.layers + 1, t.model.mlp.hidden,
+        static_cast<double>((t.model.mlp.layers + 1) * LayerBytes(t.model.mlp.hidden)) / 1e6,
+        static_cast<long long>(t.batch(0).inputs.size(0)));
+  }
+  std::printf(
+      " CPU path, emulated link %lld MB/s (one per process), 1 intra-op thread per task, "
+      "%u hardware threads; LibTorch %s\n",
+      static_cast<long long>(o.link_mbps), std::thread::hardware_concurrency(), TORCH_VERSION);
   struct Row {
     std::string label;
     std::function<StatusOr<Figures>(std::string*)> run;

@@ -74,12 +74,17 @@ InterleavedDevice::~InterleavedDevice() = default;
 
 StatusOr<std::shared_ptr<InterleavedDevice>> InterleavedDevice::Create(c10::Device device,
                                                                        int64_t budget_bytes,
-                                                                       InterleaveOrder order) {
+                                                                       InterleaveOrder order,
+                                                                       int64_t link_bytes_per_s) {
+  if (link_bytes_per_s < 0) {
+    return InvalidArgumentError("interleaved device link must be positive (or 0: none), got " +
+                                std::to_string(link_bytes_per_s) + " bytes/s");
+  }
   if (budget_bytes <= 0) {
     return InvalidArgumentError("interleaved device budget must be positive, got " +
                                 std::to_string(budget_bytes) + " bytes");
   }
-  ORRERY_ASSIGN_OR_RETURN(auto copier, internal::MakeShardCopier(device));
+  ORRERY_ASSIGN_OR_RETURN(auto copier, internal::MakeShardCopier(device, link_bytes_per_s));
   auto group =
       std::make_shared<internal::ShardGroup>(device, budget_bytes, std::move(copier), order);
   return std::shared_ptr<InterleavedDevice>(new InterleavedDevice(std::move(group)));

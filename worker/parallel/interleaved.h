@@ -71,8 +71,10 @@ class InterleavedDevice {
  public:
   // `budget_bytes` is the device memory all tasks' resident shards share;
   // kAuto measures the first round and chooses.
+  // `link_bytes_per_s`: StrategyConfig::spill_link_bytes_per_s.
   static StatusOr<std::shared_ptr<InterleavedDevice>> Create(
-      c10::Device device, int64_t budget_bytes, InterleaveOrder order = InterleaveOrder::kAuto);
+      c10::Device device, int64_t budget_bytes, InterleaveOrder order = InterleaveOrder::kAuto,
+      int64_t link_bytes_per_s = 0);
   ~InterleavedDevice();
 
   // A spill strategy for `task` on this device: `config` must name spill on

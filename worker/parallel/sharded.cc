@@ -707,9 +707,12 @@ class SpillStrategy final : public Strategy, private Residency {
 
   StatusOr<double> Step(const model::Batch& global_batch) override {
     try {
-      ORRERY_ASSIGN_OR_RETURN(model::Batch rows,
-                              model::SliceBatch(global_batch, dp_rank_, dp_size_));
-      model::Batch local = model::BatchOn(rows, device_);
+      StatusOr<model::Batch> rows = model::SliceBatch(global_batch, dp_rank_, dp_size_);
+      if (!rows.ok()) {
+        EndTurn();  // in a group, this step's slots go unused
+        return rows.status();
+      }
+      model::Batch local = model::BatchOn(*rows, device_);
       last_batch_ = local;
       shard_devices_.clear();
       const auto start = std::chrono::steady_clock::now();
@@ -721,6 +724,7 @@ class SpillStrategy final : public Strategy, private Residency {
       // nothing. In a group it prefetched the next slot's shard.
       if (!group_ || !loss.ok()) DropPrefetch();
       if (!loss.ok()) {
+        ReleaseAfterError();
         EndTurn();
         return loss.status();
       }
@@ -737,6 +741,7 @@ class SpillStrategy final : public Strategy, private Residency {
     } catch (const std::exception& e) {
       in_step_ = false;
       DropPrefetch();
+      ReleaseAfterError();
       EndTurn();
       return StatusFromException(e, "spill step");
     }
@@ -875,6 +880,18 @@ class SpillStrategy final : public Strategy, private Residency {
     SpillStrategy& s_;
   };
 
+  // After a failed step: the shards it left resident (their parameters and
+  // gradients) go back to the budget, which a group's other members share.
+  void ReleaseAfterError() {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (!resident_[u].defined()) continue;
+      Unbind(units_[u], device_);
+      resident_[u] = at::Tensor();
+    }
+    dev_->accountant().Release(charged_);
+    charged_ = 0;
+  }
+
   // In a group: hands the device to the schedule's next slot.
   void EndTurn() {
     if (group_) group_->EndStep(member_);
@@ -899,7 +916,7 @@ class SpillStrategy final : public Strategy, private Residency {
     if (group_) {
       dev_ = &group_->shard_device();
     } else {
-      ORRERY_ASSIGN_OR_RETURN(auto copier, MakeShardCopier(device_));
+      ORRERY_ASSIGN_OR_RETURN(auto copier, MakeShardCopier(device_, config.spill_link_bytes_per_s));
       own_device_ = std::make_unique<ShardDevice>(config.spill_budget_bytes, std::move(copier));
       dev_ = own_device_.get();
     }
@@ -999,6 +1016,7 @@ class SpillStrategy final : public Strategy, private Residency {
     double waited = 0;
     ORRERY_ASSIGN_OR_RETURN(at::Tensor device,
                             dev_->Take(this, u, host_[u], ShardName(u, "parameters"), waited));
+    charged_ += Bytes(host_[u]);
     wait_s_ += waited;
     if (group_ && in_step_) group_->AddWait(waited);
     ORRERY_RETURN_IF_ERROR(Prefetch(visit));
@@ -1013,6 +1031,7 @@ class SpillStrategy final : public Strategy, private Residency {
     if (backward) {
       // Autograd will allocate this shard's gradients on the device.
       ORRERY_RETURN_IF_ERROR(Reserve(u, "gradients"));
+      charged_ += Bytes(host_[u]);
     }
     return OkStatus();
   }
@@ -1023,6 +1042,7 @@ class SpillStrategy final : public Strategy, private Residency {
       // memory goes back to the budget (Acquire copies the shard in again).
       FreeStorage(resident_[u]);
       dev_->accountant().Release(Bytes(host_[u]));
+      charged_ -= Bytes(host_[u]);
       return OkStatus();
     }
     if (backward) {
@@ -1043,6 +1063,7 @@ class SpillStrategy final : public Strategy, private Residency {
     Unbind(units_[u], device_);
     resident_[u] = at::Tensor();
     dev_->accountant().Release(Bytes(host_[u]) * (backward ? 2 : 1));
+    charged_ -= Bytes(host_[u]) * (backward ? 2 : 1);
     return OkStatus();
   }
 
@@ -1065,6 +1086,7 @@ class SpillStrategy final : public Strategy, private Residency {
   ShardDevice* dev_ = nullptr;               // one of the two
   int member_ = -1;
   std::string task_;
+  int64_t charged_ = 0;  // this member's bytes charged to the budget now
   std::unique_ptr<Optimizer> optimizer_;
   model::Batch last_batch_;
   std::vector<PlacedTensor> shard_devices_;  // the last step's device buffers

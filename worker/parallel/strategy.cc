@@ -660,6 +660,11 @@ StatusOr<StrategyConfig> ResolveStrategyConfig(const StrategyConfig& config,
     return InvalidArgumentError("unknown pipeline schedule '" + config.pipeline_schedule +
                                 "' (gpipe, 1f1b)");
   }
+  if (config.spill_link_bytes_per_s < 0) {
+    return InvalidArgumentError("spill_link_bytes_per_s is " +
+                                std::to_string(config.spill_link_bytes_per_s) +
+                                "; it must be positive, or 0 for no emulated link");
+  }
   StrategyConfig c = config;
   // The template table (worker/contract/templates.h) says along which axis the
   // ranks lie and how the state divides; that picks the strategy.

@@ -155,6 +155,34 @@ TEST(InterleavedTest, AFinishedTaskLeavesTheOthersRunning) {
   }
 }
 
+TEST(InterleavedTest, AFailedTaskLeavesTheOthersRunning) {
+  at::set_num_threads(1);
+  std::vector<InterleavedTask> tasks = {Task("broken", Mlp(11, 64), 4),
+                                        Task("gpt", testing_worker::TinyGpt(), 4),
+                                        Task("mlp", Mlp(12, 48), 4)};
+  // Its third step's rows have the wrong width: the step fails mid-schedule.
+  const model::ModelConfig mc = tasks[0].model;
+  tasks[0].batch = [mc](int64_t step) {
+    model::Batch b = model::SyntheticBatch(mc, kBatchRows, step);
+    if (step == 2) b.inputs = b.inputs.narrow(1, 0, 5);
+    return b;
+  };
+  const int64_t budget = Budget(tasks);
+  auto device = InterleavedDevice::Create(c10::kCPU, budget, InterleaveOrder::kRoundRobin);
+  ASSERT_TRUE(device.ok());
+  auto results = TrainInterleaved(**device, tasks);
+  EXPECT_FALSE(results[0].status.ok());
+  EXPECT_EQ(results[0].outcome, "failed");
+  EXPECT_EQ(results[0].step, 2);
+  for (size_t i = 1; i < tasks.size(); ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status;
+    EXPECT_EQ(results[i].step, 4);
+    ExpectEquivalent(Alone(tasks[i], budget), {AsRun(results[i])});
+  }
+  // What the failed step had charged went back to the budget.
+  EXPECT_LE((*device)->stats().peak_device_bytes, budget);
+}
+
 TEST(InterleavedTest, AStoppedTaskResumesAloneAndInAnotherSet) {
   at::set_num_threads(1);
   std::vector<InterleavedTask> tasks = {Task("stopped", Mlp(11, 64), 6),
