@@ -23,7 +23,7 @@
 // second). Timings on a shared machine are noisy: compare within one run.
 //
 //   interleave_bench [--smoke] [--models K] [--steps N] [--hidden H1,H2,..]
-//                    [--batches B1,B2,..] [--link-mbps N]
+//                    [--batches B1,B2,..] [--link-mbps N] [--repeats N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,7 +51,8 @@ struct Options {
   int steps = 8;
   std::vector<int64_t> hidden = {768, 1536};
   std::vector<int64_t> batches = {128, 1};
-  int64_t link_mbps = 400;  // the emulated host-to-device link, MB/s (0: memcpy)
+  int64_t link_mbps = 400;
+  int repeats = 3;  // the emulated host-to-device link, MB/s (0: memcpy)
 };
 
 std::vector<int64_t> ParseList(const char* v) {
@@ -69,10 +70,10 @@ bool ParseArgs(int argc, char** argv, Options& o) {
     const char* v = nullptr;
     if (a == "--smoke") {
       o.smoke = true;
-    } else if ((a == "--models" || a == "--steps") && (v = next()) != nullptr) {
+    } else if ((a == "--models" || a == "--steps" || a == "--repeats") && (v = next()) != nullptr) {
       const int n = std::atoi(v);
       if (n <= 0) return false;
-      (a == "--models" ? o.models : o.steps) = n;
+      (a == "--models" ? o.models : a == "--steps" ? o.steps : o.repeats) = n;
     } else if (a == "--link-mbps" && (v = next()) != nullptr) {
       o.link_mbps = std::atoll(v);
       if (o.link_mbps < 0) return false;
@@ -201,13 +202,14 @@ int main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, o)) {
     std::cerr
         << "usage: interleave_bench [--smoke] [--models K>=2] [--steps N] [--hidden H1,H2,..] "
-           "[--batches B1,B2,..] [--link-mbps N]\n";
+           "[--batches B1,B2,..] [--link-mbps N] [--repeats N]\n";
     return 2;
   }
   if (o.smoke) {
     o.hidden = {64, 96};
     o.steps = 3;
     o.link_mbps = 1000;
+    o.repeats = 1;
   }
   at::set_num_threads(1);
   const int64_t budget = Budget(o);
@@ -249,22 +251,35 @@ int main(int argc, char** argv) {
     std::printf("warm-up failed: %s\n", warm.status().ToString().c_str());
     return 1;
   }
-  std::printf("\n%-20s %10s %14s %12s\n", "execution", "wall s", "vs one-after", "device busy");
+  std::printf("\n%-20s %10s %14s %12s   (median of %d, rows taking turns)\n", "execution", "wall s",
+              "vs one-after", "device busy", o.repeats);
   double baseline = 0;
   int failures = 0;
   std::string auto_choice;
-  for (const Row& r : rows) {
-    std::string choice;
-    StatusOr<Figures> f = r.run(&choice);
-    if (!f.ok()) {
-      std::printf("%-20s failed: %s\n", r.label.c_str(), f.status().ToString().c_str());
-      ++failures;
-      continue;
+  // The rows take turns, `repeats` times, so load from elsewhere on a shared
+  // machine falls on all of them alike; each row's median run is printed.
+  std::vector<std::vector<Figures>> runs(rows.size());
+  for (int rep = 0; rep < o.repeats; ++rep) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::string choice;
+      StatusOr<Figures> f = rows[i].run(&choice);
+      if (!f.ok()) {
+        std::printf("%-20s failed: %s\n", rows[i].label.c_str(), f.status().ToString().c_str());
+        ++failures;
+        continue;
+      }
+      if (rows[i].label == "interleaved (auto)") auto_choice = choice;
+      runs[i].push_back(*f);
     }
-    if (baseline == 0) baseline = f->wall_s;
-    if (r.label == "interleaved (auto)") auto_choice = choice;
-    std::printf("%-20s %10.3f %13.2fx %11.1f%%\n", r.label.c_str(), f->wall_s, baseline / f->wall_s,
-                100 * f->busy_s / f->wall_s);
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (runs[i].empty()) continue;
+    std::sort(runs[i].begin(), runs[i].end(),
+              [](const Figures& a, const Figures& b) { return a.wall_s < b.wall_s; });
+    const Figures& f = runs[i][runs[i].size() / 2];
+    if (baseline == 0) baseline = f.wall_s;
+    std::printf("%-20s %10.3f %13.2fx %11.1f%%\n", rows[i].label.c_str(), f.wall_s,
+                baseline / f.wall_s, 100 * f.busy_s / f.wall_s);
   }
   std::printf("\nauto's choice: %s\n", auto_choice.c_str());
   return failures == 0 ? 0 : 1;
