@@ -167,8 +167,13 @@ StatusOr<Figures> SideBySide(const std::vector<parallel::InterleavedTask>& tasks
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   const int64_t share = budget / static_cast<int64_t>(tasks.size());
-  for (size_t i = 0; i < tasks.size(); ++i)
-    threads.emplace_back([&, i]() { out[i] = Alone(tasks[i], share); });
+  // OpenMP's thread count is per thread: each computes with one, as here.
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    threads.emplace_back([&, i]() {
+      at::set_num_threads(1);
+      out[i] = Alone(tasks[i], share);
+    });
+  }
   for (auto& t : threads) t.join();
   Figures total;
   total.wall_s = Since(start);

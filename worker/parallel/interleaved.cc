@@ -3,6 +3,7 @@
 
 #include <thread>
 
+#include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
 #include "worker/parallel/internal.h"
@@ -184,9 +185,14 @@ std::vector<InterleavedResult> TrainInterleaved(InterleavedDevice& device,
     }
   }
   std::vector<std::thread> threads;
+  // OpenMP's thread count is per thread: each task computes with the caller's.
+  const int intra_op = at::get_num_threads();
   for (size_t i = 0; i < tasks.size(); ++i) {
     if (!strategies[i]) continue;
-    threads.emplace_back([&, i]() { RunTask(tasks[i], strategies[i], results[i]); });
+    threads.emplace_back([&, i, intra_op]() {
+      at::set_num_threads(intra_op);
+      RunTask(tasks[i], strategies[i], results[i]);
+    });
   }
   for (auto& t : threads) t.join();
   return results;
