@@ -23,7 +23,9 @@
 // second). Timings on a shared machine are noisy: compare within one run.
 //
 //   interleave_bench [--smoke] [--models K] [--steps N] [--hidden H1,H2,..]
-//                    [--batches B1,B2,..] [--link-mbps N] [--repeats N]
+//                    [--batches B1,B2,..] [--link-mbps N] [--repeats N] [--thread-arenas]
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,8 +53,9 @@ struct Options {
   int steps = 8;
   std::vector<int64_t> hidden = {768, 1536};
   std::vector<int64_t> batches = {128, 1};
-  int64_t link_mbps = 400;
-  int repeats = 3;  // the emulated host-to-device link, MB/s (0: memcpy)
+  int64_t link_mbps = 400;  // the emulated host-to-device link, MB/s (0: memcpy)
+  int repeats = 3;
+  bool thread_arenas = false;
 };
 
 std::vector<int64_t> ParseList(const char* v) {
@@ -70,6 +73,8 @@ bool ParseArgs(int argc, char** argv, Options& o) {
     const char* v = nullptr;
     if (a == "--smoke") {
       o.smoke = true;
+    } else if (a == "--thread-arenas") {
+      o.thread_arenas = true;
     } else if ((a == "--models" || a == "--steps" || a == "--repeats") && (v = next()) != nullptr) {
       const int n = std::atoi(v);
       if (n <= 0) return false;
@@ -207,7 +212,7 @@ int main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, o)) {
     std::cerr
         << "usage: interleave_bench [--smoke] [--models K>=2] [--steps N] [--hidden H1,H2,..] "
-           "[--batches B1,B2,..] [--link-mbps N] [--repeats N]\n";
+           "[--batches B1,B2,..] [--link-mbps N] [--repeats N] [--thread-arenas]\n";
     return 2;
   }
   if (o.smoke) {
@@ -217,6 +222,13 @@ int main(int argc, char** argv) {
     o.repeats = 1;
   }
   at::set_num_threads(1);
+  // glibc gives each thread its own malloc arena, where a block as large as a
+  // shard or its activations is a fresh mmap each time (page faults and
+  // zeroing), while the main thread's heap reuses its blocks: the rows that
+  // compute on threads (side by side, interleaved) would pay that and one
+  // after other would not (25% of the wall time here). One arena for all
+  // compares the schedules; --thread-arenas keeps glibc's default.
+  if (!o.thread_arenas) mallopt(M_ARENA_MAX, 1);
   const int64_t budget = Budget(o);
   const auto tasks = Tasks(o, budget);
   std::printf(
@@ -230,9 +242,11 @@ int main(int argc, char** argv) {
         static_cast<long long>(t.batch(0).inputs.size(0)));
   }
   std::printf(
-      " CPU path, emulated link %lld MB/s (one per process), 1 intra-op thread per task, "
+      " CPU path, emulated link %lld MB/s (one per process), 1 intra-op thread per task, %s, "
       "%u hardware threads; LibTorch %s\n",
-      static_cast<long long>(o.link_mbps), std::thread::hardware_concurrency(), TORCH_VERSION);
+      static_cast<long long>(o.link_mbps),
+      o.thread_arenas ? "a malloc arena per thread" : "one malloc arena",
+      std::thread::hardware_concurrency(), TORCH_VERSION);
   struct Row {
     std::string label;
     std::function<StatusOr<Figures>(std::string*)> run;
