@@ -164,6 +164,18 @@ StatusOr<std::unique_ptr<Strategy>> MakeSpill(const model::ModelConfig& model,
                                               const StrategyConfig& config,
                                               const OptimizerConfig& optimizer,
                                               dist::Rendezvous* rendezvous);
+// The checks MakeStrategy makes of its inputs, and the template's defaults
+// filled in (recompute).
+StatusOr<StrategyConfig> ResolveStrategyConfig(const StrategyConfig& config,
+                                               const OptimizerConfig& optimizer);
+// A spill strategy for `task` in an interleaved group (shard_group.h), which
+// it joins now and leaves when destroyed.
+class ShardGroup;
+StatusOr<std::unique_ptr<Strategy>> MakeInterleavedSpill(const model::ModelConfig& model,
+                                                         const StrategyConfig& config,
+                                                         const OptimizerConfig& optimizer,
+                                                         std::shared_ptr<ShardGroup> group,
+                                                         const std::string& task);
 
 // Copies full parameters by name into `params` (which may be tensor-parallel
 // slices: `tp_rank`/`tp_size` pick the slice).

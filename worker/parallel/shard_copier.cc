@@ -2,7 +2,10 @@
 // (ORRERY_HAVE_CUDA); the CPU one everywhere.
 #include "worker/parallel/shard_copier.h"
 
+#include <chrono>
 #include <future>
+#include <mutex>
+#include <thread>
 
 #include <ATen/ATen.h>
 
@@ -20,14 +23,31 @@ Status CopyFailed(const std::exception& e) {
   return InternalError("copying a spill shard to the device: " + msg.substr(0, msg.find('\n')));
 }
 
+// A clone, over the emulated link when there is one: the process's one link
+// is held for bytes / bandwidth seconds (at least the clone's own time).
+at::Tensor CloneOverLink(const at::Tensor& host, int64_t link_bytes_per_s) {
+  if (link_bytes_per_s <= 0) return host.clone();
+  static std::mutex link;
+  std::lock_guard<std::mutex> lock(link);
+  const auto start = std::chrono::steady_clock::now();
+  at::Tensor out = host.clone();
+  const double seconds = static_cast<double>(host.numel() * host.element_size()) /
+                         static_cast<double>(link_bytes_per_s);
+  std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::duration<double>(seconds)));
+  return out;
+}
+
 class CpuShardCopier final : public ShardCopier {
  public:
+  explicit CpuShardCopier(int64_t link_bytes_per_s) : link_(link_bytes_per_s) {}
   ~CpuShardCopier() override {
     if (copy_.valid()) copy_.wait();
   }
-  at::Tensor CopyNow(const at::Tensor& host) override { return host.clone(); }
+  at::Tensor CopyNow(const at::Tensor& host) override { return CloneOverLink(host, link_); }
   void Start(const at::Tensor& host) override {
-    copy_ = std::async(std::launch::async, [host]() { return host.clone(); });
+    copy_ = std::async(std::launch::async,
+                       [host, link = link_]() { return CloneOverLink(host, link); });
   }
   bool pending() const override { return copy_.valid(); }
   StatusOr<at::Tensor> Finish() override {
@@ -39,6 +59,7 @@ class CpuShardCopier final : public ShardCopier {
   }
 
  private:
+  int64_t link_;
   std::future<at::Tensor> copy_;
 };
 
@@ -101,8 +122,11 @@ class CudaShardCopier final : public ShardCopier {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ShardCopier>> MakeShardCopier(c10::Device device) {
-  if (device.is_cpu()) return std::unique_ptr<ShardCopier>(std::make_unique<CpuShardCopier>());
+StatusOr<std::unique_ptr<ShardCopier>> MakeShardCopier(c10::Device device,
+                                                       int64_t link_bytes_per_s) {
+  if (device.is_cpu()) {
+    return std::unique_ptr<ShardCopier>(std::make_unique<CpuShardCopier>(link_bytes_per_s));
+  }
 #ifdef ORRERY_HAVE_CUDA
   if (device.is_cuda()) {
     try {

@@ -35,7 +35,9 @@ class ShardCopier {
 };
 
 // CUDA devices need the GPU path (FAILED_PRECONDITION otherwise).
-StatusOr<std::unique_ptr<ShardCopier>> MakeShardCopier(c10::Device device);
+// `link_bytes_per_s` > 0 (CPU only): StrategyConfig::spill_link_bytes_per_s.
+StatusOr<std::unique_ptr<ShardCopier>> MakeShardCopier(c10::Device device,
+                                                       int64_t link_bytes_per_s = 0);
 
 // Host memory for spill's master copies: pinned (page-locked, so host-to-device
 // copies run asynchronously by DMA) when the device is CUDA, ordinary otherwise.

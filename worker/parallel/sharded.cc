@@ -24,6 +24,8 @@
 #include "worker/parallel/internal.h"
 #include "worker/parallel/memory_accountant.h"
 #include "worker/parallel/shard_copier.h"
+#include "worker/parallel/shard_device.h"
+#include "worker/parallel/shard_group.h"
 
 namespace orrery::parallel::internal {
 namespace {
@@ -678,22 +680,39 @@ class FsdpStrategy final : public Strategy, private Residency {
 // Every device buffer is charged to a MemoryAccountant before it exists. On CPU
 // the "device" is a separate pool of host tensors; on CUDA the buffers are real
 // device memory and the host masters are pinned.
+//
+// In an interleaved group (interleaved.h, shard_group.h) the device side
+// (ShardDevice: budget, copier, prefetch) is the group's: each visit first
+// waits for its slot in the group's schedule, and prefetches the shard of the
+// schedule's next slot, which may be another member's.
 class SpillStrategy final : public Strategy, private Residency {
  public:
+  // `group` null: alone, with a device of its own.
   static StatusOr<std::unique_ptr<Strategy>> Create(const model::ModelConfig& mc,
                                                     const StrategyConfig& config,
                                                     const OptimizerConfig& opt,
-                                                    dist::Rendezvous* rdv) {
-    auto s = std::unique_ptr<SpillStrategy>(new SpillStrategy(config.spill_budget_bytes));
-    ORRERY_RETURN_IF_ERROR(s->Init(mc, config, opt, rdv));
+                                                    dist::Rendezvous* rdv,
+                                                    std::shared_ptr<ShardGroup> group = nullptr,
+                                                    const std::string& task = "") {
+    auto s = std::unique_ptr<SpillStrategy>(new SpillStrategy());
+    s->task_ = task;
+    ORRERY_RETURN_IF_ERROR(s->Init(mc, config, opt, rdv, std::move(group)));
+    if (s->group_) s->member_ = s->group_->Join(task, s.get(), s->host_, s->visits_);
     return std::unique_ptr<Strategy>(std::move(s));
+  }
+
+  ~SpillStrategy() override {
+    if (group_ && member_ >= 0) group_->Leave(member_);
   }
 
   StatusOr<double> Step(const model::Batch& global_batch) override {
     try {
-      ORRERY_ASSIGN_OR_RETURN(model::Batch rows,
-                              model::SliceBatch(global_batch, dp_rank_, dp_size_));
-      model::Batch local = model::BatchOn(rows, device_);
+      StatusOr<model::Batch> rows = model::SliceBatch(global_batch, dp_rank_, dp_size_);
+      if (!rows.ok()) {
+        EndTurn();  // in a group, this step's slots go unused
+        return rows.status();
+      }
+      model::Batch local = model::BatchOn(*rows, device_);
       last_batch_ = local;
       shard_devices_.clear();
       const auto start = std::chrono::steady_clock::now();
@@ -701,20 +720,29 @@ class SpillStrategy final : public Strategy, private Residency {
       in_step_ = true;
       StatusOr<double> loss = RunUnits(recompute_, units_, local, *this, precision_, device_);
       in_step_ = false;
-      // Only after an error: a successful step's last visit prefetches nothing.
-      DropPrefetch();
-      if (!loss.ok()) return loss.status();
+      // Alone, only after an error: a successful step's last visit prefetches
+      // nothing. In a group it prefetched the next slot's shard.
+      if (!group_ || !loss.ok()) DropPrefetch();
+      if (!loss.ok()) {
+        ReleaseAfterError();
+        EndTurn();
+        return loss.status();
+      }
       ORRERY_RETURN_IF_ERROR(SumTiedFlat(
           tied_, units_, shapes_, host_grad_views_, [](size_t) { return int64_t{0}; }, nullptr));
       optimizer_->Step(host_grad_views_);
       at::Tensor l = at::full({1}, *loss, at::TensorOptions().dtype(at::kDouble).device(device_));
       if (dp_) ORRERY_RETURN_IF_ERROR(dp_->AllReduce(l, dist::ReduceOp::kAvg));
-      info_.peak_device_parameter_bytes = accountant_.peak();
+      info_.peak_device_parameter_bytes = dev_->accountant().peak();
       info_.wait_fraction = wait_s_ / std::max(SecondsSince(start), 1e-9);
-      return l.item<double>();
+      const double value = l.item<double>();
+      EndTurn();
+      return value;
     } catch (const std::exception& e) {
       in_step_ = false;
       DropPrefetch();
+      ReleaseAfterError();
+      EndTurn();
       return StatusFromException(e, "spill step");
     }
   }
@@ -722,6 +750,7 @@ class SpillStrategy final : public Strategy, private Residency {
   // The forward visits of a step (shards copied in with the same double
   // buffering), without gradients; every replica computes every row.
   StatusOr<at::Tensor> Forward(const at::Tensor& inputs) override {
+    SoloTurn solo(*this);
     try {
       torch::NoGradGuard no_grad;
       shard_devices_.clear();
@@ -783,6 +812,8 @@ class SpillStrategy final : public Strategy, private Residency {
   }
 
   StatusOr<model::NamedTensors> GatherFullOptimizerState() override {
+    // Shows each slot through the host masters: no copy may read them.
+    SoloTurn solo(*this);
     return GatherOptimizerState(*this, *optimizer_);
   }
   Status LoadFullState(const model::NamedTensors& params,
@@ -829,10 +860,46 @@ class SpillStrategy final : public Strategy, private Residency {
   }
 
  private:
-  explicit SpillStrategy(int64_t budget) : accountant_(budget) {}
+  SpillStrategy() = default;
+
+  // In a group: the device to itself (no copy in flight) for its scope.
+  class SoloTurn {
+   public:
+    explicit SoloTurn(SpillStrategy& s) : s_(s) {
+      if (!s_.group_) return;
+      s_.group_->EnterSolo(s_.member_);
+      s_.dev_->Drop();
+    }
+    ~SoloTurn() {
+      if (s_.group_) s_.group_->ExitSolo(s_.member_);
+    }
+    SoloTurn(const SoloTurn&) = delete;
+    SoloTurn& operator=(const SoloTurn&) = delete;
+
+   private:
+    SpillStrategy& s_;
+  };
+
+  // After a failed step: the shards it left resident (their parameters and
+  // gradients) go back to the budget, which a group's other members share.
+  void ReleaseAfterError() {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (!resident_[u].defined()) continue;
+      Unbind(units_[u], device_);
+      resident_[u] = at::Tensor();
+    }
+    dev_->accountant().Release(charged_);
+    charged_ = 0;
+  }
+
+  // In a group: hands the device to the schedule's next slot.
+  void EndTurn() {
+    if (group_) group_->EndStep(member_);
+  }
 
   Status Init(const model::ModelConfig& mc, const StrategyConfig& config,
-              const OptimizerConfig& opt, dist::Rendezvous* rdv) {
+              const OptimizerConfig& opt, dist::Rendezvous* rdv,
+              std::shared_ptr<ShardGroup> group) {
     device_ = config.device;
     dp_size_ = config.layout.dp;
     dp_rank_ = rdv == nullptr ? 0 : rdv->config().rank;
@@ -845,7 +912,14 @@ class SpillStrategy final : public Strategy, private Residency {
     info_.layout = config.layout;
     info_.spill_budget_bytes = config.spill_budget_bytes;
     info_.spill_double_buffer = double_buffer_;
-    ORRERY_ASSIGN_OR_RETURN(copier_, MakeShardCopier(device_));
+    group_ = std::move(group);
+    if (group_) {
+      dev_ = &group_->shard_device();
+    } else {
+      ORRERY_ASSIGN_OR_RETURN(auto copier, MakeShardCopier(device_, config.spill_link_bytes_per_s));
+      own_device_ = std::make_unique<ShardDevice>(config.spill_budget_bytes, std::move(copier));
+      dev_ = own_device_.get();
+    }
     ORRERY_ASSIGN_OR_RETURN(model_, model::BuildModel(mc));
     if (dp_size_ > 1) {
       ORRERY_ASSIGN_OR_RETURN(dp_, rdv->NewGroup("spill", AllRanks(dp_size_)));
@@ -906,33 +980,46 @@ class SpillStrategy final : public Strategy, private Residency {
     return OkStatus();
   }
 
-  // Waits out a prefetch nobody will use and returns its budget.
+  // Waits out a prefetch nobody will use and returns its budget (in a group
+  // only while this member holds the device).
   void DropPrefetch() {
-    if (!copier_->pending()) return;
-    (void)copier_->Finish();
-    accountant_.Release(Bytes(host_[prefetched_]));
+    if (!group_ || group_->Holds(member_)) dev_->Drop();
+  }
+
+  std::string ShardName(size_t u, const char* what) const {
+    std::string name = "shard " + std::to_string(u) + " " + what;
+    return group_ ? "task " + task_ + " " + name : name;
   }
 
   Status Reserve(size_t u, const char* what) {
-    return accountant_.Reserve(Bytes(host_[u]), "shard " + std::to_string(u) + " " + what);
+    return dev_->accountant().Reserve(Bytes(host_[u]), ShardName(u, what));
+  }
+
+  // The next shard to prefetch: the next visit's alone, the schedule's next
+  // slot's in a group (outside a step, as alone: a forward's visits).
+  Status Prefetch(size_t visit) {
+    if (!double_buffer_) return OkStatus();
+    if (group_ && in_step_) {
+      std::optional<ShardGroup::Next> next = group_->NextShard();
+      if (!next.has_value()) return OkStatus();
+      return dev_->Prefetch(next->owner, next->unit, next->host,
+                            "shard " + std::to_string(next->unit) + " parameters (prefetch)");
+    }
+    if (visit + 1 >= visits_.size()) return OkStatus();
+    // The next shard's buffer is charged now, before its copy starts.
+    const size_t u = visits_[visit + 1];
+    return dev_->Prefetch(this, u, host_[u], ShardName(u, "parameters (prefetch)"));
   }
 
   Status Acquire(size_t visit, size_t u, bool backward) override {
-    at::Tensor device;
-    if (copier_->pending()) {
-      WaitTimer wait(wait_s_);
-      ORRERY_ASSIGN_OR_RETURN(device, copier_->Finish());
-    } else {
-      ORRERY_RETURN_IF_ERROR(Reserve(u, "parameters"));
-      WaitTimer wait(wait_s_);
-      device = copier_->CopyNow(host_[u]);
-    }
-    if (double_buffer_ && visit + 1 < visits_.size()) {
-      // The next shard's buffer is charged now, before its copy starts.
-      prefetched_ = visits_[visit + 1];
-      ORRERY_RETURN_IF_ERROR(Reserve(prefetched_, "parameters (prefetch)"));
-      copier_->Start(host_[prefetched_]);
-    }
+    if (group_ && in_step_) ORRERY_RETURN_IF_ERROR(group_->Enter(member_, visit));
+    double waited = 0;
+    ORRERY_ASSIGN_OR_RETURN(at::Tensor device,
+                            dev_->Take(this, u, host_[u], ShardName(u, "parameters"), waited));
+    charged_ += Bytes(host_[u]);
+    wait_s_ += waited;
+    if (group_ && in_step_) group_->AddWait(waited);
+    ORRERY_RETURN_IF_ERROR(Prefetch(visit));
     shard_devices_.push_back({"shard/" + std::to_string(u) + "/parameters", device.device()});
     if (resident_[u].defined()) {
       // Kept activations still view this shard's freed parameters: refill them.
@@ -944,6 +1031,7 @@ class SpillStrategy final : public Strategy, private Residency {
     if (backward) {
       // Autograd will allocate this shard's gradients on the device.
       ORRERY_RETURN_IF_ERROR(Reserve(u, "gradients"));
+      charged_ += Bytes(host_[u]);
     }
     return OkStatus();
   }
@@ -953,7 +1041,8 @@ class SpillStrategy final : public Strategy, private Residency {
       // Autograd keeps views of the parameters for the backward; the device
       // memory goes back to the budget (Acquire copies the shard in again).
       FreeStorage(resident_[u]);
-      accountant_.Release(Bytes(host_[u]));
+      dev_->accountant().Release(Bytes(host_[u]));
+      charged_ -= Bytes(host_[u]);
       return OkStatus();
     }
     if (backward) {
@@ -973,7 +1062,8 @@ class SpillStrategy final : public Strategy, private Residency {
     }
     Unbind(units_[u], device_);
     resident_[u] = at::Tensor();
-    accountant_.Release(Bytes(host_[u]) * (backward ? 2 : 1));
+    dev_->accountant().Release(Bytes(host_[u]) * (backward ? 2 : 1));
+    charged_ -= Bytes(host_[u]) * (backward ? 2 : 1);
     return OkStatus();
   }
 
@@ -991,9 +1081,12 @@ class SpillStrategy final : public Strategy, private Residency {
   std::vector<std::pair<std::string, std::string>> tied_;
   std::string precision_ = "fp32";
   std::vector<size_t> visits_;
-  std::unique_ptr<ShardCopier> copier_;
-  size_t prefetched_ = 0;
-  MemoryAccountant accountant_;
+  std::unique_ptr<ShardDevice> own_device_;  // alone
+  std::shared_ptr<ShardGroup> group_;        // interleaved
+  ShardDevice* dev_ = nullptr;               // one of the two
+  int member_ = -1;
+  std::string task_;
+  int64_t charged_ = 0;  // this member's bytes charged to the budget now
   std::unique_ptr<Optimizer> optimizer_;
   model::Batch last_batch_;
   std::vector<PlacedTensor> shard_devices_;  // the last step's device buffers
@@ -1012,6 +1105,14 @@ StatusOr<std::unique_ptr<Strategy>> MakeSpill(const model::ModelConfig& mc,
                                               const StrategyConfig& config,
                                               const OptimizerConfig& opt, dist::Rendezvous* rdv) {
   return SpillStrategy::Create(mc, config, opt, rdv);
+}
+
+StatusOr<std::unique_ptr<Strategy>> MakeInterleavedSpill(const model::ModelConfig& mc,
+                                                         const StrategyConfig& config,
+                                                         const OptimizerConfig& opt,
+                                                         std::shared_ptr<ShardGroup> group,
+                                                         const std::string& task) {
+  return SpillStrategy::Create(mc, config, opt, nullptr, std::move(group), task);
 }
 
 }  // namespace orrery::parallel::internal

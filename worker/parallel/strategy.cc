@@ -646,13 +646,10 @@ StatusOr<std::vector<PipelineOp>> PipelineSchedule(const std::string& schedule, 
   return ops;
 }
 
-StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model_config,
-                                                 const StrategyConfig& config,
-                                                 const OptimizerConfig& optimizer,
-                                                 dist::Rendezvous* rendezvous) {
-  int world = rendezvous == nullptr ? 1 : rendezvous->config().world_size;
-  if (world > 1 && rendezvous == nullptr)
-    return InvalidArgumentError("a multi-rank strategy needs a rendezvous");
+namespace internal {
+
+StatusOr<StrategyConfig> ResolveStrategyConfig(const StrategyConfig& config,
+                                               const OptimizerConfig& optimizer) {
   if (optimizer.kind != "sgd" && optimizer.kind != "adamw") {
     return InvalidArgumentError("unknown optimizer '" + optimizer.kind + "' (sgd, adamw)");
   }
@@ -662,6 +659,11 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model
   if (config.pipeline_schedule != "gpipe" && config.pipeline_schedule != "1f1b") {
     return InvalidArgumentError("unknown pipeline schedule '" + config.pipeline_schedule +
                                 "' (gpipe, 1f1b)");
+  }
+  if (config.spill_link_bytes_per_s < 0) {
+    return InvalidArgumentError("spill_link_bytes_per_s is " +
+                                std::to_string(config.spill_link_bytes_per_s) +
+                                "; it must be positive, or 0 for no emulated link");
   }
   StrategyConfig c = config;
   // The template table (worker/contract/templates.h) says along which axis the
@@ -675,6 +677,20 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model
   if (!contract::IsRecomputeMode(c.recompute)) {
     return InvalidArgumentError("unknown recompute mode '" + c.recompute + "' (none, unit)");
   }
+  return c;
+}
+
+}  // namespace internal
+
+StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const model::ModelConfig& model_config,
+                                                 const StrategyConfig& config,
+                                                 const OptimizerConfig& optimizer,
+                                                 dist::Rendezvous* rendezvous) {
+  int world = rendezvous == nullptr ? 1 : rendezvous->config().world_size;
+  if (world > 1 && rendezvous == nullptr)
+    return InvalidArgumentError("a multi-rank strategy needs a rendezvous");
+  ORRERY_ASSIGN_OR_RETURN(StrategyConfig c, internal::ResolveStrategyConfig(config, optimizer));
+  const contract::TemplateTraits* traits = contract::FindTemplate(c.name);
   switch (traits->axis) {
     case contract::WorldAxis::kNone: {
       if (world != 1) {

@@ -78,6 +78,12 @@ struct StrategyConfig {
   // spill: device-memory budget for resident parameters and their gradients.
   int64_t spill_budget_bytes = 64 << 20;
   bool spill_double_buffer = true;
+  // spill on the CPU path only (0: off): every shard copy takes at least
+  // bytes / this many seconds, over one link per process that copies take in
+  // turn, as a host-to-device link (PCIe) would; the CPU path's copies are
+  // otherwise memcpys, far faster against its compute than a GPU's link
+  // against a GPU's. For benchmarks of the schedule, never a real device.
+  int64_t spill_link_bytes_per_s = 0;
   // Activation recomputation, a memory-for-time trade open to every template:
   //   "none"  every activation autograd saves is kept from forward to
   //           backward (fsdp still frees a unit's gathered parameters after
