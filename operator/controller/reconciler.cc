@@ -275,9 +275,7 @@ namespace {
 // (its config annotation's; "" from a gang made before the plan chose one: the
 // template's default mode).
 bool SameRecompute(const planner::Config& c, const std::string& live) {
-  if (!live.empty()) return c.recompute == live;
-  const contract::TemplateTraits* traits = contract::FindTemplate(c.template_name);
-  return c.recompute == (traits != nullptr ? std::string(traits->recompute) : "none");
+  return c.recompute == (live.empty() ? engine::DefaultRecompute(c.template_name) : live);
 }
 }  // namespace
 

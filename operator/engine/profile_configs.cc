@@ -55,8 +55,7 @@ namespace {
 // measured.
 void AddRecomputeModes(const api::TaskSpec& task, api::Template tmpl, planner::Config c,
                        TaskConfigs& out) {
-  const contract::TemplateTraits* traits = contract::FindTemplate(c.template_name);
-  c.recompute = traits != nullptr ? std::string(traits->recompute) : "none";
+  c.recompute = DefaultRecompute(c.template_name);
   const double params_gib = c.memory_gib;
   auto with_activations = [&](planner::Config x) {
     if (auto bytes = ActivationBytes(task, x.template_name, x.gpus, x.batch_size, x.recompute))
@@ -75,6 +74,11 @@ void AddRecomputeModes(const api::TaskSpec& task, api::Template tmpl, planner::C
 }
 
 }  // namespace
+
+std::string DefaultRecompute(const std::string& template_name) {
+  const contract::TemplateTraits* traits = contract::FindTemplate(template_name);
+  return traits != nullptr ? std::string(traits->recompute) : "none";
+}
 
 TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::TaskSpec& task,
                              const ProfileLookup& lookup, int max_gpus, bool recompute_modes) {

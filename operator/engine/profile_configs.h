@@ -71,12 +71,15 @@ struct TaskConfigs {
 // configuration carries the task's own batch and nothing else changes.
 // With `recompute_modes`, each point is offered in every activation-
 // recomputation mode worth planning, its memory counting the activations that
-// mode keeps (engine::ActivationBytes): `orrery plan` and `orrery run` do;
-// the Kubernetes world does not yet carry the mode in its status, and plans
-// in the template's default mode with parameter memory alone.
+// mode keeps (engine::ActivationBytes): `orrery plan`, `orrery run` and the
+// operator do.
 TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::TaskSpec& task,
                              const ProfileLookup& lookup, int max_gpus,
                              bool recompute_modes = false);
+
+// The recomputation mode a worker runs `template_name` in when the plan says
+// nothing (the template table's; "none" for a name it lacks).
+std::string DefaultRecompute(const std::string& template_name);
 
 // The task's work in samples: its optimizer steps at its own batch (TotalSteps)
 // times that batch. An elastic task keeps this budget whatever batch it runs at.
