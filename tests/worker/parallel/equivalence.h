@@ -3,6 +3,7 @@
 // that losses and final parameters agree within a relative tolerance.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -20,6 +21,20 @@ struct RunResult {
   parallel::StrategyInfo info;
   std::vector<parallel::PlacedTensor> placement;  // after the last step
 };
+
+// The fp32 bytes of the model's largest layer: what a spill budget must hold at
+// least (the spill tests size their budgets in multiples of it).
+inline int64_t LargestLayerBytes(const model::ModelConfig& mc) {
+  auto m = model::BuildModel(mc);
+  EXPECT_TRUE(m.ok());
+  int64_t largest = 0;
+  for (const auto& l : m->layers) {
+    int64_t b = 0;
+    for (const auto& [n, t] : l->NamedParameters()) b += t.numel() * 4;
+    largest = std::max(largest, b);
+  }
+  return largest;
+}
 
 inline model::ModelConfig TinyGpt() {
   model::ModelConfig c;

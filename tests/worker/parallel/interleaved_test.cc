@@ -14,21 +14,10 @@ namespace orrery::parallel {
 namespace {
 
 using testing_worker::ExpectEquivalent;
+using testing_worker::LargestLayerBytes;
 using testing_worker::RunResult;
 
 constexpr int64_t kBatchRows = 8;
-
-int64_t LargestLayerBytes(const model::ModelConfig& mc) {
-  auto m = model::BuildModel(mc);
-  EXPECT_TRUE(m.ok());
-  int64_t largest = 0;
-  for (const auto& l : m->layers) {
-    int64_t b = 0;
-    for (const auto& [n, t] : l->NamedParameters()) b += t.numel() * 4;
-    largest = std::max(largest, b);
-  }
-  return largest;
-}
 
 model::ModelConfig Mlp(int64_t seed, int width) {
   model::ModelConfig c = testing_worker::TinyMlp();

@@ -9,6 +9,7 @@ namespace orrery::parallel {
 namespace {
 
 using testing_worker::ExpectEquivalent;
+using testing_worker::LargestLayerBytes;
 using testing_worker::Reference;
 using testing_worker::RunTemplate;
 using testing_worker::TinyGpt;
@@ -18,18 +19,6 @@ int64_t ModelBytes(const model::ModelConfig& mc) {
   auto m = model::BuildModel(mc);
   EXPECT_TRUE(m.ok());
   return m->NumParameters() * 4;
-}
-
-int64_t LargestLayerBytes(const model::ModelConfig& mc) {
-  auto m = model::BuildModel(mc);
-  EXPECT_TRUE(m.ok());
-  int64_t largest = 0;
-  for (const auto& l : m->layers) {
-    int64_t b = 0;
-    for (const auto& [n, t] : l->NamedParameters()) b += t.numel() * 4;
-    largest = std::max(largest, b);
-  }
-  return largest;
 }
 
 StrategyConfig Spill(int64_t budget, bool double_buffer) {
