@@ -6,6 +6,10 @@
 //                         the newest checkpoint in DIR (saved in any layout) as a
 //                         Hugging Face model directory (a LoRA run: its PEFT adapter),
 //                         in one process; the task flags describe the model as in training
+//   orrery-worker gang [gang flags] -- [task flags] -- [task flags] ...
+//                         several spill tasks trained interleaved on one device, each
+//                         with its own checkpoints and progress (worker/train/gang.h,
+//                         worker/contract/gang_args.h)
 //   orrery-worker checkpoint inspect|reshard ...   (worker/checkpoint/cli.h)
 //
 // Task flags are listed in worker/train/task.h; --device cpu|cuda, when given,
@@ -29,11 +33,13 @@
 #include <vector>
 
 #include "worker/checkpoint/cli.h"
+#include "worker/contract/gang_args.h"
 #include "worker/contract/worker_args.h"
 #include "worker/dist/communicator.h"
 #include "worker/dist/device.h"
 #include "worker/main/blas_core.h"
 #include "worker/profile/profiler.h"
+#include "worker/train/gang.h"
 #include "worker/train/metrics_export.h"
 #include "worker/train/trainer.h"
 
@@ -45,9 +51,11 @@ extern "C" void OnTerminate(int) { g_stop.store(true); }
 
 void Usage(std::ostream& os) {
   os << "usage: orrery-worker train|profile|export [--flag=value ...]\n"
+        "       orrery-worker gang [gang flags] -- [task flags] -- [task flags] ...\n"
         "       orrery-worker checkpoint inspect|reshard ...\n"
         "flags (worker/train/task.h says what each does):\n"
-     << orrery::contract::WorkerFlagsHelp();
+     << orrery::contract::WorkerFlagsHelp() << "gang flags (worker/contract/gang_args.h):\n"
+     << orrery::contract::GangFlagsHelp();
 }
 
 int RunTask(const std::string& mode, std::vector<std::string> args) {
@@ -134,6 +142,39 @@ int RunTask(const std::string& mode, std::vector<std::string> args) {
   return 0;
 }
 
+// One process, several tasks interleaved on one device (worker/train/gang.h).
+int RunGang(const std::vector<std::string>& args) {
+  auto gang = orrery::train::ParseGangFlags(args);
+  if (!gang.ok()) {
+    std::cerr << "orrery-worker gang: " << gang.status() << "\n";
+    Usage(std::cerr);
+    return 2;
+  }
+  const char* backend_env = std::getenv("ORRERY_BACKEND");
+  const std::string backend = backend_env != nullptr && *backend_env != '\0' ? backend_env : "gloo";
+  if (auto usable = orrery::dist::CheckDevice(gang->device, backend); !usable.ok()) {
+    std::cerr << "orrery-worker gang: " << usable << "\n";
+    return 1;
+  }
+  auto device = orrery::dist::RankDevice(gang->device, 0, std::getenv("LOCAL_RANK"));
+  if (device.ok()) {
+    if (auto used = orrery::dist::UseDevice(*device); !used.ok()) device = used;
+  }
+  if (!device.ok()) {
+    std::cerr << "orrery-worker gang: " << device.status() << "\n";
+    return 1;
+  }
+  for (auto& task : gang->tasks) task.strategy.device = *device;
+  std::signal(SIGTERM, OnTerminate);
+  std::signal(SIGINT, OnTerminate);
+  auto r = orrery::train::TrainGang(*gang, std::cout, &g_stop);
+  if (!r.ok()) {
+    std::cerr << "orrery-worker gang: " << r.status() << "\n";
+    return 1;
+  }
+  return r->ok() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,13 +189,14 @@ int main(int argc, char** argv) {
     Usage(std::cout);
     return 0;
   }
-  if (mode != "train" && mode != "profile" && mode != "export") {
+  if (mode != "train" && mode != "profile" && mode != "export" && mode != "gang") {
     std::cerr << "orrery-worker: unknown command '" << mode << "'\n";
     Usage(std::cerr);
     return 2;
   }
   std::vector<std::string> args(argv + 2, argv + argc);
   try {
+    if (mode == "gang") return RunGang(args);
     return RunTask(mode, args);
   } catch (const std::exception& e) {
     // A LibTorch or CUDA error no Status caught: one clear line and exit 1 (the

@@ -70,8 +70,13 @@ uint64_t DirBytes(const std::string& dir) {
 class Run {
  public:
   Run(TaskConfig task, dist::Rendezvous* rdv, std::ostream& out, const std::atomic<bool>* stop,
-      TrainRecorder* metrics)
-      : task_(std::move(task)), rdv_(rdv), out_(out), stop_(stop), metrics_(metrics) {
+      TrainRecorder* metrics, const TrainHooks* hooks)
+      : task_(std::move(task)),
+        rdv_(rdv),
+        out_(out),
+        stop_(stop),
+        metrics_(metrics),
+        hooks_(hooks) {
     rank_ = rdv == nullptr ? 0 : rdv->config().rank;
     world_ = rdv == nullptr ? 1 : rdv->config().world_size;
   }
@@ -80,8 +85,10 @@ class Run {
     rss_at_start_ = CurrentRss();
     at::set_num_threads(task_.threads);
     ORRERY_ASSIGN_OR_RETURN(batches_, MakeBatchSource(task_));
-    ORRERY_ASSIGN_OR_RETURN(
-        strategy_, parallel::MakeStrategy(task_.model, task_.strategy, task_.optimizer, rdv_));
+    ORRERY_ASSIGN_OR_RETURN(strategy_, hooks_ != nullptr && hooks_->make_strategy
+                                           ? hooks_->make_strategy(task_)
+                                           : parallel::MakeStrategy(task_.model, task_.strategy,
+                                                                    task_.optimizer, rdv_));
     if (world_ > 1) {
       std::vector<int> all;
       for (int r = 0; r < world_; ++r) all.push_back(r);
@@ -114,6 +121,7 @@ class Run {
           {"resumed_from_step",
            result_.resumed_from_step >= 0 ? Json(result_.resumed_from_step) : Json(nullptr)}});
     if (!restore_event_.is_null()) Emit(restore_event_);
+    if (hooks_ != nullptr && hooks_->ready) hooks_->ready();
 
     auto run_start = Clock::now();
     auto interval_start = Clock::now();
@@ -536,6 +544,7 @@ class Run {
   std::ostream& out_;
   const std::atomic<bool>* stop_;
   TrainRecorder* metrics_;
+  const TrainHooks* hooks_;
   int rank_ = 0, world_ = 1;
   std::unique_ptr<BatchSource> batches_;
   std::unique_ptr<parallel::Strategy> strategy_;
@@ -553,8 +562,9 @@ class Run {
 }  // namespace
 
 StatusOr<TrainResult> Train(TaskConfig task, dist::Rendezvous* rendezvous, std::ostream& out,
-                            const std::atomic<bool>* stop, TrainRecorder* metrics) {
-  Run run(std::move(task), rendezvous, out, stop, metrics);
+                            const std::atomic<bool>* stop, TrainRecorder* metrics,
+                            const TrainHooks* hooks) {
+  Run run(std::move(task), rendezvous, out, stop, metrics, hooks);
   auto r = run.Go();
   if (!r.ok() && (rendezvous == nullptr || rendezvous->config().rank == 0)) {
     out << Json({{"event", "done"}, {"status", "failed"}, {"error", r.status().ToString()}}).dump()

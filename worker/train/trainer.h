@@ -52,6 +52,8 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <ostream>
 
 #include "common/status.h"
@@ -82,6 +84,16 @@ struct TrainResult {
   std::vector<StateIoStats> memory;
 };
 
+// How a task of an interleaved gang (gang.h) differs from a lone one: its
+// strategy joins the gang's shared device instead of parallel::MakeStrategy
+// making its own, and `ready` is called once the task is built and resumed,
+// before its first step (it blocks until every task of the gang is: a joined
+// member's host masters may be copied once any member steps).
+struct TrainHooks {
+  std::function<StatusOr<std::unique_ptr<parallel::Strategy>>(const TaskConfig&)> make_strategy;
+  std::function<void()> ready;
+};
+
 // `stop` (may be null) is polled between steps; when any rank sees it set, all
 // ranks checkpoint (if a directory is configured) and return "preempted".
 // `metrics` (may be null; see metrics_export.h) gets every step's time, this
@@ -89,6 +101,7 @@ struct TrainResult {
 // throughput at each report, checkpoint saves and the resume's load, with the
 // samples consumed at each.
 StatusOr<TrainResult> Train(TaskConfig task, dist::Rendezvous* rendezvous, std::ostream& out,
-                            const std::atomic<bool>* stop, TrainRecorder* metrics = nullptr);
+                            const std::atomic<bool>* stop, TrainRecorder* metrics = nullptr,
+                            const TrainHooks* hooks = nullptr);
 
 }  // namespace orrery::train

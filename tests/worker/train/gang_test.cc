@@ -1,0 +1,230 @@
+// `orrery-worker gang` (worker/train/gang.h, worker/contract/gang_args.h): two
+// spilled tasks trained interleaved in one process each reach the losses of
+// training it alone under spill with the same seed, write their own
+// checkpoints and progress lines, and a restarted gang resumes both from their
+// own newest checkpoints. The command line round-trips, and bad gangs are
+// refused naming the flag and the task.
+#include "worker/train/gang.h"
+
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "tests/worker/checkpoint/temp_dir.h"
+#include "tests/worker/parallel/equivalence.h"
+#include "worker/checkpoint/store.h"
+#include "worker/contract/gang_args.h"
+
+namespace orrery::train {
+namespace {
+
+using checkpoint::testing::TempDir;
+
+// An MLP of `layers` hidden layers `width` wide, trained with AdamW at a
+// constant rate (so a run cut at any step continues as the whole run would).
+std::vector<std::string> MlpTask(const std::string& name, int64_t width, int64_t seed,
+                                 int64_t steps, const std::string& ckpt) {
+  return {"--task=" + name,
+          "--model=mlp",
+          "--mlp-input=32",
+          "--mlp-hidden=" + std::to_string(width),
+          "--mlp-layers=4",
+          "--classes=10",
+          "--seed=" + std::to_string(seed),
+          "--batch=8",
+          "--steps=" + std::to_string(steps),
+          "--report-every=1",
+          "--optimizer=adamw",
+          "--lr=0.01",
+          "--decay=constant",
+          "--checkpoint-dir=" + ckpt,
+          "--checkpoint-every=2"};
+}
+
+model::ModelConfig MlpModel(int64_t width) {
+  model::ModelConfig c = testing_worker::TinyMlp();
+  c.mlp = {32, static_cast<int>(width), 4, 10};
+  return c;
+}
+
+// Each model's largest shard fits a third of the budget, as spill needs; each
+// model as a whole does not fit it.
+int64_t Budget() {
+  return 3 * std::max(testing_worker::LargestLayerBytes(MlpModel(64)),
+                      testing_worker::LargestLayerBytes(MlpModel(96)));
+}
+
+std::vector<std::string> GangArgv(int64_t steps, const TempDir& dir) {
+  std::vector<std::string> argv = {"--spill-budget-bytes=" + std::to_string(Budget())};
+  for (const auto& [name, width, seed] :
+       {std::tuple<std::string, int64_t, int64_t>{"a", 64, 3}, {"b", 96, 5}}) {
+    argv.emplace_back("--");
+    for (auto& a : MlpTask(name, width, seed, steps, dir.Sub(name))) argv.push_back(a);
+  }
+  return argv;
+}
+
+// The task alone under spill with the gang's budget, in its own directory.
+TrainResult Alone(const std::string& name, int64_t width, int64_t seed, const TempDir& dir) {
+  std::vector<std::string> argv = MlpTask(name, width, seed, 6, dir.Sub("alone-" + name));
+  argv.push_back("--template=spill");
+  argv.push_back("--spill-budget-bytes=" + std::to_string(Budget()));
+  auto task = ParseTaskFlags(argv);
+  EXPECT_TRUE(task.ok()) << task.status();
+  std::ostringstream sink;
+  auto r = Train(*task, nullptr, sink, nullptr);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : TrainResult{};
+}
+
+void ExpectLosses(const std::vector<double>& got, const std::vector<double>& want, size_t from) {
+  ASSERT_LE(from + got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[from + i], 1e-5 * std::max(1.0, std::abs(want[from + i])))
+        << "step " << from + i;
+}
+
+TEST(GangTest, TwoTasksEqualEachAloneCheckpointApartAndResume) {
+  at::set_num_threads(1);
+  TempDir dir;
+  const TrainResult alone_a = Alone("a", 64, 3, dir);
+  const TrainResult alone_b = Alone("b", 96, 5, dir);
+  ASSERT_EQ(alone_a.losses.size(), 6u);
+  ASSERT_EQ(alone_b.losses.size(), 6u);
+  EXPECT_GT(std::abs(alone_a.losses[0] - alone_b.losses[0]), 1e-6);  // two models
+
+  // The gang's first life: three steps of each, checkpoints at 2 and 3.
+  auto gang = ParseGangFlags(GangArgv(3, dir));
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  std::ostringstream out;
+  auto first = TrainGang(*gang, out, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(first->ok());
+  ASSERT_EQ(first->tasks.size(), 2u);
+  ExpectLosses(first->tasks[0]->losses, alone_a.losses, 0);
+  ExpectLosses(first->tasks[1]->losses, alone_b.losses, 0);
+  ASSERT_TRUE(first->choice.has_value());
+  EXPECT_GT(first->stats.turns, 0);
+  for (const std::string name : {"a", "b"}) {
+    auto steps = checkpoint::CheckpointStore(dir.Sub(name), 2).CommittedSteps();
+    ASSERT_TRUE(steps.ok()) << steps.status();
+    EXPECT_EQ(*steps, (std::vector<int64_t>{2, 3})) << name;
+  }
+  // Every line is JSON; each task's progress carries its name.
+  std::istringstream lines(out.str());
+  std::map<std::string, int> progress;
+  std::set<std::string> gang_events;
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("task") && j["event"] == "progress") ++progress[j["task"]];
+    if (!j.contains("task")) gang_events.insert(j["event"]);
+  }
+  EXPECT_EQ(progress["a"], 3);
+  EXPECT_EQ(progress["b"], 3);
+  EXPECT_EQ(gang_events, (std::set<std::string>{"gang", "interleave", "gang_done"}));
+
+  // Restarted with a longer budget: each resumes from its own step 3.
+  gang = ParseGangFlags(GangArgv(6, dir));
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  std::ostringstream out2;
+  auto second = TrainGang(*gang, out2, nullptr);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(second->ok());
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(second->tasks[i]->resumed_from_step, 3);
+    EXPECT_EQ(second->tasks[i]->step, 6);
+  }
+  ExpectLosses(second->tasks[0]->losses, alone_a.losses, 3);
+  ExpectLosses(second->tasks[1]->losses, alone_b.losses, 3);
+}
+
+TEST(GangTest, FailedTaskLeavesTheOtherRunning) {
+  at::set_num_threads(1);
+  TempDir dir;
+  std::vector<std::string> argv = GangArgv(4, dir);
+  // Task b's widest layer does not fit a third of the budget: it fails joining.
+  argv.push_back("--mlp-hidden=1024");
+  auto gang = ParseGangFlags(argv);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  std::ostringstream out;
+  auto r = TrainGang(*gang, out, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->ok());
+  ASSERT_TRUE(r->tasks[0].ok()) << r->tasks[0].status();
+  EXPECT_EQ(r->tasks[0]->status, "completed");
+  EXPECT_EQ(r->tasks[0]->step, 4);
+  EXPECT_FALSE(r->tasks[1].ok());
+}
+
+TEST(GangArgsTest, RoundTripsWithEachTaskAsAlone) {
+  TempDir dir;
+  auto parsed = contract::ParseGangArgs(GangArgv(6, dir));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->tasks.size(), 2u);
+  EXPECT_EQ(contract::ParseGangArgs(contract::ToGangArgs(*parsed)).value(), *parsed);
+  // A task's part of the command line is what `train` would be given alone.
+  auto alone = contract::ParseWorkerArgs(MlpTask("a", 64, 3, 6, dir.Sub("a")));
+  ASSERT_TRUE(alone.ok());
+  const auto written = contract::ToGangArgs(*parsed);
+  const auto task_a = contract::ToArgs(*alone);
+  ASSERT_GE(written.size(), 2 + task_a.size());
+  EXPECT_EQ(std::vector<std::string>(written.begin() + 2, written.begin() + 2 + task_a.size()),
+            task_a);
+}
+
+TEST(GangArgsTest, RefusesBadGangsNamingTheFlag) {
+  const std::vector<std::string> a = {"--task=a", "--model=mlp"};
+  const std::vector<std::string> b = {"--task=b", "--model=mlp"};
+  auto gang = [&](std::vector<std::string> head, std::vector<std::string> x,
+                  std::vector<std::string> y) {
+    head.emplace_back("--");
+    head.insert(head.end(), x.begin(), x.end());
+    head.emplace_back("--");
+    head.insert(head.end(), y.begin(), y.end());
+    return contract::ParseGangArgs(head);
+  };
+  auto error = [](const StatusOr<contract::GangArgs>& r) {
+    return r.ok() ? std::string("ok") : r.status().ToString();
+  };
+  const std::vector<std::string> budget = {"--spill-budget-bytes=4096"};
+  EXPECT_TRUE(gang(budget, a, b).ok());
+  EXPECT_NE(error(gang({}, a, b)).find("--spill-budget-bytes"), std::string::npos);
+  EXPECT_NE(error(gang({"--spill-budget-bytes=4096", "--order=x"}, a, b)).find("--order"),
+            std::string::npos);
+  EXPECT_NE(
+      error(gang({"--spill-budget-bytes=4096", "--interleave-order=x"}, a, b)).find("round_robin"),
+      std::string::npos);
+  EXPECT_NE(error(gang(budget, a, a)).find("two tasks are named --task a"), std::string::npos);
+  EXPECT_NE(error(gang(budget, a, {"--model=mlp"})).find("gang task 2 has no --task"),
+            std::string::npos);
+  auto with = [](std::vector<std::string> t, const std::string& flag) {
+    t.push_back(flag);
+    return t;
+  };
+  EXPECT_NE(error(gang(budget, a, with(b, "--template=ddp"))).find("--template spill"),
+            std::string::npos);
+  EXPECT_NE(error(gang(budget, a, with(b, "--device=cpu"))).find("gang's --device"),
+            std::string::npos);
+  EXPECT_NE(error(gang(budget, a, with(b, "--spill-budget-bytes=9"))).find("share the gang's"),
+            std::string::npos);
+  EXPECT_NE(error(gang(budget, a, with(b, "--layout=dp=2,tp=1,pp=1"))).find("dp=1"),
+            std::string::npos);
+  EXPECT_TRUE(gang(budget, a, with(b, "--layout=dp=1,tp=1,pp=1")).ok());
+  EXPECT_NE(error(gang(budget, with(a, "--checkpoint-dir=/c"), with(b, "--checkpoint-dir=/c")))
+                .find("give each its own"),
+            std::string::npos);
+  EXPECT_NE(error(gang(budget, a, with(b, "--bogus=1"))).find("gang task 2"), std::string::npos);
+  std::vector<std::string> one = budget;
+  one.emplace_back("--");
+  one.insert(one.end(), a.begin(), a.end());
+  EXPECT_NE(error(contract::ParseGangArgs(one)).find("at least two tasks"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace orrery::train
