@@ -83,7 +83,9 @@ TrainResult Alone(const std::string& name, int64_t width, int64_t seed, const Te
   return r.ok() ? *r : TrainResult{};
 }
 
+// `got` is steps [from, from + 3) of `want`, within float tolerance.
 void ExpectLosses(const std::vector<double>& got, const std::vector<double>& want, size_t from) {
+  ASSERT_EQ(got.size(), 3u);
   ASSERT_LE(from + got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], want[from + i], 1e-5 * std::max(1.0, std::abs(want[from + i])))
