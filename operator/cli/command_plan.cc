@@ -20,6 +20,7 @@
 #include "operator/local/pretrained_config.h"
 #include "operator/local/profile_cache.h"
 #include "operator/local/progress.h"
+#include "operator/planner/interleave.h"
 #include "operator/planner/planner.h"
 #include "operator/sim/simulator.h"
 
@@ -54,7 +55,9 @@ int RunPlan(Invocation& in) {
               "estimated otherwise (marked '~'); a pre-trained model's size comes from its\n"
               "config.json, read from DIR for a model on claim CLAIM (--volume), else where\n"
               "the workers would read it. A model whose config.json is unreadable needs a\n"
-              "profile.\n";
+              "profile. Tasks that fit only spilled may share one GPU as an interleaved gang\n"
+              "(Hydra; `orrery-worker gang`) where that shortens the plan: the table shows the\n"
+              "gang as one row, \"a+b\", with template interleaved.\n";
     return kExitOk;
   }
   std::string file, shape, svg, cache_path, device = "cuda";
@@ -238,11 +241,25 @@ int RunPlan(Invocation& in) {
   po.time_limit_s = time_limit > 0 ? time_limit : spec.scheduling.solver_time_limit_seconds;
   SystemClock clock;
   po.clock = &clock;
-  auto plan = planner::MakeOrreryPlanner()->Solve(problem, po);
-  if (!plan.ok()) {
-    in.err << "orrery plan: " << plan.status() << "\n";
+  // Spilled tasks may share a GPU as an interleaved gang where that is sooner
+  // (operator/planner/interleave.h): the plan is then on the ganged problem.
+  auto solved = planner::SolveInterleaved(*planner::MakeOrreryPlanner(), problem, po);
+  if (!solved.ok()) {
+    in.err << "orrery plan: " << solved.status() << "\n";
     return kExitInvalid;
   }
+  const planner::Plan* plan = &solved->plan;
+  const planner::Problem& planned = solved->ganged.problem;
+  // A row's configuration is estimated where any of its tasks' is.
+  auto estimated_row = [&](size_t row, int config) {
+    const std::vector<int>& members = solved->ganged.members[row];
+    if (members.size() == 1)
+      return estimated_configs[static_cast<size_t>(members[0])].count(static_cast<size_t>(config)) >
+             0;
+    for (int m : members)
+      if (!estimated_configs[static_cast<size_t>(m)].empty()) return true;
+    return false;
+  };
   auto baseline = planner::MakeCurrentPracticePlanner()->Solve(problem, po);
 
   std::ostream& o = in.out;
@@ -250,18 +267,18 @@ int RunPlan(Invocation& in) {
     << " (" << a.tasks.size() << " tasks; " << measured << " profiled configurations, " << estimated
     << " estimated '~')\n\n";
   size_t w = 4;
-  for (const auto& t : problem.tasks) w = std::max(w, t.name.size());
-  o << std::left << std::setw(static_cast<int>(w) + 2) << "task" << std::setw(11) << "template"
+  for (const auto& t : planned.tasks) w = std::max(w, t.name.size());
+  o << std::left << std::setw(static_cast<int>(w) + 2) << "task" << std::setw(12) << "template"
     << std::setw(11) << "recompute" << std::setw(6) << "gpus" << std::setw(7) << "nodes"
     << std::setw(7) << "batch" << std::setw(11) << "start" << std::setw(11) << "end"
     << "samples/s\n";
-  for (size_t t = 0; t < problem.tasks.size(); ++t) {
+  for (size_t t = 0; t < planned.tasks.size(); ++t) {
     const planner::Assignment& as = plan->assignments[t];
-    const planner::Config& c = problem.tasks[t].configs[static_cast<size_t>(as.config)];
+    const planner::Config& c = planned.tasks[t].configs[static_cast<size_t>(as.config)];
     std::ostringstream rate;
-    rate << (estimated_configs[t].count(static_cast<size_t>(as.config)) ? "~" : "") << std::fixed
-         << std::setprecision(1) << c.throughput;
-    o << std::setw(static_cast<int>(w) + 2) << problem.tasks[t].name << std::setw(11)
+    rate << (estimated_row(t, as.config) ? "~" : "") << std::fixed << std::setprecision(1)
+         << c.throughput;
+    o << std::setw(static_cast<int>(w) + 2) << planned.tasks[t].name << std::setw(12)
       << c.template_name << std::setw(11) << c.recompute << std::setw(6) << c.gpus << std::setw(7)
       << c.nodes << std::setw(7) << c.batch_size << std::setw(11) << local::FormatDuration(as.start)
       << std::setw(11) << local::FormatDuration(as.end) << rate.str() << "\n";
@@ -284,6 +301,22 @@ int RunPlan(Invocation& in) {
     << local::FormatDuration(plan->lower_bound) << ", gap " << std::fixed << std::setprecision(1)
     << 100 * plan->gap << "%, solved in " << std::setprecision(2) << plan->solve_seconds << " s ("
     << plan->planner << ")\n";
+  if (solved->interleaved()) {
+    o << "interleaved gangs (Hydra: the tasks' spilled models share one GPU in one worker, "
+         "shard by shard; modelled at "
+      << std::setprecision(2) << planner::kInterleaveSpeedup << "x over one after the other): ";
+    bool first = true;
+    for (const auto& members : solved->ganged.members) {
+      if (members.size() < 2) continue;
+      std::vector<std::string> names;
+      names.reserve(members.size());
+      for (int m : members) names.push_back(problem.tasks[static_cast<size_t>(m)].name);
+      o << (first ? "" : ", ") << planner::GangName(names);
+      first = false;
+    }
+    o << "; without them the makespan is " << local::FormatDuration(solved->without.makespan)
+      << "\n";
+  }
   if (baseline.ok() && baseline->makespan > 0) {
     o << "current practice (each task alone on all its GPUs, one after another): "
       << local::FormatDuration(baseline->makespan) << " (" << std::setprecision(1)
@@ -294,13 +327,13 @@ int RunPlan(Invocation& in) {
   r.workload = a.job.metadata.name;
   r.policy = "plan";
   r.makespan = plan->makespan;
-  r.tasks = static_cast<int>(problem.tasks.size());
+  r.tasks = static_cast<int>(planned.tasks.size());
   r.nodes_total = nodes;
   r.gpus_per_node = per_node;
-  for (size_t t = 0; t < problem.tasks.size(); ++t) {
+  for (size_t t = 0; t < planned.tasks.size(); ++t) {
     const planner::Assignment& as = plan->assignments[t];
-    const planner::Config& c = problem.tasks[t].configs[static_cast<size_t>(as.config)];
-    r.intervals.push_back({problem.tasks[t].name, as.start, as.end, c.template_name, c.gpus,
+    const planner::Config& c = planned.tasks[t].configs[static_cast<size_t>(as.config)];
+    r.intervals.push_back({planned.tasks[t].name, as.start, as.end, c.template_name, c.gpus,
                            c.batch_size, as.gpus, "planned"});
   }
   if (svg.empty()) svg = a.job.metadata.name + "-plan.svg";

@@ -40,6 +40,50 @@ TEST(PlanCommandTest, PlansEveryTaskAndDrawsTheGantt) {
   }
 }
 
+// Four GPT-2 774M-shaped tasks that fit a 16 GiB GPU only spilled: on two
+// GPUs they share them in interleaved pairs (Hydra), on four each runs alone.
+TEST(PlanCommandTest, SpilledTasksShareAGpuOnlyWhereGpusAreScarce) {
+  TempFiles files("plan_interleaved");
+  const std::string job = files.Write("spilled.yaml", R"(apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: spilled}
+spec:
+  tasks:
+  - name: large
+    model: {gpt: {layers: 36, hidden: 1280, heads: 20, seqLen: 1024, vocab: 50257}}
+    data: {synthetic: {seed: 1, samples: 100000}}
+    training: {steps: 2000, batchSize: 8, learningRate: 2.5e-4}
+    searchSpace: {grid: {learningRate: [1e-4, 2e-4, 3e-4, 4e-4]}}
+  resources:
+    templates: [ddp, spill]
+    gpusPerTask: {min: 1, max: 1}
+    gpuQuota: 8
+  scheduling: {objective: makespan}
+)");
+  const std::string cache = files.Write("empty-cache.json", "{\"entries\": []}");
+  const std::string svg = files.Write("plan.svg", "");
+  auto plan = [&](const std::string& shape) {
+    return RunOrrery("plan " + job + " --gpus " + shape + " --gpu-memory-gib 16 --svg " + svg +
+                     " --profile-cache " + cache);
+  };
+  RunResult scarce = plan("1x2");
+  ASSERT_EQ(scarce.exit_code, 0) << scarce.output;
+  EXPECT_NE(scarce.output.find("interleaved gangs (Hydra"), std::string::npos) << scarce.output;
+  EXPECT_NE(scarce.output.find("without them the makespan is"), std::string::npos);
+  EXPECT_NE(scarce.output.find(" interleaved "), std::string::npos) << scarce.output;
+  // The gang's row starts with its name, "a+b", and the chart has its bar.
+  const size_t plus = scarce.output.find('+');
+  ASSERT_NE(plus, std::string::npos);
+  const size_t row = scarce.output.rfind('\n', plus) + 1;
+  const std::string gang = scarce.output.substr(row, scarce.output.find(' ', row) - row);
+  EXPECT_NE(ReadAll(svg).find(gang), std::string::npos) << gang;
+  RunResult plenty = plan("1x4");
+  ASSERT_EQ(plenty.exit_code, 0) << plenty.output;
+  EXPECT_EQ(plenty.output.find("interleaved gangs"), std::string::npos) << plenty.output;
+  EXPECT_EQ(plenty.output.find(" interleaved "), std::string::npos) << plenty.output;
+  EXPECT_NE(plenty.output.find("spill"), std::string::npos) << plenty.output;
+}
+
 TEST(PlanCommandTest, MeasuredProfilesReplaceEstimates) {
   TempFiles files("plan_cache");
   std::string svg = files.Write("plan.svg", "");
