@@ -75,6 +75,10 @@ Status CheckTask(const WorkerArgs& t, const std::string& where) {
                                 " sets --spill-budget-bytes; the tasks share the gang's "
                                 "--spill-budget-bytes (set it before the first '--')");
   }
+  if (t.metrics_address) {
+    return InvalidArgumentError(where +
+                                " sets --metrics-address; a gang serves no /metrics (drop it)");
+  }
   if (t.no_double_buffer)
     return InvalidArgumentError(where + " sets --no-double-buffer; a gang always prefetches");
   if (t.layout && DataParallel(*t.layout) != 1) {

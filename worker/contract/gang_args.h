@@ -47,7 +47,8 @@ std::vector<std::string> ToGangArgs(const GangArgs& gang);
 // flag (and the task, by position and name) for: an unknown gang flag, no
 // budget, fewer than two tasks, a task without --task or two with the same
 // one, two tasks with the same --checkpoint-dir, a task's --template other
-// than spill, its own --device, --spill-budget-bytes or --no-double-buffer,
+// than spill, its own --device, --spill-budget-bytes, --no-double-buffer or
+// --metrics-address (a gang serves no /metrics),
 // a layout with dp > 1, and whatever ParseWorkerArgs rejects in a task.
 StatusOr<GangArgs> ParseGangArgs(const std::vector<std::string>& argv);
 

@@ -12,6 +12,10 @@
 // finishes, fails or is stopped leaves the others running. SIGTERM stops all:
 // each checkpoints and exits as train does.
 //
+// Not per task in a gang: /metrics (a gang serves none; --metrics-address and
+// ORRERY_METRICS_ADDRESS are not read), and the CPU RNG state a checkpoint
+// keeps (the process's one generator; no template draws from it today).
+//
 // Progress (stdout, one JSON object per line): train's lines of each task with
 // "task":"NAME" added as their first key, and the gang's own:
 //   {"event":"gang","tasks":["a","b"],"budget_bytes":..,"order":"auto","device":"cpu"}

@@ -215,6 +215,8 @@ TEST(GangArgsTest, RefusesBadGangsNamingTheFlag) {
             std::string::npos);
   EXPECT_NE(error(gang(budget, a, with(b, "--spill-budget-bytes=9"))).find("share the gang's"),
             std::string::npos);
+  EXPECT_NE(error(gang(budget, a, with(b, "--metrics-address=:9100"))).find("no /metrics"),
+            std::string::npos);
   EXPECT_NE(error(gang(budget, a, with(b, "--layout=dp=2,tp=1,pp=1"))).find("dp=1"),
             std::string::npos);
   EXPECT_TRUE(gang(budget, a, with(b, "--layout=dp=1,tp=1,pp=1")).ok());
