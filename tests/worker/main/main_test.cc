@@ -1,14 +1,18 @@
 // orrery-worker as a process: two ranks meeting through a file store, SIGTERM
 // checkpointing before exit (and the checkpoint subcommand reading it), a
-// killed rank making its peer fail fast, /metrics served while it trains, and
-// usage errors.
+// killed rank making its peer fail fast, /metrics served while it trains, a
+// gang of two tasks stopped and resumed, and usage errors.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -134,11 +138,67 @@ TEST(WorkerBinaryTest, ServesMetricsWhileTraining) {
   EXPECT_EQ(rest.back()["status"], "preempted");
 }
 
+// Two spilled MLPs in one gang process (worker/train/gang.h): SIGTERM
+// checkpoints each in its own directory, and the gang started again resumes
+// each from its own step.
+std::vector<std::string> GangArgs(const std::string& dir, int64_t steps) {
+  std::vector<std::string> args = {"gang", "--spill-budget-bytes=120000"};
+  for (const auto& [name, width] : {std::pair<std::string, std::string>{"a", "64"}, {"b", "96"}}) {
+    for (const std::string& a :
+         {std::string("--"), "--task=" + name, std::string("--model=mlp"),
+          std::string("--mlp-input=32"), "--mlp-hidden=" + width, std::string("--mlp-layers=4"),
+          std::string("--classes=10"), std::string("--batch=8"), std::string("--report-every=1"),
+          "--steps=" + std::to_string(steps), "--checkpoint-dir=" + dir + "/" + name})
+      args.push_back(a);
+  }
+  return args;
+}
+
+TEST(WorkerBinaryTest, SigtermCheckpointsEveryGangTaskAndEachResumes) {
+  TempDir dir;
+  Child w(GangArgs(dir.path(), 1000000), {});
+  std::set<std::string> progressed;
+  while (progressed.size() < 2) {
+    const std::string line = w.ReadLine();
+    ASSERT_FALSE(line.empty());
+    const Json j = Json::parse(line);
+    if (j["event"] == "progress") progressed.insert(j["task"].get<std::string>());
+  }
+  w.Signal(SIGTERM);
+  std::map<std::string, int64_t> stopped;
+  for (const Json& j : w.ReadAll()) {
+    if (j["event"] == "checkpoint") {
+      EXPECT_EQ(j["reason"], "signal") << j.dump();
+    }
+    if (j["event"] != "done") continue;
+    EXPECT_EQ(j["status"], "preempted") << j.dump();
+    EXPECT_NE(
+        j["checkpoint"].get<std::string>().find(dir.path() + "/" + j["task"].get<std::string>()),
+        std::string::npos);
+    stopped[j["task"]] = j["step"];
+  }
+  EXPECT_EQ(w.Wait(), 0);
+  ASSERT_EQ(stopped.size(), 2u);
+  // Started again, to two steps past the later of the two.
+  const int64_t steps = std::max(stopped["a"], stopped["b"]) + 2;
+  Child again(GangArgs(dir.path(), steps), {});
+  std::map<std::string, int64_t> restored, done;
+  for (const Json& j : again.ReadAll()) {
+    if (j["event"] == "restore") restored[j["task"]] = j["step"];
+    if (j["event"] == "done" && j["status"] == "completed") done[j["task"]] = j["step"];
+  }
+  EXPECT_EQ(again.Wait(), 0);
+  EXPECT_EQ(restored, stopped);
+  EXPECT_EQ(done, (std::map<std::string, int64_t>{{"a", steps}, {"b", steps}}));
+}
+
 TEST(WorkerBinaryTest, UsageErrors) {
   Child none({"fly"}, {});
   EXPECT_EQ(none.Wait(), 2);
   Child bad({"train", "--warp=9"}, {});
   EXPECT_EQ(bad.Wait(), 2);
+  Child lone_gang({"gang", "--spill-budget-bytes=4096", "--", "--task=a"}, {});
+  EXPECT_EQ(lone_gang.Wait(), 2);  // a gang of one
   Child no_port({"train", "--metrics-address=localhost"}, {});
   EXPECT_EQ(no_port.Wait(), 1);
 }
