@@ -132,7 +132,10 @@ StatusOr<InterleavedPlan> SolveInterleaved(Planner& planner, const Problem& prob
     out.ganged.members.push_back({static_cast<int>(t)});
   GangedProblem ganged = GroupInterleaved(problem, interleave);
   if (ganged.gangs == 0) return out;
-  ORRERY_ASSIGN_OR_RETURN(Plan with, planner.Solve(ganged.problem, options));
+  // The ganged problem is an offer: where it cannot be solved, the plan without stands.
+  StatusOr<Plan> solved = planner.Solve(ganged.problem, options);
+  if (!solved.ok()) return out;
+  Plan with = std::move(*solved);
   if (with.objective < out.without.objective * (1 - 1e-9)) {
     with.note += (with.note.empty() ? "" : "; ") + std::to_string(ganged.gangs) +
                  " interleaved gang(s) of spilled tasks (Hydra), objective " +

@@ -69,7 +69,8 @@ struct InterleavedPlan {
 };
 
 // Solves `problem`, and where SpillOnlyTasks has two or more tasks also the
-// ganged problem; keeps the ganged plan only where its objective is lower.
+// ganged problem; keeps the ganged plan only where its objective is lower (a
+// ganged problem the planner fails on leaves the plan without gangs).
 StatusOr<InterleavedPlan> SolveInterleaved(Planner& planner, const Problem& problem,
                                            const PlanOptions& options,
                                            const InterleaveOptions& interleave = {});
