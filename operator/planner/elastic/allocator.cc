@@ -73,6 +73,10 @@ void Relax(const double* prev, double* next, size_t width, const std::vector<int
 
 }  // namespace
 
+Status CheckInput(const std::vector<ElasticTask>& tasks, const Capacity& capacity) {
+  return Validate(tasks, capacity);
+}
+
 size_t States(const Capacity& capacity) {
   size_t states = 1;
   for (int c : capacity) {

@@ -61,6 +61,9 @@ struct ElasticTask {
   int base_batch = 0;
 };
 
+// The input checks of Allocate and Knapsack::Solve alone (no tables built).
+Status CheckInput(const std::vector<ElasticTask>& tasks, const Capacity& capacity);
+
 // What a task's progress is worth, the quantity the allocator maximises.
 enum class Value {
   // weight x throughput / total work: the fraction of the task done per second.
