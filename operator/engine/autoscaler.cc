@@ -163,6 +163,7 @@ StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks,
                                        double now) {
   bool shadow = false;
   for (const ScaleTask& t : tasks) shadow = shadow || t.base_batch > 0;
+  if (capacity.size() > 1 && !options_.shadow_across_types) shadow = false;
   StatusOr<ScalePlan> plan = shadow ? DecideShadow(tasks, capacity, trigger, now)
                                     : DecideJoint(tasks, capacity, trigger, now, nullptr);
   if (plan.ok()) log_.insert(log_.end(), plan->decisions.begin(), plan->decisions.end());

@@ -341,11 +341,22 @@ ScaleTask Typed(const std::string& name, double remaining, int pool_of_wide) {
   return t;
 }
 
-TEST(AutoscalerTest, TypesChoosePoolAndGrowWithinIt) {
+// Both ways of deciding across types: the joint knapsack (the default with
+// several pools) and the base-batch shadow with its guarded growth.
+class TypedAutoscalerTest : public testing::TestWithParam<bool> {
+ protected:
+  AutoscalerOptions Options() const {
+    AutoscalerOptions o;
+    o.shadow_across_types = GetParam();
+    return o;
+  }
+};
+
+TEST_P(TypedAutoscalerTest, ChoosesPoolAndGrowsWithinIt) {
   using planner::elastic::Capacity;
   {
     // Both pools have 4 GPUs: one task takes the faster pool.
-    Autoscaler as({});
+    Autoscaler as(Options());
     auto plan = as.Decide({Typed("a", 1e5, 1)}, Capacity{4, 4}, ScaleTrigger::kArrival, 0);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->choice, (std::vector<int>{1}));
@@ -353,7 +364,7 @@ TEST(AutoscalerTest, TypesChoosePoolAndGrowWithinIt) {
   }
   {
     // 8 GPUs in pool 1: it grows there at batch 256 (saves 536 s).
-    Autoscaler as({});
+    Autoscaler as(Options());
     auto plan = as.Decide({Typed("a", 1e5, 1)}, Capacity{4, 8}, ScaleTrigger::kArrival, 0);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->choice, (std::vector<int>{2}));
@@ -361,7 +372,7 @@ TEST(AutoscalerTest, TypesChoosePoolAndGrowWithinIt) {
   {
     // The wide option is on pool 0, with 4 idle GPUs of pool 0 and 4 of pool 1:
     // 8 GPUs idle in all, but no pool holds 8, so it does not grow.
-    Autoscaler as({});
+    Autoscaler as(Options());
     auto plan = as.Decide({Typed("a", 1e5, 0)}, Capacity{4, 4}, ScaleTrigger::kArrival, 0);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->choice, (std::vector<int>{1}));
@@ -369,7 +380,7 @@ TEST(AutoscalerTest, TypesChoosePoolAndGrowWithinIt) {
   }
   // Two running, one per pool; pool 0 loses its GPUs: its task is preempted
   // (forced), the other keeps pool 1.
-  Autoscaler as({});
+  Autoscaler as(Options());
   std::vector<ScaleTask> tasks = {Typed("a", 1e5, 1), Typed("b", 5e4, 1)};
   tasks[0].current = 0;
   tasks[1].current = 1;
@@ -383,6 +394,8 @@ TEST(AutoscalerTest, TypesChoosePoolAndGrowWithinIt) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "tasks[0].options[1].type: must name a pool, 0 to 0");
 }
+
+INSTANTIATE_TEST_SUITE_P(ShadowOrJoint, TypedAutoscalerTest, testing::Bool());
 
 }  // namespace
 }  // namespace orrery::engine
