@@ -192,7 +192,7 @@ class ElasticSim {
   void Apply(const std::vector<int>& choice, const std::vector<size_t>& active);
   Status Decide(engine::ScaleTrigger trigger);
   std::vector<int> StaticChoice(const std::vector<size_t>& active) const;
-  StatusOr<std::vector<int>> OptimumChoice(const std::vector<engine::ScaleTask>& tasks) const;
+  StatusOr<std::vector<int>> OptimumChoice(const std::vector<engine::ScaleTask>& tasks);
   void Integrate() {
     int held = 0, present = 0;
     for (const Job& j : jobs_) held += Gpus(j);
@@ -256,7 +256,7 @@ std::vector<int> ElasticSim::StaticChoice(const std::vector<size_t>& active) con
 }
 
 StatusOr<std::vector<int>> ElasticSim::OptimumChoice(
-    const std::vector<engine::ScaleTask>& tasks) const {
+    const std::vector<engine::ScaleTask>& tasks) {
   const elastic::Value value = options_.autoscaler.value;
   ORRERY_ASSIGN_OR_RETURN(elastic::Allocation a, elastic::Allocate(tasks, capacity_, value));
   // Where the event is small enough, an exhaustive search must agree.
@@ -273,6 +273,7 @@ StatusOr<std::vector<int>> ElasticSim::OptimumChoice(
     if (std::abs(exact.value - a.value) > 1e-9 * std::max(1.0, exact.value))
       return InternalError("optimum: the DP's value " + std::to_string(a.value) +
                            " differs from the exhaustive optimum " + std::to_string(exact.value));
+    ++result_.optimum_checked;
   }
   return a.choice;
 }

@@ -69,6 +69,9 @@ struct ElasticResult {
   int preemptions = 0;  // running jobs sent back to the queue
   int autoscaler_runs = 0;
   double gpu_utilisation = 0;  // GPU-seconds held / GPU-seconds present, to the makespan
+  // optimum: events whose DP optimum an exhaustive search confirmed (the rest
+  // had too many combinations of options to enumerate).
+  int optimum_checked = 0;
   std::vector<JobOutcome> outcomes;
   std::vector<engine::ScaleDecision> decisions;  // when keep_decisions
 };
