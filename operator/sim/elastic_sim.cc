@@ -255,8 +255,7 @@ std::vector<int> ElasticSim::StaticChoice(const std::vector<size_t>& active) con
   return choice;
 }
 
-StatusOr<std::vector<int>> ElasticSim::OptimumChoice(
-    const std::vector<engine::ScaleTask>& tasks) {
+StatusOr<std::vector<int>> ElasticSim::OptimumChoice(const std::vector<engine::ScaleTask>& tasks) {
   const elastic::Value value = options_.autoscaler.value;
   ORRERY_ASSIGN_OR_RETURN(elastic::Allocation a, elastic::Allocate(tasks, capacity_, value));
   // Where the event is small enough, an exhaustive search must agree.

@@ -71,7 +71,7 @@ Status ValidateKind(const JobKind& k, const ElasticCluster& c, const std::string
   if (k.batch_step < 0) return InvalidArgumentError(path + ".batchStep: must be at least 0");
   if (k.requested_gpus < 0)
     return InvalidArgumentError(path + ".requestedGpus: must be at least 0");
-  ORRERY_RETURN_IF_ERROR(NonNegative(k.memory_gb, path + ".memoryGB"));
+  ORRERY_RETURN_IF_ERROR(NonNegative(k.memory_gb, path + ".memoryGiB"));
   const std::vector<GpuPool> pools = Pools(c);
   int largest = 0;  // GPUs of the largest pool the kind fits
   double memory = 0;
@@ -80,7 +80,7 @@ Status ValidateKind(const JobKind& k, const ElasticCluster& c, const std::string
     if (KindFits(k, p)) largest = std::max(largest, p.gpus());
   }
   if (largest == 0)
-    return InvalidArgumentError(path + ".memoryGB: " + std::to_string(k.memory_gb) +
+    return InvalidArgumentError(path + ".memoryGiB: " + std::to_string(k.memory_gb) +
                                 " fits no pool (the most memory per GPU is " +
                                 std::to_string(memory) + "); lower it or add a pool");
   for (const auto& entry : k.speed_by_type) {
@@ -102,16 +102,16 @@ Status ValidateKind(const JobKind& k, const ElasticCluster& c, const std::string
 StatusOr<GpuPool> ParsePool(const YAML::Node& n, const std::string& path) {
   if (!n.IsMap()) return InvalidArgumentError(path + ": must be a mapping");
   GpuPool p;
-  ORRERY_RETURN_IF_ERROR(Read(n, "type", path, true, &p.type));
+  ORRERY_RETURN_IF_ERROR(Read(n, "gpuType", path, true, &p.type));
   ORRERY_RETURN_IF_ERROR(Read(n, "nodes", path, true, &p.nodes));
   ORRERY_RETURN_IF_ERROR(Read(n, "gpusPerNode", path, true, &p.gpus_per_node));
   ORRERY_RETURN_IF_ERROR(Read(n, "speed", path, false, &p.speed));
-  ORRERY_RETURN_IF_ERROR(Read(n, "memoryGB", path, false, &p.memory_gb));
-  if (p.type.empty()) return InvalidArgumentError(path + ".type: must not be empty");
+  ORRERY_RETURN_IF_ERROR(Read(n, "gpuMemoryGiB", path, false, &p.memory_gb));
+  if (p.type.empty()) return InvalidArgumentError(path + ".gpuType: must not be empty");
   if (p.nodes < 1) return InvalidArgumentError(path + ".nodes: must be positive");
   if (p.gpus_per_node < 1) return InvalidArgumentError(path + ".gpusPerNode: must be positive");
   ORRERY_RETURN_IF_ERROR(Positive(p.speed, path + ".speed"));
-  ORRERY_RETURN_IF_ERROR(NonNegative(p.memory_gb, path + ".memoryGB"));
+  ORRERY_RETURN_IF_ERROR(NonNegative(p.memory_gb, path + ".gpuMemoryGiB"));
   return p;
 }
 
@@ -128,7 +128,8 @@ Status ParseCluster(const YAML::Node& c, ElasticCluster* cluster) {
       const std::string path = "cluster.pools[" + std::to_string(i) + "]";
       ORRERY_ASSIGN_OR_RETURN(GpuPool p, ParsePool(pools[i], path));
       for (const GpuPool& other : cluster->pools)
-        if (other.type == p.type) return InvalidArgumentError(path + ".type: duplicate " + p.type);
+        if (other.type == p.type)
+          return InvalidArgumentError(path + ".gpuType: duplicate " + p.type);
       cluster->pools.push_back(p);
     }
   } else {
@@ -161,7 +162,7 @@ StatusOr<JobKind> ParseKind(const YAML::Node& n, const std::string& path) {
   ORRERY_RETURN_IF_ERROR(Read(n, "requestedGpus", path, false, &k.requested_gpus));
   ORRERY_RETURN_IF_ERROR(Read(n, "batchStep", path, false, &k.batch_step));
   ORRERY_RETURN_IF_ERROR(Read(n, "work", path, true, &k.work));
-  ORRERY_RETURN_IF_ERROR(Read(n, "memoryGB", path, false, &k.memory_gb));
+  ORRERY_RETURN_IF_ERROR(Read(n, "memoryGiB", path, false, &k.memory_gb));
   if (YAML::Node speeds = n["speedByType"]) {
     if (!speeds.IsMap()) return InvalidArgumentError(path + ".speedByType: must be a mapping");
     for (const auto& kv : speeds) {

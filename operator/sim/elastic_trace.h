@@ -24,7 +24,7 @@
 // pool's speed, the ratio a profile on one type is carried to the others with
 // (as Sia bootstraps its per-type throughput from one profiled type); the
 // all-reduce is the pool's own (its GPUs per node). A kind whose memory per GPU
-// (memoryGB) exceeds a pool's cannot run there. A job runs on one pool only.
+// (memoryGiB) exceeds a pool's cannot run there. A job runs on one pool only.
 //
 // Parsing works on text (the caller reads files), with field-path errors like
 // "jobs[3].kind: unknown kind vgg19".
@@ -46,7 +46,7 @@ struct GpuPool {
   int nodes = 0;
   int gpus_per_node = 0;
   double speed = 1;      // compute speed relative to the reference GPU (1)
-  double memory_gb = 0;  // per GPU; 0: every kind fits
+  double memory_gb = 0;  // GiB per GPU; 0: every kind fits
   int gpus() const { return nodes * gpus_per_node; }
 };
 
@@ -75,7 +75,7 @@ struct JobKind {
   int requested_gpus = 0;            // static's GPUs; 0: fewest that hold base_batch
   int batch_step = 0;                // global batches tried: min_batch + k x step; 0: min_batch
   double work = 0;                   // samples of a default-sized job
-  double memory_gb = 0;  // GPU memory a worker needs; pools with less cannot run it (0: any)
+  double memory_gb = 0;  // GiB per GPU a worker needs; pools with less cannot run it (0: any)
   // Measured compute speed on a GPU type relative to the reference GPU; types
   // missing here take their pool's speed (the estimate from a speed ratio).
   std::vector<std::pair<std::string, double>> speed_by_type;
@@ -140,8 +140,8 @@ int FewestGpus(const JobKind& kind, int batch, int max_gpus);
 StatusOr<std::vector<ElasticJob>> DrawPoisson(const std::vector<JobKind>& kinds,
                                               const PoissonArrivals& arrivals, double horizon_s);
 
-// YAML: name, cluster (nodes and gpusPerNode, or pools: [{type, nodes,
-// gpusPerNode, speed, memoryGB}]), kinds (memoryGB, speedByType: {type:
+// YAML: name, cluster (nodes and gpusPerNode, or pools: [{gpuType, nodes,
+// gpusPerNode, speed, gpuMemoryGiB}]), kinds (memoryGiB, speedByType: {gpuType:
 // speed} optional), optional jobs, optional arrivals (Poisson; its jobs
 // are added to the listed ones), optional capacity events, horizonS,
 // rescaleCostS, intervalS. Jobs are sorted by arrival; every job is checked

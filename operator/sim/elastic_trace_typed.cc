@@ -1,9 +1,9 @@
 // Random typed traces: pools from a small catalogue, kinds from the seed.
 //
 // Relative speeds and memory of the catalogue are round figures of the usual
-// data-centre parts, the reference (speed 1) an 80 GB part; they set the
+// data-centre parts, the reference (speed 1) an 80 GiB part; they set the
 // shapes of the problem, not any product's real numbers: a mid pool at about
-// half the speed with 32 GB, a cheap pool at about a third with 24 GB.
+// half the speed with 32 GiB, a cheap pool at about a third with 24 GiB.
 #include "operator/sim/elastic_trace_typed.h"
 
 #include <algorithm>
@@ -53,7 +53,7 @@ JobKind Kind(Rng& rng, int k, const std::vector<GpuPool>& pools, const ElasticCl
   kind.base_batch = kind.min_batch * rng.Pick({1, 2});
   kind.max_batch = kind.base_batch * rng.Pick({2, 4, 8});
   kind.batch_step = kind.min_batch;
-  // Memory: a quarter of the kinds fit only the 80 GB pool.
+  // Memory: a quarter of the kinds fit only the 80 GiB pool.
   kind.memory_gb = rng.Unit() < 0.25 ? 40 + 30 * rng.Unit() : 8 + 14 * rng.Unit();
   // A communication-bound kind gains less from a faster part: its measured
   // speed on the slower pools is closer to 1 than the pool's ratio.

@@ -101,7 +101,7 @@ int ElasticCommand(const std::vector<std::string>& args, std::ostream& out, std:
     out << "pools:";
     for (const GpuPool& p : pools)
       out << " " << p.type << " " << p.gpus() << " GPUs (speed " << p.speed << ", " << p.memory_gb
-          << " GB)";
+          << " GiB)";
     out << "\n";
   }
   out << ElasticTable(results);

@@ -754,18 +754,18 @@ constexpr const char* kTypedTrace = R"(
 name: typed
 cluster:
   pools:
-    - {type: small, nodes: 1, gpusPerNode: 4, speed: 0.3, memoryGB: 24}
-    - {type: big, nodes: 1, gpusPerNode: 4, speed: 1.0, memoryGB: 80}
+    - {gpuType: small, nodes: 1, gpusPerNode: 4, speed: 0.3, gpuMemoryGiB: 24}
+    - {gpuType: big, nodes: 1, gpusPerNode: 4, speed: 1.0, gpuMemoryGiB: 80}
 horizonS: 14400
 rescaleCostS: 30
 intervalS: 300
 kinds:
   - {name: llm, computeSPerSample: 0.004, overheadS: 0.01, gradientMB: 50,
      maxBatchPerGpu: 32, minBatch: 32, maxBatch: 128, baseBatch: 32, batchStep: 32,
-     work: 1.0e6, memoryGB: 60}
+     work: 1.0e6, memoryGiB: 60}
   - {name: mlp, computeSPerSample: 0.0003, overheadS: 0.02, gradientMB: 400,
      maxBatchPerGpu: 256, minBatch: 256, maxBatch: 1024, baseBatch: 256, work: 4.0e6,
-     memoryGB: 8, speedByType: {small: 0.95}}
+     memoryGiB: 8, speedByType: {small: 0.95}}
 jobs:
   - {kind: mlp, arrival: 0}
   - {kind: llm, arrival: 10}
@@ -789,14 +789,14 @@ TEST(ElasticTypedTest, ParsesPoolsSpeedsAndMemory) {
     EXPECT_EQ(o.type, 1);
     EXPECT_LE(o.gpus, 4);
   }
-  EXPECT_EQ(ErrorOf(Replace(kTypedTrace, "type: big", "type: small")),
-            "cluster.pools[1].type: duplicate small");
+  EXPECT_EQ(ErrorOf(Replace(kTypedTrace, "gpuType: big", "gpuType: small")),
+            "cluster.pools[1].gpuType: duplicate small");
   EXPECT_EQ(ErrorOf(Replace(kTypedTrace, "{small: 0.95}", "{tiny: 0.95}")),
             "kinds[1].speedByType.tiny: no pool of this type in cluster.pools");
   EXPECT_EQ(ErrorOf(Replace(kTypedTrace, "{small: 0.95}", "{small: 0}")),
             "kinds[1].speedByType.small: must be positive");
-  EXPECT_NE(ErrorOf(Replace(kTypedTrace, "memoryGB: 60", "memoryGB: 90"))
-                .find("kinds[0].memoryGB: 90.000000 fits no pool"),
+  EXPECT_NE(ErrorOf(Replace(kTypedTrace, "memoryGiB: 60", "memoryGiB: 90"))
+                .find("kinds[0].memoryGiB: 90.000000 fits no pool"),
             std::string::npos);
   EXPECT_EQ(ErrorOf(Replace(kTypedTrace, "speed: 0.3,", "speed: -1,")),
             "cluster.pools[0].speed: must be positive");
@@ -815,10 +815,11 @@ TEST(ElasticTypedTest, ParsesPoolsSpeedsAndMemory) {
 TEST(ElasticTypedTest, MatchesJobsToPools) {
   const std::string reversed = Replace(
       Replace(kTypedTrace,
-              "    - {type: small, nodes: 1, gpusPerNode: 4, speed: 0.3, memoryGB: 24}\n", ""),
-      "    - {type: big, nodes: 1, gpusPerNode: 4, speed: 1.0, memoryGB: 80}\n",
-      "    - {type: big, nodes: 1, gpusPerNode: 4, speed: 1.0, memoryGB: 80}\n"
-      "    - {type: small, nodes: 1, gpusPerNode: 4, speed: 0.3, memoryGB: 24}\n");
+              "    - {gpuType: small, nodes: 1, gpusPerNode: 4, speed: 0.3, gpuMemoryGiB: 24}\n",
+              ""),
+      "    - {gpuType: big, nodes: 1, gpusPerNode: 4, speed: 1.0, gpuMemoryGiB: 80}\n",
+      "    - {gpuType: big, nodes: 1, gpusPerNode: 4, speed: 1.0, gpuMemoryGiB: 80}\n"
+      "    - {gpuType: small, nodes: 1, gpusPerNode: 4, speed: 0.3, gpuMemoryGiB: 24}\n");
   ElasticTrace t = Parse(Replace(reversed, "{kind: llm, arrival: 10}", "{kind: llm, arrival: 0}"));
   ASSERT_EQ(t.cluster.pools[0].type, "big");
   ElasticSimOptions keep;

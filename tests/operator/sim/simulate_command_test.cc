@@ -101,12 +101,13 @@ TEST_F(SimulateCommandTest, ElasticTraceUnderEveryPolicy) {
 // included) runs, and the decisions name each job's pool.
 TEST_F(SimulateCommandTest, ElasticTraceWithGpuTypes) {
   std::string typed = kElasticTrace;
-  typed.replace(typed.find("cluster: {nodes: 1, gpusPerNode: 4}"), 35,
-                "cluster:\n  pools:\n    - {type: l4, nodes: 1, gpusPerNode: 4, speed: 0.3, "
-                "memoryGB: 24}\n    - {type: a100, nodes: 1, gpusPerNode: 4, memoryGB: 80}");
+  typed.replace(
+      typed.find("cluster: {nodes: 1, gpusPerNode: 4}"), 35,
+      "cluster:\n  pools:\n    - {gpuType: l4, nodes: 1, gpusPerNode: 4, speed: 0.3, "
+      "gpuMemoryGiB: 24}\n    - {gpuType: a100, nodes: 1, gpusPerNode: 4, gpuMemoryGiB: 80}");
   const std::string trace = Write("typed.yaml", typed);
   ASSERT_EQ(Run({"--elastic", trace, "--decisions", "-"}), 0) << err_.str();
-  EXPECT_NE(out_.str().find("pools: l4 4 GPUs (speed 0.3, 24 GB) a100 4 GPUs (speed 1, 80 GB)"),
+  EXPECT_NE(out_.str().find("pools: l4 4 GPUs (speed 0.3, 24 GiB) a100 4 GPUs (speed 1, 80 GiB)"),
             std::string::npos)
       << out_.str();
   for (const char* p : {"elastic ", "gpu-only ", "static ", "optimum "})
