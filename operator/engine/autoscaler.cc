@@ -69,8 +69,8 @@ double Dominating(const std::vector<std::vector<double>>& values) {
   return 2 * (1 + total);
 }
 
-Values Evaluate(const std::vector<ScaleTask>& tasks, int capacity, const AutoscalerOptions& o,
-                double now, const std::vector<bool>& dwelling,
+Values Evaluate(const std::vector<ScaleTask>& tasks, const elastic::Capacity& capacity,
+                const AutoscalerOptions& o, double now, const std::vector<bool>& dwelling,
                 const std::vector<std::vector<double>>* speeds) {
   const size_t n = tasks.size();
   const double charge = 1 + o.hysteresis;
@@ -133,12 +133,12 @@ Values Evaluate(const std::vector<ScaleTask>& tasks, int capacity, const Autosca
     };
     double best = 0;
     for (size_t j = 0; j < t.options.size(); ++j)
-      if (t.options[j].gpus <= capacity) best = std::max(best, speed(j));
+      if (elastic::Fits(t.options[j], capacity)) best = std::max(best, speed(j));
     if (!(best > 0)) continue;
     if (now + t.remaining_work / best > o.deadline_s) continue;
     for (size_t j = 0; j < t.options.size(); ++j) {
       const elastic::Option& opt = t.options[j];
-      if (!(speed(j) > 0) || opt.gpus > capacity) continue;
+      if (!(speed(j) > 0) || !elastic::Fits(opt, capacity)) continue;
       const bool paused = t.current >= 0 && static_cast<int>(j) != t.current;
       const double finish = now + (paused ? o.rescale_cost_s : 0) + t.remaining_work / speed(j);
       if (finish > o.deadline_s) continue;
@@ -154,8 +154,16 @@ Values Evaluate(const std::vector<ScaleTask>& tasks, int capacity, const Autosca
 
 StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks, int capacity,
                                        ScaleTrigger trigger, double now) {
+  if (capacity < 0) return InvalidArgumentError("capacity: must be at least 0");
+  return Decide(tasks, elastic::Capacity{capacity}, trigger, now);
+}
+
+StatusOr<ScalePlan> Autoscaler::Decide(const std::vector<ScaleTask>& tasks,
+                                       const elastic::Capacity& capacity, ScaleTrigger trigger,
+                                       double now) {
   bool shadow = false;
   for (const ScaleTask& t : tasks) shadow = shadow || t.base_batch > 0;
+  if (capacity.size() > 1 && !options_.shadow_across_types) shadow = false;
   StatusOr<ScalePlan> plan = shadow ? DecideShadow(tasks, capacity, trigger, now)
                                     : DecideJoint(tasks, capacity, trigger, now, nullptr);
   if (plan.ok()) log_.insert(log_.end(), plan->decisions.begin(), plan->decisions.end());
@@ -212,13 +220,16 @@ void ExplainJoint(const AutoscalerOptions& options,
                   const std::map<std::string, double>& last_change,
                   const std::vector<ScaleTask>& tasks, const Values& v,
                   const std::vector<bool>& dwelling, const elastic::Knapsack& plan,
-                  const std::optional<elastic::Knapsack>& free, int capacity, int held,
-                  ScaleTrigger trigger, double now, ScalePlan* out_plan) {
+                  const std::optional<elastic::Knapsack>& free, const elastic::Capacity& capacity,
+                  const elastic::Capacity& held, ScaleTrigger trigger, double now,
+                  ScalePlan* out_plan) {
   ScalePlan& out = *out_plan;
   const size_t n = tasks.size();
   const double charge = 1 + options.hysteresis;
   const double dwell = options.dwell * options.rescale_cost_s;
-  const bool over = held > capacity;
+  auto over = [&](int pool) {
+    return held[static_cast<size_t>(pool)] > capacity[static_cast<size_t>(pool)];
+  };
   auto option = [&](size_t i, int j) -> const elastic::Option& {
     return tasks[i].options[static_cast<size_t>(j)];
   };
@@ -237,10 +248,12 @@ void ExplainJoint(const AutoscalerOptions& options,
     if (from >= 0) {
       d.from_gpus = option(i, from).gpus;
       d.from_batch = option(i, from).batch_size;
+      d.from_type = option(i, from).type;
     }
     if (to >= 0) {
       d.to_gpus = option(i, to).gpus;
       d.to_batch = option(i, to).batch_size;
+      d.to_type = option(i, to).type;
     }
     if (from < 0) {
       d.action = to >= 0 ? ScaleDecision::Action::kStart : ScaleDecision::Action::kQueue;
@@ -256,6 +269,7 @@ void ExplainJoint(const AutoscalerOptions& options,
       d.action = ScaleDecision::Action::kKeep;
       d.to_gpus = wanted >= 0 ? option(i, wanted).gpus : 0;
       d.to_batch = wanted >= 0 ? option(i, wanted).batch_size : 0;
+      d.to_type = wanted >= 0 ? option(i, wanted).type : 0;
       // The progress the allocator's plan makes over the horizon beyond the best
       // plan that leaves this task where it is.
       const std::vector<int> stay = free->PlanWith(i, from);
@@ -280,9 +294,12 @@ void ExplainJoint(const AutoscalerOptions& options,
     const std::vector<int> stay = plan.PlanWith(i, from);
     d.gain = stay.empty() ? std::numeric_limits<double>::infinity()
                           : (progress(plan.allocation().choice) - progress(stay)) * v.scale[i];
-    if (over && d.to_gpus < d.from_gpus) {
-      d.reason = "forced: capacity " + std::to_string(capacity) + " is below the " +
-                 std::to_string(held) + " GPUs running tasks hold";
+    if (over(d.from_type) && (d.to_gpus < d.from_gpus || d.to_type != d.from_type)) {
+      const size_t p = static_cast<size_t>(d.from_type);
+      d.reason = (capacity.size() > 1 ? "forced: pool " + std::to_string(p) + " capacity "
+                                      : std::string("forced: capacity ")) +
+                 std::to_string(capacity[p]) + " is below the " + std::to_string(held[p]) +
+                 " GPUs running tasks hold";
     } else {
       d.reason =
           d.gain > charge * d.cost
@@ -300,18 +317,21 @@ void ExplainJoint(const AutoscalerOptions& options,
 
 }  // namespace
 
-StatusOr<ScalePlan> Autoscaler::DecideJoint(const std::vector<ScaleTask>& tasks, int capacity,
-                                            ScaleTrigger trigger, double now,
+StatusOr<ScalePlan> Autoscaler::DecideJoint(const std::vector<ScaleTask>& tasks,
+                                            const elastic::Capacity& capacity, ScaleTrigger trigger,
+                                            double now,
                                             const std::vector<std::vector<double>>* speeds) {
-  if (capacity < 0) return InvalidArgumentError("capacity: must be at least 0");
-  int held = 0;
+  // The option tables' and the capacity's own checks, named by the caller's indices.
+  ORRERY_RETURN_IF_ERROR(elastic::CheckInput(tasks, capacity));
+  elastic::Capacity held(capacity.size(), 0);
   bool running = false;
   for (size_t i = 0; i < tasks.size(); ++i) {
     if (tasks[i].current < -1 || tasks[i].current >= static_cast<int>(tasks[i].options.size()))
       return InvalidArgumentError("tasks[" + std::to_string(i) +
                                   "].current: must be -1 or an index into options");
     if (tasks[i].current >= 0) {
-      held += tasks[i].options[static_cast<size_t>(tasks[i].current)].gpus;
+      const elastic::Option& o = tasks[i].options[static_cast<size_t>(tasks[i].current)];
+      held[static_cast<size_t>(o.type)] += o.gpus;
       running = true;
     }
   }
@@ -350,11 +370,11 @@ StatusOr<ScalePlan> Autoscaler::DecideJoint(const std::vector<ScaleTask>& tasks,
 
 // The shadow problem and what DecideShadow derives from it.
 struct Autoscaler::Shadow {
-  // Per task: the fastest option at each GPU count.
-  std::vector<std::map<int, int>> fastest;
-  // Each task's options at its base batch, one per GPU count (a task without
-  // options at its base batch follows its fastest option per GPU count),
-  // running at the GPU count the shadow gave it.
+  // Per task: the fastest option at each (pool, GPU count).
+  std::vector<std::map<std::pair<int, int>, int>> fastest;
+  // Each task's options at its base batch, one per pool and GPU count (a task
+  // without options at its base batch follows its fastest option per pool and
+  // GPU count), running at the pool and GPU count the shadow gave it.
   std::vector<ScaleTask> tasks;
   // [i][k]: the speed task i really runs at under shadow option k.
   std::vector<std::vector<double>> speeds;
@@ -362,25 +382,24 @@ struct Autoscaler::Shadow {
   // GPU count for it, and the seconds a batch change or growth saves it.
   std::vector<int> choice;
   std::vector<int> shadow_gpus;
+  std::vector<int> shadow_type;
   std::vector<double> saved;
 
-  int FastestAt(size_t i, int g) const {
-    auto it = fastest[i].find(g);
+  int FastestAt(size_t i, int type, int g) const {
+    auto it = fastest[i].find({type, g});
     return it == fastest[i].end() ? -1 : it->second;
   }
 };
 
-StatusOr<Autoscaler::Shadow> Autoscaler::MakeShadow(const std::vector<ScaleTask>& tasks) {
+StatusOr<Autoscaler::Shadow> Autoscaler::MakeShadow(const std::vector<ScaleTask>& tasks,
+                                                    const elastic::Capacity& capacity) {
   const size_t n = tasks.size();
-  std::vector<std::vector<double>> zero(n);
-  for (size_t i = 0; i < n; ++i) {
+  // The option tables' own checks, named by the caller's indices.
+  ORRERY_RETURN_IF_ERROR(elastic::CheckInput(tasks, capacity));
+  for (size_t i = 0; i < n; ++i)
     if (tasks[i].current < -1 || tasks[i].current >= static_cast<int>(tasks[i].options.size()))
       return InvalidArgumentError("tasks[" + std::to_string(i) +
                                   "].current: must be -1 or an index into options");
-    zero[i].assign(tasks[i].options.size(), 0);
-  }
-  // The option tables' own checks, named by the caller's indices.
-  ORRERY_RETURN_IF_ERROR(elastic::Knapsack::Solve(tasks, zero, 0, false).status());
   auto option = [&](size_t i, int j) -> const elastic::Option& {
     return tasks[i].options[static_cast<size_t>(j)];
   };
@@ -388,7 +407,8 @@ StatusOr<Autoscaler::Shadow> Autoscaler::MakeShadow(const std::vector<ScaleTask>
   sh.fastest.resize(n);
   for (size_t i = 0; i < n; ++i)
     for (size_t j = 0; j < tasks[i].options.size(); ++j) {
-      auto [it, fresh] = sh.fastest[i].emplace(tasks[i].options[j].gpus, static_cast<int>(j));
+      const elastic::Option& o = tasks[i].options[j];
+      auto [it, fresh] = sh.fastest[i].emplace(std::make_pair(o.type, o.gpus), static_cast<int>(j));
       if (!fresh && tasks[i].options[j].throughput > option(i, it->second).throughput)
         it->second = static_cast<int>(j);
     }
@@ -403,7 +423,7 @@ StatusOr<Autoscaler::Shadow> Autoscaler::MakeShadow(const std::vector<ScaleTask>
     s.weight = t.weight;
     auto add = [&](const elastic::Option& o) {
       for (elastic::Option& have : s.options) {
-        if (have.gpus != o.gpus) continue;
+        if (have.gpus != o.gpus || have.type != o.type) continue;
         if (o.throughput > have.throughput) have = o;
         return;
       }
@@ -415,14 +435,16 @@ StatusOr<Autoscaler::Shadow> Autoscaler::MakeShadow(const std::vector<ScaleTask>
       for (const elastic::Option& o : t.options) add(o);
     if (t.current < 0) continue;
     int g = option(i, t.current).gpus;
+    const int type = option(i, t.current).type;
     auto it = entitled_.find(t.name);
     if (it != entitled_.end() && it->second < g) {
       g = it->second;
       entitled.insert(*it);
     }
-    int near = -1;  // its GPU count, else the largest below it
+    int near = -1;  // its GPU count in its pool, else the largest below it there
     for (size_t k = 0; k < s.options.size(); ++k) {
       const int h = s.options[k].gpus;
+      if (s.options[k].type != type) continue;
       if (h <= g && (near < 0 || h > s.options[static_cast<size_t>(near)].gpus))
         near = static_cast<int>(k);
     }
@@ -432,12 +454,13 @@ StatusOr<Autoscaler::Shadow> Autoscaler::MakeShadow(const std::vector<ScaleTask>
   sh.speeds.resize(n);
   for (size_t i = 0; i < n; ++i)
     for (const elastic::Option& o : sh.tasks[i].options)
-      sh.speeds[i].push_back(option(i, sh.FastestAt(i, o.gpus)).throughput);
+      sh.speeds[i].push_back(option(i, sh.FastestAt(i, o.type, o.gpus)).throughput);
   return sh;
 }
 
-void Autoscaler::ChooseUnderShadow(const std::vector<ScaleTask>& tasks, int capacity,
-                                   const ScalePlan& sp, Shadow& sh) const {
+void Autoscaler::ChooseUnderShadow(const std::vector<ScaleTask>& tasks,
+                                   const elastic::Capacity& capacity, const ScalePlan& sp,
+                                   Shadow& sh) const {
   const size_t n = tasks.size();
   auto option = [&](size_t i, int j) -> const elastic::Option& {
     return tasks[i].options[static_cast<size_t>(j)];
@@ -446,20 +469,25 @@ void Autoscaler::ChooseUnderShadow(const std::vector<ScaleTask>& tasks, int capa
   const double pause = options_.rescale_cost_s;
   std::vector<int>& choice = sh.choice;
   std::vector<int>& shadow_gpus = sh.shadow_gpus;
+  std::vector<int>& shadow_type = sh.shadow_type;
   std::vector<double>& saved = sh.saved;
   choice.assign(n, -1);
   shadow_gpus.assign(n, 0);
+  shadow_type.assign(n, 0);
   saved.assign(n, 0);
-  int used = 0;
+  elastic::Capacity idle = capacity;  // per pool
+  auto pool = [&](size_t i, int j) { return static_cast<size_t>(option(i, j).type); };
   for (size_t i = 0; i < n; ++i) {
     const int sj = sp.choice[i];
     if (sj < 0) continue;
     const int g = sh.tasks[i].options[static_cast<size_t>(sj)].gpus;
+    const int type = sh.tasks[i].options[static_cast<size_t>(sj)].type;
     shadow_gpus[i] = g;
-    const int best = sh.FastestAt(i, g);
+    shadow_type[i] = type;
+    const int best = sh.FastestAt(i, type, g);
     const int cur = tasks[i].current;
     const double rem = tasks[i].remaining_work;
-    if (cur >= 0 && option(i, cur).gpus == g) {
+    if (cur >= 0 && option(i, cur).gpus == g && option(i, cur).type == type) {
       choice[i] = cur;
       const double a = option(i, cur).throughput, b = option(i, best).throughput;
       const double s = a > 0 && b > 0 ? rem / a - rem / b : 0;
@@ -470,9 +498,8 @@ void Autoscaler::ChooseUnderShadow(const std::vector<ScaleTask>& tasks, int capa
     } else {
       choice[i] = best;
     }
-    used += option(i, choice[i]).gpus;
+    idle[pool(i, choice[i])] -= option(i, choice[i]).gpus;
   }
-  int idle = capacity - used;
   // A grown task keeps its growth while the shadow keeps its GPU count and the
   // GPUs it grew onto are still idle.
   for (size_t i = 0; i < n; ++i) {
@@ -480,8 +507,10 @@ void Autoscaler::ChooseUnderShadow(const std::vector<ScaleTask>& tasks, int capa
     if (cur < 0 || choice[i] < 0 || sh.tasks[i].current < 0) continue;
     const int g = sh.tasks[i].options[static_cast<size_t>(sh.tasks[i].current)].gpus;
     const int extra = option(i, cur).gpus - option(i, choice[i]).gpus;
-    if (g != shadow_gpus[i] || option(i, cur).gpus <= g || extra > idle) continue;
-    idle -= extra;
+    if (g != shadow_gpus[i] || option(i, cur).type != shadow_type[i] || option(i, cur).gpus <= g ||
+        extra > idle[pool(i, cur)])
+      continue;
+    idle[pool(i, cur)] -= extra;
     choice[i] = cur;
   }
   // New growth, the largest saving first, at another batch than the base (the
@@ -498,9 +527,11 @@ void Autoscaler::ChooseUnderShadow(const std::vector<ScaleTask>& tasks, int capa
       const bool moving = tasks[i].current != choice[i];
       for (size_t j = 0; j < tasks[i].options.size(); ++j) {
         const elastic::Option& o = tasks[i].options[j];
-        if (o.gpus <= shadow_gpus[i] || o.gpus - shadow_gpus[i] > idle) continue;
-        if (o.batch_size == tasks[i].base_batch || sh.FastestAt(i, o.gpus) != static_cast<int>(j) ||
-            !(o.throughput > a))
+        if (o.type != shadow_type[i] || o.gpus <= shadow_gpus[i] ||
+            o.gpus - shadow_gpus[i] > idle[static_cast<size_t>(o.type)])
+          continue;
+        if (o.batch_size == tasks[i].base_batch ||
+            sh.FastestAt(i, o.type, o.gpus) != static_cast<int>(j) || !(o.throughput > a))
           continue;
         const double s = tasks[i].remaining_work / a - tasks[i].remaining_work / o.throughput;
         const double need = 2 * pause * charge + (moving ? 0 : pause);
@@ -512,7 +543,7 @@ void Autoscaler::ChooseUnderShadow(const std::vector<ScaleTask>& tasks, int capa
       }
     }
     if (ti == n) break;
-    idle -= option(ti, tj).gpus - shadow_gpus[ti];
+    idle[pool(ti, tj)] -= option(ti, tj).gpus - shadow_gpus[ti];
     choice[ti] = tj;
     saved[ti] = top;
   }
@@ -544,9 +575,10 @@ ScalePlan Autoscaler::ExplainShadow(const std::vector<ScaleTask>& tasks, const S
     d.task = t.name;
     d.from_gpus = from >= 0 ? option(i, from).gpus : 0;
     d.from_batch = from >= 0 ? option(i, from).batch_size : 0;
+    d.from_type = from >= 0 ? option(i, from).type : 0;
     if (from == to) {
       if (d.action == ScaleDecision::Action::kKeep) {
-        const int wanted = d.to_gpus > 0 ? sh.FastestAt(i, d.to_gpus) : -1;
+        const int wanted = d.to_gpus > 0 ? sh.FastestAt(i, d.to_type, d.to_gpus) : -1;
         d.to_batch = wanted >= 0 ? option(i, wanted).batch_size : 0;
       } else if (d.action != ScaleDecision::Action::kQueue) {
         d.action = ScaleDecision::Action::kKeep;
@@ -561,6 +593,7 @@ ScalePlan Autoscaler::ExplainShadow(const std::vector<ScaleTask>& tasks, const S
                         : ScaleDecision::Action::kRescale;
     d.to_gpus = to >= 0 ? option(i, to).gpus : 0;
     d.to_batch = to >= 0 ? option(i, to).batch_size : 0;
+    d.to_type = to >= 0 ? option(i, to).type : 0;
     const bool shadow_moved = sd != nullptr && sd->action != ScaleDecision::Action::kKeep &&
                               sd->action != ScaleDecision::Action::kQueue;
     const int shadow_gpus = sh.shadow_gpus[i];
@@ -572,11 +605,11 @@ ScalePlan Autoscaler::ExplainShadow(const std::vector<ScaleTask>& tasks, const S
                      "saves %.0f s",
                      shadow_gpus, saved) +
                  ", more than two rescale costs with hysteresis";
-    } else if (shadow_moved && sd->to_gpus == d.to_gpus) {
+    } else if (shadow_moved && sd->to_gpus == d.to_gpus && sd->to_type == d.to_type) {
       if (to >= 0 && d.to_batch != t.base_batch)
         d.reason += "; batch " + std::to_string(d.to_batch) + ", the fastest at " +
                     std::to_string(d.to_gpus) + " GPUs";
-    } else if (from >= 0 && to >= 0 && d.from_gpus == d.to_gpus) {
+    } else if (from >= 0 && to >= 0 && d.from_gpus == d.to_gpus && d.from_type == d.to_type) {
       d.gain = saved;
       d.cost = pause;
       d.reason = Fmt("batch change at the same GPUs saves %.0f s, beating the rescale cost %.0f s",
@@ -595,10 +628,10 @@ ScalePlan Autoscaler::ExplainShadow(const std::vector<ScaleTask>& tasks, const S
   return out;
 }
 
-StatusOr<ScalePlan> Autoscaler::DecideShadow(const std::vector<ScaleTask>& tasks, int capacity,
+StatusOr<ScalePlan> Autoscaler::DecideShadow(const std::vector<ScaleTask>& tasks,
+                                             const elastic::Capacity& capacity,
                                              ScaleTrigger trigger, double now) {
-  if (capacity < 0) return InvalidArgumentError("capacity: must be at least 0");
-  ORRERY_ASSIGN_OR_RETURN(Shadow sh, MakeShadow(tasks));
+  ORRERY_ASSIGN_OR_RETURN(Shadow sh, MakeShadow(tasks, capacity));
   // The deadline's on-course test at the speeds the tasks will really run at:
   // judged at the base batch's speed, a job about to finish looked off course
   // and was shrunk to start another that could have waited. The objective

@@ -12,11 +12,18 @@ namespace orrery::sim {
 
 namespace elastic = planner::elastic;
 
+namespace {
+// The optimum policy checks an event's DP against an exhaustive search up to
+// this many combinations of options.
+constexpr double kExhaustiveCheck = 2e5;
+}  // namespace
+
 const char* ElasticPolicyName(ElasticPolicy policy) {
   switch (policy) {
     case ElasticPolicy::kElastic: return "elastic";
     case ElasticPolicy::kGpuOnly: return "gpu-only";
     case ElasticPolicy::kStatic: return "static";
+    case ElasticPolicy::kOptimum: return "optimum";
   }
   return "unknown";
 }
@@ -25,7 +32,8 @@ StatusOr<ElasticPolicy> ParseElasticPolicy(std::string_view name) {
   if (name == "elastic") return ElasticPolicy::kElastic;
   if (name == "gpu-only") return ElasticPolicy::kGpuOnly;
   if (name == "static") return ElasticPolicy::kStatic;
-  return InvalidArgumentError("policy: must be elastic, gpu-only or static");
+  if (name == "optimum") return ElasticPolicy::kOptimum;
+  return InvalidArgumentError("policy: must be elastic, gpu-only, static or optimum");
 }
 
 namespace {
@@ -39,17 +47,30 @@ const JobKind& KindOf(const ElasticTrace& trace, const ElasticJob& job) {
 // GPU counts a job may be given: powers of two up to a node, then whole nodes.
 // Fewer counts keep the allocator fast; these are the shapes a data-parallel
 // job is usually given anyway.
-std::vector<int> GpuCounts(const ElasticCluster& c, int max_gpus) {
+std::vector<int> GpuCounts(const GpuPool& pool, int max_gpus) {
   std::vector<int> counts;
-  for (int g = 1; g < c.gpus_per_node && g <= max_gpus; g *= 2) counts.push_back(g);
-  for (int g = c.gpus_per_node; g <= max_gpus; g += c.gpus_per_node) counts.push_back(g);
+  for (int g = 1; g < pool.gpus_per_node && g <= max_gpus; g *= 2) counts.push_back(g);
+  for (int g = pool.gpus_per_node; g <= max_gpus; g += pool.gpus_per_node) counts.push_back(g);
   return counts;
 }
 
-int MaxCapacity(const ElasticTrace& trace) {
-  int m = trace.cluster.gpus();
-  for (const CapacityEvent& e : trace.capacity) m = std::max(m, e.gpus);
+// The most GPUs pool p ever has.
+int MaxCapacity(const ElasticTrace& trace, size_t p) {
+  int m = Pools(trace.cluster)[p].gpus();
+  for (const CapacityEvent& e : trace.capacity)
+    if (PoolIndex(trace.cluster, e.pool) == static_cast<int>(p)) m = std::max(m, e.gpus);
   return m;
+}
+
+// What gpu-only believes an option runs at: the reference GPU's speed on the
+// option's pool shape, whatever its type.
+double BlindThroughput(const ElasticTrace& trace, const JobKind& kind, const elastic::Option& o) {
+  GpuPool reference = Pools(trace.cluster)[static_cast<size_t>(o.type)];
+  reference.speed = 1;
+  reference.memory_gb = 0;
+  JobKind blind = kind;
+  blind.speed_by_type.clear();
+  return Throughput(blind, trace.cluster, reference, o.gpus, o.batch_size);
 }
 
 }  // namespace
@@ -58,33 +79,43 @@ std::vector<elastic::Option> JobOptions(const ElasticTrace& trace, const Elastic
                                         ElasticPolicy policy) {
   const JobKind& kind = KindOf(trace, job);
   std::vector<elastic::Option> options;
-  if (policy == ElasticPolicy::kStatic) {
-    int g = kind.requested_gpus > 0 && job.base_batch % kind.requested_gpus == 0 &&
-                    job.base_batch / kind.requested_gpus <= kind.max_batch_per_gpu
-                ? kind.requested_gpus
-                : FewestGpus(kind, job.base_batch, MaxCapacity(trace));
-    if (g > 0)
-      options.push_back({g, job.base_batch, Throughput(kind, trace.cluster, g, job.base_batch)});
-    return options;
-  }
-  const int step = kind.batch_step > 0 ? kind.batch_step : job.min_batch;
-  for (int g : GpuCounts(trace.cluster, MaxCapacity(trace))) {
-    elastic::Option best{g, 0, 0};
-    auto consider = [&](int b) {
-      if (b % g != 0 || b / g > kind.max_batch_per_gpu || b / g < 1) return;
-      const double t = Throughput(kind, trace.cluster, g, b);
-      if (t > best.throughput) best = {g, b, t};
-    };
-    consider(job.base_batch);
-    const elastic::Option base = best;
-    if (policy == ElasticPolicy::kElastic) {
-      for (long b = job.min_batch; b <= job.max_batch; b += step) consider(static_cast<int>(b));
-      consider(job.max_batch);
+  const std::vector<GpuPool> pools = Pools(trace.cluster);
+  for (size_t p = 0; p < pools.size(); ++p) {
+    const GpuPool& pool = pools[p];
+    if (!KindFits(kind, pool)) continue;
+    const int type = static_cast<int>(p);
+    const int most = MaxCapacity(trace, p);
+    if (policy == ElasticPolicy::kStatic) {
+      int g = kind.requested_gpus > 0 && kind.requested_gpus <= most &&
+                      job.base_batch % kind.requested_gpus == 0 &&
+                      job.base_batch / kind.requested_gpus <= kind.max_batch_per_gpu
+                  ? kind.requested_gpus
+                  : FewestGpus(kind, job.base_batch, most);
+      if (g > 0)
+        options.push_back(
+            {g, job.base_batch, Throughput(kind, trace.cluster, pool, g, job.base_batch), type});
+      continue;
     }
-    // The base batch's option too, where another is faster: the autoscaler
-    // decides GPU counts on the base batch's options (ElasticTask::base_batch).
-    if (base.batch_size > 0 && base.batch_size != best.batch_size) options.push_back(base);
-    if (best.batch_size > 0) options.push_back(best);
+    const int step = kind.batch_step > 0 ? kind.batch_step : job.min_batch;
+    const bool batch_moves = policy == ElasticPolicy::kElastic || policy == ElasticPolicy::kOptimum;
+    for (int g : GpuCounts(pool, most)) {
+      elastic::Option best{g, 0, 0, type};
+      auto consider = [&](int b) {
+        if (b % g != 0 || b / g > kind.max_batch_per_gpu || b / g < 1) return;
+        const double t = Throughput(kind, trace.cluster, pool, g, b);
+        if (t > best.throughput) best = {g, b, t, type};
+      };
+      consider(job.base_batch);
+      const elastic::Option base = best;
+      if (batch_moves) {
+        for (long b = job.min_batch; b <= job.max_batch; b += step) consider(static_cast<int>(b));
+        consider(job.max_batch);
+      }
+      // The base batch's option too, where another is faster: the autoscaler
+      // decides GPU counts on the base batch's options (ElasticTask::base_batch).
+      if (base.batch_size > 0 && base.batch_size != best.batch_size) options.push_back(base);
+      if (best.batch_size > 0) options.push_back(best);
+    }
   }
   return options;
 }
@@ -104,7 +135,8 @@ struct Event {
 
 struct Job {
   const ElasticJob* spec = nullptr;
-  std::vector<elastic::Option> options;
+  std::vector<elastic::Option> options;   // true throughputs
+  std::vector<elastic::Option> believed;  // what the policy weighs (gpu-only: type-blind)
   bool arrived = false;
   bool done = false;
   int current = -1;  // option index while running
@@ -145,6 +177,9 @@ class ElasticSim {
   int Gpus(const Job& j) const {
     return j.current >= 0 ? j.options[static_cast<size_t>(j.current)].gpus : 0;
   }
+  size_t Pool(const Job& j) const {
+    return static_cast<size_t>(j.options[static_cast<size_t>(j.current)].type);
+  }
   void Advance(Job& j) {
     if (j.current >= 0) {
       const double from = std::max(j.last_advance, j.paused_until);
@@ -157,11 +192,13 @@ class ElasticSim {
   void Apply(const std::vector<int>& choice, const std::vector<size_t>& active);
   Status Decide(engine::ScaleTrigger trigger);
   std::vector<int> StaticChoice(const std::vector<size_t>& active) const;
+  StatusOr<std::vector<int>> OptimumChoice(const std::vector<engine::ScaleTask>& tasks);
   void Integrate() {
-    int held = 0;
+    int held = 0, present = 0;
     for (const Job& j : jobs_) held += Gpus(j);
+    for (int c : capacity_) present += c;
     held_gpu_seconds_ += held * (now_ - integrated_to_);
-    capacity_gpu_seconds_ += capacity_ * (now_ - integrated_to_);
+    capacity_gpu_seconds_ += present * (now_ - integrated_to_);
     integrated_to_ = now_;
   }
 
@@ -172,7 +209,7 @@ class ElasticSim {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
   long seq_ = 0;
   double now_ = 0;
-  int capacity_ = 0;
+  elastic::Capacity capacity_;  // per pool
   std::vector<Job> jobs_;
   ElasticResult result_;
   double held_gpu_seconds_ = 0, capacity_gpu_seconds_ = 0, integrated_to_ = 0;
@@ -180,34 +217,64 @@ class ElasticSim {
 
 std::vector<int> ElasticSim::StaticChoice(const std::vector<size_t>& active) const {
   std::vector<int> choice(active.size(), -1);
-  int used = 0;
+  elastic::Capacity used(capacity_.size(), 0);
   std::vector<size_t> running;  // positions in active
   for (size_t k = 0; k < active.size(); ++k) {
     const Job& j = jobs_[active[k]];
     if (j.current >= 0) {
       choice[k] = j.current;
-      used += Gpus(j);
+      used[Pool(j)] += Gpus(j);
       running.push_back(k);
     }
   }
-  // Capacity lost: the latest started give their GPUs back first.
+  // Capacity lost: the latest started on the pool give their GPUs back first.
   std::stable_sort(running.begin(), running.end(), [&](size_t a, size_t b) {
     return jobs_[active[a]].started > jobs_[active[b]].started;
   });
   for (size_t k : running) {
-    if (used <= capacity_) break;
-    used -= Gpus(jobs_[active[k]]);
+    const Job& j = jobs_[active[k]];
+    if (used[Pool(j)] <= capacity_[Pool(j)]) continue;
+    used[Pool(j)] -= Gpus(j);
     choice[k] = -1;
   }
-  // Strict FIFO: the queue's head waits for its GPUs and nobody passes it.
+  // Strict FIFO: the queue's head takes the first pool with room for its
+  // request, else waits, and nobody passes it.
   for (size_t k = 0; k < active.size(); ++k) {
     const Job& j = jobs_[active[k]];
     if (choice[k] >= 0 || j.current >= 0) continue;
-    if (j.options.empty() || used + j.options[0].gpus > capacity_) break;
-    choice[k] = 0;
-    used += j.options[0].gpus;
+    int pick = -1;
+    for (size_t o = 0; o < j.options.size() && pick < 0; ++o) {
+      const size_t p = static_cast<size_t>(j.options[o].type);
+      if (used[p] + j.options[o].gpus <= capacity_[p]) pick = static_cast<int>(o);
+    }
+    if (pick < 0) break;
+    choice[k] = pick;
+    used[static_cast<size_t>(j.options[static_cast<size_t>(pick)].type)] +=
+        j.options[static_cast<size_t>(pick)].gpus;
   }
   return choice;
+}
+
+StatusOr<std::vector<int>> ElasticSim::OptimumChoice(const std::vector<engine::ScaleTask>& tasks) {
+  const elastic::Value value = options_.autoscaler.value;
+  ORRERY_ASSIGN_OR_RETURN(elastic::Allocation a, elastic::Allocate(tasks, capacity_, value));
+  // Where the event is small enough, an exhaustive search must agree.
+  double combinations = 1;
+  for (const engine::ScaleTask& t : tasks)
+    combinations *= static_cast<double>(t.options.size() + 1);
+  if (combinations <= kExhaustiveCheck) {
+    std::vector<std::vector<double>> values(tasks.size());
+    for (size_t i = 0; i < tasks.size(); ++i)
+      for (const elastic::Option& o : tasks[i].options)
+        values[i].push_back(elastic::OptionValue(tasks[i], o, value));
+    ORRERY_ASSIGN_OR_RETURN(elastic::Allocation exact,
+                            elastic::Exhaustive(tasks, values, capacity_, kExhaustiveCheck));
+    if (std::abs(exact.value - a.value) > 1e-9 * std::max(1.0, exact.value))
+      return InternalError("optimum: the DP's value " + std::to_string(a.value) +
+                           " differs from the exhaustive optimum " + std::to_string(exact.value));
+    ++result_.optimum_checked;
+  }
+  return a.choice;
 }
 
 void ElasticSim::Apply(const std::vector<int>& choice, const std::vector<size_t>& active) {
@@ -259,15 +326,19 @@ Status ElasticSim::Decide(engine::ScaleTrigger trigger) {
       // A job finishing this instant still counts a sliver of work, so its value
       // stays finite and it keeps its GPUs until its finish event.
       t.remaining_work = std::max(j.remaining, 1e-9 * j.spec->work);
-      t.options = j.options;
+      t.options = j.believed;
       t.current = j.current;
-      t.base_batch = j.spec->base_batch;
+      t.base_batch = policy_ == ElasticPolicy::kOptimum ? 0 : j.spec->base_batch;
       tasks.push_back(std::move(t));
     }
-    ORRERY_ASSIGN_OR_RETURN(engine::ScalePlan plan,
-                            autoscaler_.Decide(tasks, capacity_, trigger, now_));
+    if (policy_ == ElasticPolicy::kOptimum) {
+      ORRERY_ASSIGN_OR_RETURN(choice, OptimumChoice(tasks));
+    } else {
+      ORRERY_ASSIGN_OR_RETURN(engine::ScalePlan plan,
+                              autoscaler_.Decide(tasks, capacity_, trigger, now_));
+      choice = std::move(plan.choice);
+    }
     ++result_.autoscaler_runs;
-    choice = std::move(plan.choice);
   }
   Apply(choice, active);
   return OkStatus();
@@ -276,13 +347,17 @@ Status ElasticSim::Decide(engine::ScaleTrigger trigger) {
 StatusOr<ElasticResult> ElasticSim::Run() {
   result_.trace = trace_.name;
   result_.policy = ElasticPolicyName(policy_);
-  capacity_ = trace_.cluster.gpus();
+  for (const GpuPool& p : Pools(trace_.cluster)) capacity_.push_back(p.gpus());
   jobs_.resize(trace_.jobs.size());
   for (size_t i = 0; i < trace_.jobs.size(); ++i) {
     Job& j = jobs_[i];
     j.spec = &trace_.jobs[i];
     j.remaining = j.spec->work;
     j.options = JobOptions(trace_, *j.spec, policy_);
+    j.believed = j.options;
+    if (policy_ == ElasticPolicy::kGpuOnly)
+      for (elastic::Option& o : j.believed)
+        o.throughput = BlindThroughput(trace_, KindOf(trace_, *j.spec), o);
     if (j.options.empty())
       return InvalidArgumentError("jobs[" + std::to_string(i) + "]: no feasible option under " +
                                   result_.policy);
@@ -323,10 +398,12 @@ StatusOr<ElasticResult> ElasticSim::Run() {
           completion = true;
           break;
         }
-        case Kind::kCapacity:
-          capacity_ = trace_.capacity[static_cast<size_t>(e.index)].gpus;
+        case Kind::kCapacity: {
+          const CapacityEvent& c = trace_.capacity[static_cast<size_t>(e.index)];
+          capacity_[static_cast<size_t>(PoolIndex(trace_.cluster, c.pool))] = c.gpus;
           capacity = true;
           break;
+        }
         case Kind::kTick:
           tick = true;
           if (done < jobs_.size()) Push(now_ + trace_.interval_s, Kind::kTick, 0);

@@ -1,18 +1,29 @@
 // The elastic simulator: jobs of an elastic trace (elastic_trace.h) arrive
-// online on a cluster of GPUs, and one of three policies runs them:
+// online on a cluster of GPUs, and one of four policies runs them:
 //   elastic   the engine's autoscaler over the elastic allocator, each job's
-//             options being every GPU count with the best global batch within its
-//             bounds (GPUs and batch chosen together: Saxena et al.);
+//             options being every GPU type and count with the best global batch
+//             within its bounds there (type, GPUs and batch chosen together:
+//             Saxena et al., made heterogeneity-aware);
 //   gpu-only  the same autoscaler, each job's batch fixed at its base batch (the
-//             paper's strong baseline: GPUs scale, batch size does not);
-//   static    each job gets its requested GPUs at its base batch, first come
-//             first served (strict FIFO), never rescaled.
+//             paper's strong baseline: GPUs scale, batch size does not), and
+//             type-blind: it weighs every pool's GPUs at the reference speed
+//             (1), so it counts GPUs and takes the first pool with room, as a
+//             scheduler that knows GPU counts but not types does; jobs run at
+//             their true speed there;
+//   static    each job gets its requested GPUs at its base batch on the first
+//             pool (in the trace's order) it fits with room, first come first
+//             served (strict FIFO), never rescaled;
+//   optimum   at every event, the exact optimum of the allocator's objective
+//             (the autoscaler's value, every typed option) applied as it is,
+//             with no rescale guard: the per-event optimum the autoscaler's
+//             guarded decisions are measured against. Where an event's options
+//             are few enough, an exhaustive search checks the DP's optimum.
 // A job's speed comes from the trace's throughput model. A rescale (other GPUs or
 // batch, or a preemption and later restart) stops the job's progress for the
-// trace's rescale cost while it holds its new GPUs. The autoscaler runs on every
-// arrival, completion and capacity change, and every interval. The cluster is
-// GPUs counted, not placed: the model's inter-node bandwidth beyond one node's
-// GPUs stands for placement. Deterministic: the same trace gives the same result.
+// trace's rescale cost while it holds its new GPUs. A job never spans pools. The autoscaler runs on
+// every arrival, completion and capacity change, and every interval. The cluster is GPUs counted,
+// not placed: the model's inter-node bandwidth beyond one node's GPUs stands for placement.
+// Deterministic: the same trace gives the same result.
 #pragma once
 
 #include <string>
@@ -25,7 +36,7 @@
 
 namespace orrery::sim {
 
-enum class ElasticPolicy { kElastic, kGpuOnly, kStatic };
+enum class ElasticPolicy { kElastic, kGpuOnly, kStatic, kOptimum };
 const char* ElasticPolicyName(ElasticPolicy policy);
 StatusOr<ElasticPolicy> ParseElasticPolicy(std::string_view name);
 
@@ -58,14 +69,19 @@ struct ElasticResult {
   int preemptions = 0;  // running jobs sent back to the queue
   int autoscaler_runs = 0;
   double gpu_utilisation = 0;  // GPU-seconds held / GPU-seconds present, to the makespan
+  // optimum: events whose DP optimum an exhaustive search confirmed (the rest
+  // had too many combinations of options to enumerate).
+  int optimum_checked = 0;
   std::vector<JobOutcome> outcomes;
   std::vector<engine::ScaleDecision> decisions;  // when keep_decisions
 };
 
-// The options a job has under `policy`: for each GPU count the cluster may give
-// (1, 2, 4, ... up to a node, then whole nodes), the global batch with the
-// highest throughput: within [min, max] on the kind's batch grid for elastic,
-// the base batch only for gpu-only and static.
+// The options a job has under `policy`: on each pool its kind fits, for each GPU
+// count the pool may give (1, 2, 4, ... up to a node, then whole nodes), the
+// global batch with the highest throughput: within [min, max] on the kind's
+// batch grid for elastic and optimum, the base batch only for gpu-only and
+// static. Throughputs are the true ones (the type-blind view of gpu-only is
+// the simulator's own).
 std::vector<planner::elastic::Option> JobOptions(const ElasticTrace& trace, const ElasticJob& job,
                                                  ElasticPolicy policy);
 

@@ -71,13 +71,81 @@ Status ValidateKind(const JobKind& k, const ElasticCluster& c, const std::string
   if (k.batch_step < 0) return InvalidArgumentError(path + ".batchStep: must be at least 0");
   if (k.requested_gpus < 0)
     return InvalidArgumentError(path + ".requestedGpus: must be at least 0");
-  if (k.requested_gpus > 0 &&
-      (k.requested_gpus > c.gpus() || k.base_batch % k.requested_gpus != 0 ||
-       k.base_batch / k.requested_gpus > k.max_batch_per_gpu))
+  ORRERY_RETURN_IF_ERROR(NonNegative(k.memory_gb, path + ".memoryGiB"));
+  const std::vector<GpuPool> pools = Pools(c);
+  int largest = 0;  // GPUs of the largest pool the kind fits
+  double memory = 0;
+  for (const GpuPool& p : pools) {
+    memory = std::max(memory, p.memory_gb);
+    if (KindFits(k, p)) largest = std::max(largest, p.gpus());
+  }
+  if (largest == 0)
+    return InvalidArgumentError(path + ".memoryGiB: " + std::to_string(k.memory_gb) +
+                                " fits no pool (the most memory per GPU is " +
+                                std::to_string(memory) + "); lower it or add a pool");
+  for (const auto& entry : k.speed_by_type) {
+    const std::string& type = entry.first;
+    std::string at = path + ".speedByType.";
+    at += type;
+    if (std::none_of(pools.begin(), pools.end(), [&](const GpuPool& p) { return p.type == type; }))
+      return InvalidArgumentError(at + ": no pool of this type in cluster.pools");
+    ORRERY_RETURN_IF_ERROR(Positive(entry.second, at));
+  }
+  if (k.requested_gpus > 0 && (k.requested_gpus > largest || k.base_batch % k.requested_gpus != 0 ||
+                               k.base_batch / k.requested_gpus > k.max_batch_per_gpu))
     return InvalidArgumentError(path +
                                 ".requestedGpus: must divide baseBatch, hold it in GPU memory "
-                                "and fit the cluster");
+                                "and fit a pool the kind fits");
   return OkStatus();
+}
+
+StatusOr<GpuPool> ParsePool(const YAML::Node& n, const std::string& path) {
+  if (!n.IsMap()) return InvalidArgumentError(path + ": must be a mapping");
+  GpuPool p;
+  ORRERY_RETURN_IF_ERROR(Read(n, "gpuType", path, true, &p.type));
+  ORRERY_RETURN_IF_ERROR(Read(n, "nodes", path, true, &p.nodes));
+  ORRERY_RETURN_IF_ERROR(Read(n, "gpusPerNode", path, true, &p.gpus_per_node));
+  ORRERY_RETURN_IF_ERROR(Read(n, "speed", path, false, &p.speed));
+  ORRERY_RETURN_IF_ERROR(Read(n, "gpuMemoryGiB", path, false, &p.memory_gb));
+  if (p.type.empty()) return InvalidArgumentError(path + ".gpuType: must not be empty");
+  if (p.nodes < 1) return InvalidArgumentError(path + ".nodes: must be positive");
+  if (p.gpus_per_node < 1) return InvalidArgumentError(path + ".gpusPerNode: must be positive");
+  ORRERY_RETURN_IF_ERROR(Positive(p.speed, path + ".speed"));
+  ORRERY_RETURN_IF_ERROR(NonNegative(p.memory_gb, path + ".gpuMemoryGiB"));
+  return p;
+}
+
+// cluster: nodes and gpusPerNode, or pools of GPU types; the links either way.
+Status ParseCluster(const YAML::Node& c, ElasticCluster* cluster) {
+  if (!c || !c.IsMap()) return InvalidArgumentError("cluster: required mapping");
+  if (YAML::Node pools = c["pools"]) {
+    if (!pools.IsSequence() || pools.size() == 0)
+      return InvalidArgumentError("cluster.pools: must be a non-empty list");
+    if (c["nodes"] || c["gpusPerNode"])
+      return InvalidArgumentError(
+          "cluster.nodes: give nodes and gpusPerNode per pool when cluster.pools is set");
+    for (size_t i = 0; i < pools.size(); ++i) {
+      const std::string path = "cluster.pools[" + std::to_string(i) + "]";
+      ORRERY_ASSIGN_OR_RETURN(GpuPool p, ParsePool(pools[i], path));
+      for (const GpuPool& other : cluster->pools)
+        if (other.type == p.type)
+          return InvalidArgumentError(path + ".gpuType: duplicate " + p.type);
+      cluster->pools.push_back(p);
+    }
+  } else {
+    ORRERY_RETURN_IF_ERROR(Read(c, "nodes", "cluster", true, &cluster->nodes));
+    ORRERY_RETURN_IF_ERROR(Read(c, "gpusPerNode", "cluster", true, &cluster->gpus_per_node));
+    if (cluster->nodes < 1) return InvalidArgumentError("cluster.nodes: must be positive");
+    if (cluster->gpus_per_node < 1)
+      return InvalidArgumentError("cluster.gpusPerNode: must be positive");
+  }
+  ORRERY_RETURN_IF_ERROR(Read(c, "intraNodeGBps", "cluster", false, &cluster->intra_node_gbps));
+  ORRERY_RETURN_IF_ERROR(Read(c, "interNodeGBps", "cluster", false, &cluster->inter_node_gbps));
+  ORRERY_RETURN_IF_ERROR(
+      Read(c, "allreduceLatencyS", "cluster", false, &cluster->allreduce_latency_s));
+  ORRERY_RETURN_IF_ERROR(Positive(cluster->intra_node_gbps, "cluster.intraNodeGBps"));
+  ORRERY_RETURN_IF_ERROR(Positive(cluster->inter_node_gbps, "cluster.interNodeGBps"));
+  return NonNegative(cluster->allreduce_latency_s, "cluster.allreduceLatencyS");
 }
 
 StatusOr<JobKind> ParseKind(const YAML::Node& n, const std::string& path) {
@@ -94,6 +162,21 @@ StatusOr<JobKind> ParseKind(const YAML::Node& n, const std::string& path) {
   ORRERY_RETURN_IF_ERROR(Read(n, "requestedGpus", path, false, &k.requested_gpus));
   ORRERY_RETURN_IF_ERROR(Read(n, "batchStep", path, false, &k.batch_step));
   ORRERY_RETURN_IF_ERROR(Read(n, "work", path, true, &k.work));
+  ORRERY_RETURN_IF_ERROR(Read(n, "memoryGiB", path, false, &k.memory_gb));
+  if (YAML::Node speeds = n["speedByType"]) {
+    if (!speeds.IsMap()) return InvalidArgumentError(path + ".speedByType: must be a mapping");
+    for (const auto& kv : speeds) {
+      std::string type;
+      try {
+        type = kv.first.as<std::string>();
+        k.speed_by_type.emplace_back(type, kv.second.as<double>());
+      } catch (const YAML::Exception&) {
+        std::string at = path + ".speedByType.";
+        at += type;
+        return InvalidArgumentError(at + ": wrong type");
+      }
+    }
+  }
   return k;
 }
 
@@ -114,23 +197,10 @@ StatusOr<ElasticTrace> ParseRoot(const YAML::Node& root) {
   if (!root.IsMap()) return InvalidArgumentError("trace: must be a mapping");
   ElasticTrace t;
   ORRERY_RETURN_IF_ERROR(Read(root, "name", "", false, &t.name));
-  YAML::Node c = root["cluster"];
-  if (!c || !c.IsMap()) return InvalidArgumentError("cluster: required mapping");
-  ORRERY_RETURN_IF_ERROR(Read(c, "nodes", "cluster", true, &t.cluster.nodes));
-  ORRERY_RETURN_IF_ERROR(Read(c, "gpusPerNode", "cluster", true, &t.cluster.gpus_per_node));
-  ORRERY_RETURN_IF_ERROR(Read(c, "intraNodeGBps", "cluster", false, &t.cluster.intra_node_gbps));
-  ORRERY_RETURN_IF_ERROR(Read(c, "interNodeGBps", "cluster", false, &t.cluster.inter_node_gbps));
-  ORRERY_RETURN_IF_ERROR(
-      Read(c, "allreduceLatencyS", "cluster", false, &t.cluster.allreduce_latency_s));
+  ORRERY_RETURN_IF_ERROR(ParseCluster(root["cluster"], &t.cluster));
   ORRERY_RETURN_IF_ERROR(Read(root, "horizonS", "", false, &t.horizon_s));
   ORRERY_RETURN_IF_ERROR(Read(root, "rescaleCostS", "", false, &t.rescale_cost_s));
   ORRERY_RETURN_IF_ERROR(Read(root, "intervalS", "", false, &t.interval_s));
-  if (t.cluster.nodes < 1) return InvalidArgumentError("cluster.nodes: must be positive");
-  if (t.cluster.gpus_per_node < 1)
-    return InvalidArgumentError("cluster.gpusPerNode: must be positive");
-  ORRERY_RETURN_IF_ERROR(Positive(t.cluster.intra_node_gbps, "cluster.intraNodeGBps"));
-  ORRERY_RETURN_IF_ERROR(Positive(t.cluster.inter_node_gbps, "cluster.interNodeGBps"));
-  ORRERY_RETURN_IF_ERROR(NonNegative(t.cluster.allreduce_latency_s, "cluster.allreduceLatencyS"));
   ORRERY_RETURN_IF_ERROR(Positive(t.horizon_s, "horizonS"));
   ORRERY_RETURN_IF_ERROR(NonNegative(t.rescale_cost_s, "rescaleCostS"));
   ORRERY_RETURN_IF_ERROR(Positive(t.interval_s, "intervalS"));
@@ -189,8 +259,14 @@ StatusOr<ElasticTrace> ParseRoot(const YAML::Node& root) {
       CapacityEvent e;
       ORRERY_RETURN_IF_ERROR(Read(cap[i], "time", path, true, &e.time));
       ORRERY_RETURN_IF_ERROR(Read(cap[i], "gpus", path, true, &e.gpus));
+      ORRERY_RETURN_IF_ERROR(Read(cap[i], "pool", path, false, &e.pool));
       ORRERY_RETURN_IF_ERROR(NonNegative(e.time, path + ".time"));
       if (e.gpus < 0) return InvalidArgumentError(path + ".gpus: must be at least 0");
+      if (PoolIndex(t.cluster, e.pool) < 0)
+        return InvalidArgumentError(path + ".pool: " +
+                                    (e.pool.empty()
+                                         ? std::string("required: the cluster has several pools")
+                                         : "no pool of type " + e.pool + " in cluster.pools"));
       t.capacity.push_back(e);
     }
     std::stable_sort(
@@ -215,19 +291,67 @@ std::vector<std::string> SplitCsv(std::string_view line) {
 
 }  // namespace
 
-double Throughput(const JobKind& kind, const ElasticCluster& cluster, int gpus, int batch) {
+int ElasticCluster::gpus() const {
+  if (pools.empty()) return nodes * gpus_per_node;
+  int sum = 0;
+  for (const GpuPool& p : pools) sum += p.gpus();
+  return sum;
+}
+
+std::vector<GpuPool> Pools(const ElasticCluster& cluster) {
+  if (!cluster.pools.empty()) return cluster.pools;
+  GpuPool p;
+  p.type = "gpu";
+  p.nodes = cluster.nodes;
+  p.gpus_per_node = cluster.gpus_per_node;
+  return {p};
+}
+
+int PoolIndex(const ElasticCluster& cluster, const std::string& type) {
+  if (cluster.pools.empty()) return type.empty() || type == "gpu" ? 0 : -1;
+  if (type.empty()) return cluster.pools.size() == 1 ? 0 : -1;
+  for (size_t i = 0; i < cluster.pools.size(); ++i)
+    if (cluster.pools[i].type == type) return static_cast<int>(i);
+  return -1;
+}
+
+double KindSpeed(const JobKind& kind, const GpuPool& pool) {
+  for (const auto& [type, speed] : kind.speed_by_type)
+    if (type == pool.type) return speed;
+  return pool.speed;
+}
+
+bool KindFits(const JobKind& kind, const GpuPool& pool) {
+  return pool.memory_gb <= 0 || kind.memory_gb <= pool.memory_gb;
+}
+
+namespace {
+
+double IterationRate(const JobKind& kind, const ElasticCluster& cluster, int gpus_per_node,
+                     double speed, int gpus, int batch) {
   if (gpus <= 0 || batch <= 0) return 0;
   const double g = gpus;
   const double per_gpu = static_cast<double>(batch) / g;
   double comm = 0;
   if (gpus > 1) {
-    const double bw =
-        gpus <= cluster.gpus_per_node ? cluster.intra_node_gbps : cluster.inter_node_gbps;
+    const double bw = gpus <= gpus_per_node ? cluster.intra_node_gbps : cluster.inter_node_gbps;
     comm = 2 * (g - 1) / g * kind.gradient_mb / 1000.0 / bw +
            2 * (g - 1) * cluster.allreduce_latency_s;
   }
-  const double t = kind.overhead_s + kind.compute_s_per_sample * per_gpu + comm;
+  const double t = kind.overhead_s + kind.compute_s_per_sample / speed * per_gpu + comm;
   return static_cast<double>(batch) / t;
+}
+
+}  // namespace
+
+double Throughput(const JobKind& kind, const ElasticCluster& cluster, int gpus, int batch) {
+  return IterationRate(kind, cluster, cluster.gpus_per_node, 1.0, gpus, batch);
+}
+
+double Throughput(const JobKind& kind, const ElasticCluster& cluster, const GpuPool& pool, int gpus,
+                  int batch) {
+  if (!KindFits(kind, pool)) return 0;
+  return IterationRate(kind, cluster, pool.gpus_per_node, KindSpeed(kind, pool), gpus, batch);
 }
 
 int FewestGpus(const JobKind& kind, int batch, int max_gpus) {
@@ -308,9 +432,14 @@ Status ValidateTrace(ElasticTrace* t) {
       return InvalidArgumentError(path + ".maxBatch: must be at least minBatch");
     if (j.base_batch < j.min_batch || j.base_batch > j.max_batch)
       return InvalidArgumentError(path + ".baseBatch: must be within [minBatch, maxBatch]");
-    if (FewestGpus(k, j.base_batch, t->cluster.gpus()) == 0)
-      return InvalidArgumentError(path + ".baseBatch: no GPU count up to " +
-                                  std::to_string(t->cluster.gpus()) + " holds it");
+    int largest = 0;  // the largest pool the kind fits: a job never spans pools
+    for (const GpuPool& p : Pools(t->cluster))
+      if (KindFits(k, p)) largest = std::max(largest, p.gpus());
+    if (FewestGpus(k, j.base_batch, largest) == 0)
+      return InvalidArgumentError(
+          path + ".baseBatch: no GPU count up to " + std::to_string(largest) +
+          (t->cluster.pools.size() > 1 ? " (the largest pool its kind fits) holds it"
+                                       : " holds it"));
     if (j.name.empty()) j.name = j.kind + "-job-" + std::to_string(counts[j.kind]++);
   }
   std::stable_sort(t->jobs.begin(), t->jobs.end(),

@@ -17,6 +17,15 @@
 // samples (epochs x dataset), the same at any batch within its bounds: the
 // paper's premise that the bounds keep the final accuracy.
 //
+// GPU types: a cluster may instead be pools, each of one GPU type with its own
+// node count, GPUs per node, relative speed and memory per GPU. On a pool the
+// compute term above is divided by the kind's speed there: the kind's own
+// measured speed on that type when the trace gives it (speedByType), else the
+// pool's speed, the ratio a profile on one type is carried to the others with
+// (as Sia bootstraps its per-type throughput from one profiled type); the
+// all-reduce is the pool's own (its GPUs per node). A kind whose memory per GPU
+// (memoryGiB) exceeds a pool's cannot run there. A job runs on one pool only.
+//
 // Parsing works on text (the caller reads files), with field-path errors like
 // "jobs[3].kind: unknown kind vgg19".
 #pragma once
@@ -31,14 +40,29 @@
 
 namespace orrery::sim {
 
-struct ElasticCluster {
+// One pool of GPUs of one type.
+struct GpuPool {
+  std::string type;  // e.g. a100; unique in the cluster
   int nodes = 0;
   int gpus_per_node = 0;
+  double speed = 1;      // compute speed relative to the reference GPU (1)
+  double memory_gb = 0;  // GiB per GPU; 0: every kind fits
+  int gpus() const { return nodes * gpus_per_node; }
+};
+
+struct ElasticCluster {
+  // Without pools: one pool of nodes x gpus_per_node at speed 1, memory unbounded.
+  int nodes = 0;
+  int gpus_per_node = 0;
+  std::vector<GpuPool> pools;
   double intra_node_gbps = 20;  // GB/s per GPU link inside a node
   double inter_node_gbps = 3;   // GB/s per GPU across nodes
   double allreduce_latency_s = 1e-4;
-  int gpus() const { return nodes * gpus_per_node; }
+  int gpus() const;
 };
+
+// The cluster's pools: `pools`, or the one pool nodes x gpus_per_node stands for.
+std::vector<GpuPool> Pools(const ElasticCluster& cluster);
 
 struct JobKind {
   std::string name;
@@ -51,7 +75,20 @@ struct JobKind {
   int requested_gpus = 0;            // static's GPUs; 0: fewest that hold base_batch
   int batch_step = 0;                // global batches tried: min_batch + k x step; 0: min_batch
   double work = 0;                   // samples of a default-sized job
+  double memory_gb = 0;  // GiB per GPU a worker needs; pools with less cannot run it (0: any)
+  // Measured compute speed on a GPU type relative to the reference GPU; types
+  // missing here take their pool's speed (the estimate from a speed ratio).
+  std::vector<std::pair<std::string, double>> speed_by_type;
 };
+
+// The index in Pools(cluster) of the pool of `type` ("" names the only pool),
+// or -1.
+int PoolIndex(const ElasticCluster& cluster, const std::string& type);
+
+// The kind's compute speed on `pool` (its measured one, else the pool's), and
+// whether the kind fits the pool's memory.
+double KindSpeed(const JobKind& kind, const GpuPool& pool);
+bool KindFits(const JobKind& kind, const GpuPool& pool);
 
 struct ElasticJob {
   std::string name;
@@ -63,7 +100,8 @@ struct ElasticJob {
 
 struct CapacityEvent {
   double time = 0;
-  int gpus = 0;  // the cluster's GPUs from this time on
+  int gpus = 0;        // the pool's (or the untyped cluster's) GPUs from this time on
+  std::string pool{};  // its pool's type; required when the cluster has several pools
 };
 
 struct PoissonArrivals {
@@ -86,8 +124,13 @@ struct ElasticTrace {
   double interval_s = 600;     // periodic autoscaler run
 };
 
-// Samples per second of `kind` on `gpus` GPUs at global batch `batch`.
+// Samples per second of `kind` on `gpus` GPUs at global batch `batch`, on the
+// reference GPU with the cluster's GPUs per node.
 double Throughput(const JobKind& kind, const ElasticCluster& cluster, int gpus, int batch);
+// The same on `pool`: the kind's speed there, the pool's GPUs per node; 0 when
+// the kind does not fit the pool's memory.
+double Throughput(const JobKind& kind, const ElasticCluster& cluster, const GpuPool& pool, int gpus,
+                  int batch);
 
 // The fewest GPUs that hold `batch` and divide it, or 0 when none up to max_gpus.
 int FewestGpus(const JobKind& kind, int batch, int max_gpus);
@@ -97,7 +140,9 @@ int FewestGpus(const JobKind& kind, int batch, int max_gpus);
 StatusOr<std::vector<ElasticJob>> DrawPoisson(const std::vector<JobKind>& kinds,
                                               const PoissonArrivals& arrivals, double horizon_s);
 
-// YAML: name, cluster, kinds, optional jobs, optional arrivals (Poisson; its jobs
+// YAML: name, cluster (nodes and gpusPerNode, or pools: [{gpuType, nodes,
+// gpusPerNode, speed, gpuMemoryGiB}]), kinds (memoryGiB, speedByType: {gpuType:
+// speed} optional), optional jobs, optional arrivals (Poisson; its jobs
 // are added to the listed ones), optional capacity events, horizonS,
 // rescaleCostS, intervalS. Jobs are sorted by arrival; every job is checked
 // against its kind and the cluster.

@@ -25,7 +25,8 @@ bool ReadText(const std::string& path, std::string* text) {
 // autoscaler and its baselines (elastic_sim.h).
 int ElasticCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const char* usage =
-      "usage: orrery simulate --elastic TRACE.yaml [--policy elastic|gpu-only|static|all]\n"
+      "usage: orrery simulate --elastic TRACE.yaml\n"
+      "                       [--policy elastic|gpu-only|static|optimum|all]\n"
       "                       [--jobs-csv FILE] [--decisions FILE|-]\n";
   std::string path, policy = "all", csv_path, decisions_path;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -52,7 +53,8 @@ int ElasticCommand(const std::vector<std::string>& args, std::ostream& out, std:
   }
   std::vector<ElasticPolicy> policies;
   if (policy == "all") {
-    policies = {ElasticPolicy::kElastic, ElasticPolicy::kGpuOnly, ElasticPolicy::kStatic};
+    policies = {ElasticPolicy::kElastic, ElasticPolicy::kGpuOnly, ElasticPolicy::kStatic,
+                ElasticPolicy::kOptimum};
   } else {
     auto p = ParseElasticPolicy(policy);
     if (!p.ok()) {
@@ -93,15 +95,30 @@ int ElasticCommand(const std::vector<std::string>& args, std::ostream& out, std:
     results.push_back(std::move(*r));
   }
   out << trace->name << ": " << trace->jobs.size() << " jobs, " << trace->cluster.gpus()
-      << " GPUs, horizon " << trace->horizon_s << " s\n"
-      << ElasticTable(results);
+      << " GPUs, horizon " << trace->horizon_s << " s\n";
+  const std::vector<GpuPool> pools = Pools(trace->cluster);
+  if (!trace->cluster.pools.empty()) {
+    out << "pools:";
+    for (const GpuPool& p : pools)
+      out << " " << p.type << " " << p.gpus() << " GPUs (speed " << p.speed << ", " << p.memory_gb
+          << " GiB)";
+    out << "\n";
+  }
+  out << ElasticTable(results);
+  // A decision's shape: GPUs x batch, and the pool where the trace has pools.
+  auto shape = [&](int gpus, int batch, int type) {
+    std::string s = std::to_string(gpus) + "x" + std::to_string(batch);
+    if (!trace->cluster.pools.empty() && gpus > 0) s += "@" + pools[static_cast<size_t>(type)].type;
+    return s;
+  };
   if (!decisions_path.empty()) {
     std::ostringstream log;
     for (const ElasticResult& r : results) {
       for (const engine::ScaleDecision& d : r.decisions) {
         log << r.policy << " t=" << d.time << " " << engine::ScaleTriggerName(d.trigger) << " "
-            << d.task << " " << engine::ActionName(d.action) << " " << d.from_gpus << "x"
-            << d.from_batch << " -> " << d.to_gpus << "x" << d.to_batch << ": " << d.reason << "\n";
+            << d.task << " " << engine::ActionName(d.action) << " "
+            << shape(d.from_gpus, d.from_batch, d.from_type) << " -> "
+            << shape(d.to_gpus, d.to_batch, d.to_type) << ": " << d.reason << "\n";
       }
     }
     if (decisions_path == "-")
@@ -126,7 +143,8 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
       "                       [--json FILE|-] [--svg FILE] [--replan-interval S] "
       "[--solver-time-limit S]\n"
       "                       [--adopt-gain FRACTION] [--switch-cost S]\n"
-      "       orrery simulate --elastic TRACE.yaml [--policy elastic|gpu-only|static|all] ...\n";
+      "       orrery simulate --elastic TRACE.yaml [--policy elastic|gpu-only|static|optimum|all] "
+      "...\n";
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](std::string* v) {

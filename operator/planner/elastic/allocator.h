@@ -8,6 +8,14 @@
 // by dynamic programming in O(tasks x GPUs x GPU counts): for each task pick one
 // option (GPUs, batch) or none (queued), total GPUs within capacity, maximising
 // the summed value of the chosen options. Pure: no I/O, no clock.
+//
+// GPU types: a cluster may be several pools, one GPU type each (an A100 pool, a
+// V100 pool...). An option then names its pool (Option::type) and the capacity
+// is one GPU count per pool; a task's GPUs are all of one type (one option never
+// spans pools), and the DP runs over every combination of GPUs used per pool, so
+// type, count and batch are chosen together, exactly: O(tasks x options x
+// states), states the product over pools of (pool GPUs + 1). One pool is the
+// one-dimensional DP above.
 #pragma once
 
 #include <string>
@@ -23,7 +31,20 @@ struct Option {
   int gpus = 0;
   int batch_size = 0;
   double throughput = 0;  // samples per second
+  int type = 0;           // the pool (GPU type) its GPUs come from: index into the capacity
 };
+
+// GPUs free to the allocator, one count per pool (GPU type); one entry for a
+// cluster of one type.
+using Capacity = std::vector<int>;
+
+// The DP's states for `capacity`: the product of (pool GPUs + 1). The allocator
+// refuses a capacity whose tables would exceed kMaxStates x (tasks + 1) doubles.
+inline constexpr size_t kMaxStates = size_t{1} << 22;
+size_t States(const Capacity& capacity);
+
+// Whether `option` fits `capacity`: its pool exists and holds its GPUs.
+bool Fits(const Option& option, const Capacity& capacity);
 
 struct ElasticTask {
   std::string name;
@@ -39,6 +60,9 @@ struct ElasticTask {
   // allocator itself ignores it.
   int base_batch = 0;
 };
+
+// The input checks of Allocate and Knapsack::Solve alone (no tables built).
+Status CheckInput(const std::vector<ElasticTask>& tasks, const Capacity& capacity);
 
 // What a task's progress is worth, the quantity the allocator maximises.
 enum class Value {
@@ -64,6 +88,23 @@ struct Allocation {
 // tasks[i].options[j]).
 StatusOr<Allocation> Allocate(const std::vector<ElasticTask>& tasks, int capacity,
                               Value value = Value::kNormalizedThroughput);
+// The same over pools of GPU types: each option's GPUs from its own pool, at
+// most capacity[t] GPUs used of pool t. Ties: queued first, then the fewest GPUs,
+// then the lowest pool, then the lowest option index. InvalidArgument also for an
+// option whose type names no pool (tasks[i].options[j].type) and a capacity
+// whose DP would be too large (capacity: ... states).
+StatusOr<Allocation> Allocate(const std::vector<ElasticTask>& tasks, const Capacity& capacity,
+                              Value value = Value::kNormalizedThroughput);
+
+// The exact per-event optimum by exhaustive search over every combination of
+// options (queued included), independent of the DP: for tests and benchmarks
+// on small instances. values[i][j] as in Knapsack::Solve. Ties: the first
+// combination found best in the order queued, option 0, option 1, ... of task
+// 0, then task 1, ... ResourceExhausted when the combinations exceed
+// `max_combinations`.
+StatusOr<Allocation> Exhaustive(const std::vector<ElasticTask>& tasks,
+                                const std::vector<std::vector<double>>& values,
+                                const Capacity& capacity, double max_combinations = 2e7);
 
 // The value one option adds under `value`.
 double OptionValue(const ElasticTask& task, const Option& option, Value value);
@@ -86,6 +127,10 @@ class Knapsack {
   static StatusOr<Knapsack> Solve(const std::vector<ElasticTask>& tasks,
                                   const std::vector<std::vector<double>>& values, int capacity,
                                   bool probes = true);
+  // Over pools of GPU types (Allocate's typed overload).
+  static StatusOr<Knapsack> Solve(const std::vector<ElasticTask>& tasks,
+                                  const std::vector<std::vector<double>>& values,
+                                  const Capacity& capacity, bool probes = true);
 
   const Allocation& allocation() const { return allocation_; }
   // The best total with task i held to option j (-1: queued), the others
@@ -98,9 +143,26 @@ class Knapsack {
   std::vector<int> PlanWith(size_t i, int j) const;
 
  private:
+  // GPUs of pool t in flat state c (mixed radix over pools).
+  size_t Digit(size_t c, size_t t) const {
+    return (c / stride_[t]) % (static_cast<size_t>(capacity_[t]) + 1);
+  }
+  // Which candidate of task k turns row `from` (state c) into the entry
+  // `target`: -1 when queued is as good.
+  int Pick(size_t k, const double* from, double target, size_t c) const;
+  // The allocation read back from the prefix table; candidates[i] maps task i's
+  // DP candidates to its option indices.
+  void ReadBack(const std::vector<std::vector<size_t>>& candidates);
+  // Calls f(c, b - c) for every state c componentwise within state b.
+  template <typename F>
+  void ForBox(size_t b, F f) const;
+
   std::vector<std::vector<int>> gpus_;
+  std::vector<std::vector<int>> types_;
   std::vector<std::vector<double>> values_;
-  size_t width_ = 0;
+  Capacity capacity_;
+  std::vector<size_t> stride_;  // per pool: the flat index step of one GPU
+  size_t width_ = 0;            // states
   std::vector<double> prefix_;  // row i: best of tasks [0, i) within c GPUs
   std::vector<double> suffix_;  // row i: best of tasks [i, n) within c GPUs
   Allocation allocation_;

@@ -327,5 +327,75 @@ TEST(AutoscalerTest, GrowsOntoIdleGpusOnlyWhenItPaysTwoRescalesAndShrinksBack) {
   EXPECT_EQ(Count(*plan, ScaleDecision::Action::kStart), 1);
 }
 
+// GPU types: a task's options on two pools, pool 1 twice as fast. The
+// decision picks the pool as well as the count; growth never takes idle GPUs
+// of another pool, so a task never spans types; and a pool losing GPUs forces
+// shrinks there alone.
+ScaleTask Typed(const std::string& name, double remaining, int pool_of_wide) {
+  ScaleTask t;
+  t.name = name;
+  t.total_work = remaining;
+  t.remaining_work = remaining;
+  t.base_batch = 128;
+  t.options = {{4, 128, 40, 0}, {4, 128, 80, 1}, {8, 256, 140, pool_of_wide}};
+  return t;
+}
+
+// Both ways of deciding across types: the joint knapsack (the default with
+// several pools) and the base-batch shadow with its guarded growth.
+class TypedAutoscalerTest : public testing::TestWithParam<bool> {
+ protected:
+  AutoscalerOptions Options() const {
+    AutoscalerOptions o;
+    o.shadow_across_types = GetParam();
+    return o;
+  }
+};
+
+TEST_P(TypedAutoscalerTest, ChoosesPoolAndGrowsWithinIt) {
+  using planner::elastic::Capacity;
+  {
+    // Both pools have 4 GPUs: one task takes the faster pool.
+    Autoscaler as(Options());
+    auto plan = as.Decide({Typed("a", 1e5, 1)}, Capacity{4, 4}, ScaleTrigger::kArrival, 0);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->choice, (std::vector<int>{1}));
+    EXPECT_EQ(plan->decisions[0].to_type, 1);
+  }
+  {
+    // 8 GPUs in pool 1: it grows there at batch 256 (saves 536 s).
+    Autoscaler as(Options());
+    auto plan = as.Decide({Typed("a", 1e5, 1)}, Capacity{4, 8}, ScaleTrigger::kArrival, 0);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->choice, (std::vector<int>{2}));
+  }
+  {
+    // The wide option is on pool 0, with 4 idle GPUs of pool 0 and 4 of pool 1:
+    // 8 GPUs idle in all, but no pool holds 8, so it does not grow.
+    Autoscaler as(Options());
+    auto plan = as.Decide({Typed("a", 1e5, 0)}, Capacity{4, 4}, ScaleTrigger::kArrival, 0);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->choice, (std::vector<int>{1}));
+    EXPECT_EQ(plan->gpus_used, 4);
+  }
+  // Two running, one per pool; pool 0 loses its GPUs: its task is preempted
+  // (forced), the other keeps pool 1.
+  Autoscaler as(Options());
+  std::vector<ScaleTask> tasks = {Typed("a", 1e5, 1), Typed("b", 5e4, 1)};
+  tasks[0].current = 0;
+  tasks[1].current = 1;
+  auto plan = as.Decide(tasks, Capacity{0, 4}, ScaleTrigger::kCapacityChanged, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->choice, (std::vector<int>{-1, 1}));
+  ASSERT_EQ(plan->decisions.size(), 1u);
+  EXPECT_EQ(plan->decisions[0].action, ScaleDecision::Action::kPreempt);
+  EXPECT_EQ(plan->decisions[0].reason.rfind("forced: pool 0", 0), 0u) << plan->decisions[0].reason;
+  auto bad = as.Decide(tasks, Capacity{4}, ScaleTrigger::kInterval, 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "tasks[0].options[1].type: must name a pool, 0 to 0");
+}
+
+INSTANTIATE_TEST_SUITE_P(ShadowOrJoint, TypedAutoscalerTest, testing::Bool());
+
 }  // namespace
 }  // namespace orrery::engine

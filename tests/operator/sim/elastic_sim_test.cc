@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "operator/sim/elastic_trace.h"
+#include "operator/sim/elastic_trace_typed.h"
 
 namespace orrery::sim {
 namespace {
@@ -744,6 +745,183 @@ TEST(ElasticSimTest, ShippedTracesParseAndMeetTheTarget) {
     ++count;
   }
   EXPECT_GE(count, 1);
+}
+
+// GPU types. A big model (60 GB per GPU) fits only the "big" pool; a small,
+// communication-bound one runs almost as fast on the cheap "small" pool
+// (speedByType), which the trace lists first.
+constexpr const char* kTypedTrace = R"(
+name: typed
+cluster:
+  pools:
+    - {gpuType: small, nodes: 1, gpusPerNode: 4, speed: 0.3, gpuMemoryGiB: 24}
+    - {gpuType: big, nodes: 1, gpusPerNode: 4, speed: 1.0, gpuMemoryGiB: 80}
+horizonS: 14400
+rescaleCostS: 30
+intervalS: 300
+kinds:
+  - {name: llm, computeSPerSample: 0.004, overheadS: 0.01, gradientMB: 50,
+     maxBatchPerGpu: 32, minBatch: 32, maxBatch: 128, baseBatch: 32, batchStep: 32,
+     work: 1.0e6, memoryGiB: 60}
+  - {name: mlp, computeSPerSample: 0.0003, overheadS: 0.02, gradientMB: 400,
+     maxBatchPerGpu: 256, minBatch: 256, maxBatch: 1024, baseBatch: 256, work: 4.0e6,
+     memoryGiB: 8, speedByType: {small: 0.95}}
+jobs:
+  - {kind: mlp, arrival: 0}
+  - {kind: llm, arrival: 10}
+)";
+
+TEST(ElasticTypedTest, ParsesPoolsSpeedsAndMemory) {
+  ElasticTrace t = Parse(kTypedTrace);
+  ASSERT_EQ(t.cluster.pools.size(), 2u);
+  EXPECT_EQ(t.cluster.gpus(), 8);
+  const JobKind& llm = t.kinds[0];
+  const JobKind& mlp = t.kinds[1];
+  EXPECT_FALSE(KindFits(llm, t.cluster.pools[0]));
+  EXPECT_TRUE(KindFits(llm, t.cluster.pools[1]));
+  EXPECT_DOUBLE_EQ(KindSpeed(mlp, t.cluster.pools[0]), 0.95);  // measured
+  EXPECT_DOUBLE_EQ(KindSpeed(llm, t.cluster.pools[0]), 0.3);   // the pool's ratio
+  EXPECT_EQ(Throughput(llm, t.cluster, t.cluster.pools[0], 1, 32), 0);
+  EXPECT_GT(Throughput(llm, t.cluster, t.cluster.pools[1], 1, 32),
+            3 * Throughput(llm, t.cluster, GpuPool{"ref", 1, 4, 0.3, 0}, 1, 32) * 0.9);
+  // Options never span pools: each names one, and llm has none on small.
+  for (const auto& o : JobOptions(t, t.jobs[1], ElasticPolicy::kElastic)) {
+    EXPECT_EQ(o.type, 1);
+    EXPECT_LE(o.gpus, 4);
+  }
+  EXPECT_EQ(ErrorOf(Replace(kTypedTrace, "gpuType: big", "gpuType: small")),
+            "cluster.pools[1].gpuType: duplicate small");
+  EXPECT_EQ(ErrorOf(Replace(kTypedTrace, "{small: 0.95}", "{tiny: 0.95}")),
+            "kinds[1].speedByType.tiny: no pool of this type in cluster.pools");
+  EXPECT_EQ(ErrorOf(Replace(kTypedTrace, "{small: 0.95}", "{small: 0}")),
+            "kinds[1].speedByType.small: must be positive");
+  EXPECT_NE(ErrorOf(Replace(kTypedTrace, "memoryGiB: 60", "memoryGiB: 90"))
+                .find("kinds[0].memoryGiB: 90.000000 fits no pool"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf(Replace(kTypedTrace, "speed: 0.3,", "speed: -1,")),
+            "cluster.pools[0].speed: must be positive");
+  EXPECT_EQ(ErrorOf(Replace(kTypedTrace, "  pools:", "  nodes: 2\n  pools:")),
+            "cluster.nodes: give nodes and gpusPerNode per pool when cluster.pools is set");
+  EXPECT_EQ(ErrorOf(std::string(kTypedTrace) + "capacity:\n  - {time: 60, gpus: 0}\n"),
+            "capacity[0].pool: required: the cluster has several pools");
+  EXPECT_EQ(ErrorOf(std::string(kTypedTrace) + "capacity:\n  - {time: 60, gpus: 0, pool: x}\n"),
+            "capacity[0].pool: no pool of type x in cluster.pools");
+}
+
+// Both arrive at once. Elastic puts the small model on the cheap pool, where it
+// is almost as fast, and the big one on the only pool it fits; gpu-only,
+// type-blind, fills the first pool listed with room, so the pools are listed
+// big first to make that the wrong choice.
+TEST(ElasticTypedTest, MatchesJobsToPools) {
+  const std::string reversed = Replace(
+      Replace(kTypedTrace,
+              "    - {gpuType: small, nodes: 1, gpusPerNode: 4, speed: 0.3, gpuMemoryGiB: 24}\n",
+              ""),
+      "    - {gpuType: big, nodes: 1, gpusPerNode: 4, speed: 1.0, gpuMemoryGiB: 80}\n",
+      "    - {gpuType: big, nodes: 1, gpusPerNode: 4, speed: 1.0, gpuMemoryGiB: 80}\n"
+      "    - {gpuType: small, nodes: 1, gpusPerNode: 4, speed: 0.3, gpuMemoryGiB: 24}\n");
+  ElasticTrace t = Parse(Replace(reversed, "{kind: llm, arrival: 10}", "{kind: llm, arrival: 0}"));
+  ASSERT_EQ(t.cluster.pools[0].type, "big");
+  ElasticSimOptions keep;
+  keep.keep_decisions = true;
+  auto el = SimulateElastic(t, ElasticPolicy::kElastic, keep);
+  auto go = SimulateElastic(t, ElasticPolicy::kGpuOnly, keep);
+  auto st = SimulateElastic(t, ElasticPolicy::kStatic, keep);
+  ASSERT_TRUE(el.ok() && go.ok() && st.ok());
+  // Elastic: mlp starts on small (pool 1), llm on big, neither waits.
+  for (const engine::ScaleDecision& d : el->decisions) {
+    if (d.time > 0) continue;
+    EXPECT_EQ(d.action, engine::ScaleDecision::Action::kStart) << d.task;
+    EXPECT_EQ(d.to_type, d.task.rfind("mlp", 0) == 0 ? 1 : 0) << d.task << " " << d.reason;
+  }
+  EXPECT_EQ(el->outcomes[1].name.rfind("llm", 0), 0u);
+  EXPECT_LT(el->mean_jct, go->mean_jct);
+  EXPECT_LT(el->mean_jct, st->mean_jct);
+  EXPECT_EQ(el->completed_in_horizon, 2);
+}
+
+// The big pool disappears mid-run: the job on it moves to the other pool
+// (forced), and still finishes.
+TEST(ElasticTypedTest, PoolLossReplansOntoTheOthers) {
+  std::string text = Replace(kTypedTrace, "  - {kind: llm, arrival: 10}\n", "");
+  text = Replace(text, "work: 4.0e6,", "work: 4.0e7,");
+  text += "capacity:\n  - {time: 600, gpus: 0, pool: big}\n  - {time: 3000, gpus: 4, pool: big}\n";
+  ElasticTrace t = Parse(text);
+  ElasticSimOptions keep;
+  keep.keep_decisions = true;
+  auto el = SimulateElastic(t, ElasticPolicy::kElastic, keep);
+  ASSERT_TRUE(el.ok()) << el.status();
+  bool moved = false;
+  for (const engine::ScaleDecision& d : el->decisions)
+    if (d.time == 600 && d.from_type == 1 && d.to_type == 0 && d.to_gpus > 0) {
+      moved = true;
+      EXPECT_EQ(d.reason.rfind("forced: pool 1", 0), 0u) << d.reason;
+    }
+  EXPECT_TRUE(moved);
+  EXPECT_EQ(el->completed_in_horizon, 1);
+  for (ElasticPolicy p : {ElasticPolicy::kGpuOnly, ElasticPolicy::kStatic, ElasticPolicy::kOptimum})
+    EXPECT_TRUE(SimulateElastic(t, p, {}).ok()) << ElasticPolicyName(p);
+}
+
+// Seeded typed Poisson traces (2 and 3 types): elastic completes at least as
+// many jobs as gpu-only (type-blind) and static with a mean completion time no
+// higher, on every trace; the optimum policy's DP matched an exhaustive search
+// at the events small enough to enumerate. ORRERY_ELASTIC_TYPED_SEEDS=N runs N
+// seeds per type count (default 8, under a second; bench_elastic_types prints
+// the figures).
+//
+// The default seeds hold the target on every trace. A longer sweep by hand
+// allows one miss in 50 traces: at 100 seeds (200 traces, 2026-11-27) two
+// missed against gpu-only, both the two online runs parting ways between the
+// two measures: typed3-19 completed 24 jobs in the horizon against 20 with a
+// mean completion time 1.7% higher (the deadline endgame ran jobs that could
+// still finish in time ahead of the rest; without it, 22 against 21 and 2.3%
+// lower), typed3-26 one job fewer (10 against 11) with a mean 11% lower: it
+// ran shorter jobs first, so a long one started at 12185 s and finished 322 s
+// past the horizon. Neither tuning knob tried (hysteresis, dwell, horizon,
+// the shadow across types) fixed both without moving gpu-only too.
+TEST(ElasticTypedTest, AtLeastAsGoodAsBaselinesOnEveryTypedTrace) {
+  const char* env = std::getenv("ORRERY_ELASTIC_TYPED_SEEDS");
+  const int n = env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : kSanitized ? 2 : 8;
+  int traces = 0, checked = 0, missed = 0;
+  double vs_optimum = 0;
+  std::string report;
+  for (int types = 2; types <= 3; ++types) {
+    TypedTraceShape shape;
+    shape.types = types;
+    for (int seed = 1; seed <= n; ++seed) {
+      auto t = RandomTypedTrace(static_cast<uint64_t>(seed), shape);
+      ASSERT_TRUE(t.ok()) << t.status();
+      if (t->jobs.empty()) continue;
+      ++traces;
+      ElasticResult r[4];
+      const ElasticPolicy ps[] = {ElasticPolicy::kElastic, ElasticPolicy::kGpuOnly,
+                                  ElasticPolicy::kStatic, ElasticPolicy::kOptimum};
+      for (int k = 0; k < 4; ++k) {
+        auto res = SimulateElastic(*t, ps[k], {});
+        ASSERT_TRUE(res.ok()) << t->name << " " << ElasticPolicyName(ps[k]) << ": " << res.status();
+        r[k] = *res;
+      }
+      bool ok = true;
+      for (int k = 1; k < 3; ++k)
+        ok = ok && r[0].completed_in_horizon >= r[k].completed_in_horizon &&
+             r[0].mean_jct <= r[k].mean_jct;
+      if (!ok) {
+        ++missed;
+        report += t->name + "\n" + ElasticTable({r[0], r[1], r[2], r[3]});
+      }
+      checked += r[3].optimum_checked;
+      vs_optimum += r[0].mean_jct / r[3].mean_jct;
+    }
+  }
+  EXPECT_GT(traces, 0);
+  EXPECT_GT(checked, 0);  // some events were small enough to enumerate
+  EXPECT_LE(missed, env == nullptr ? 0 : traces / 50) << report;
+  std::printf("missed on %d of %d typed traces\n%s", missed, traces, report.c_str());
+  std::printf(
+      "%d typed traces; mean JCT elastic/optimum %.3f on average; %d events' optimum "
+      "confirmed by exhaustive search\n",
+      traces, traces > 0 ? vs_optimum / traces : 0.0, checked);
 }
 
 }  // namespace

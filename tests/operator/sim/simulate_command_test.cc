@@ -97,6 +97,31 @@ TEST_F(SimulateCommandTest, ElasticTraceUnderEveryPolicy) {
   EXPECT_NE(out_.str().find("3 jobs"), std::string::npos) << out_.str();
 }
 
+// A trace with GPU types: the pools are listed, every policy (optimum
+// included) runs, and the decisions name each job's pool.
+TEST_F(SimulateCommandTest, ElasticTraceWithGpuTypes) {
+  std::string typed = kElasticTrace;
+  typed.replace(
+      typed.find("cluster: {nodes: 1, gpusPerNode: 4}"), 35,
+      "cluster:\n  pools:\n    - {gpuType: l4, nodes: 1, gpusPerNode: 4, speed: 0.3, "
+      "gpuMemoryGiB: 24}\n    - {gpuType: a100, nodes: 1, gpusPerNode: 4, gpuMemoryGiB: 80}");
+  const std::string trace = Write("typed.yaml", typed);
+  ASSERT_EQ(Run({"--elastic", trace, "--decisions", "-"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("pools: l4 4 GPUs (speed 0.3, 24 GiB) a100 4 GPUs (speed 1, 80 GiB)"),
+            std::string::npos)
+      << out_.str();
+  for (const char* p : {"elastic ", "gpu-only ", "static ", "optimum "})
+    EXPECT_NE(out_.str().find(p), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("elastic t=0 arrival cnn-job-0 start 0x0 -> 4x512@a100"),
+            std::string::npos)
+      << out_.str();
+  const std::string bad = Write("bad-typed.yaml", typed + "capacity:\n  - {time: 10, gpus: 0}\n");
+  EXPECT_EQ(Run({"--elastic", bad}), 1);
+  EXPECT_NE(err_.str().find("capacity[0].pool: required: the cluster has several pools"),
+            std::string::npos)
+      << err_.str();
+}
+
 TEST_F(SimulateCommandTest, ElasticErrors) {
   const std::string trace = Write("e.yaml", kElasticTrace);
   EXPECT_EQ(Run({"--elastic", trace, "--policy", "fastest"}), 2);

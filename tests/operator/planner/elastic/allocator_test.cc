@@ -217,5 +217,127 @@ TEST(ElasticAllocatorTest, BuildOptionsKeepsBatchWithinBoundsAndMemory) {
   EXPECT_EQ(options.size(), 2u + 4u + 4u);
 }
 
+// Typed pools: random tasks whose options span 2 or 3 pools with their own
+// speeds; some tasks do not fit a pool at all (memory), some fit only one.
+std::vector<ElasticTask> RandomTypedTasks(Rng& rng, int n, size_t pools) {
+  std::vector<ElasticTask> tasks(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    ElasticTask& t = tasks[static_cast<size_t>(i)];
+    t.name = "t" + std::to_string(i);
+    t.total_work = 1000 + rng.Uniform(0, 100000);
+    t.remaining_work = t.total_work * (0.1 + 0.9 * rng.Unit());
+    for (size_t p = 0; p < pools; ++p) {
+      if (rng.Uniform(0, 3) == 0) continue;  // does not fit this type's memory
+      const double speed = 0.3 + rng.Unit();
+      for (int g = 1; g <= 4; g *= 2)
+        for (int b = 32; b <= 128; b *= 2)
+          t.options.push_back(
+              {g, b, speed * 40 * std::pow(g, 0.4 + 0.5 * rng.Unit()) * std::pow(b / 32.0, 0.2),
+               static_cast<int>(p)});
+    }
+  }
+  return tasks;
+}
+
+// The typed DP equals the exhaustive per-event optimum (an independent search
+// over every combination), never spans a pool's capacity, and its probes
+// (BestWith, PlanWith) equal the exhaustive optimum with one task held.
+TEST(ElasticAllocatorTest, TypedDpMatchesExhaustiveOptimum) {
+  Rng rng{7};
+  for (int trial = 0; trial < 60; ++trial) {
+    const size_t pools = 2 + static_cast<size_t>(trial % 2);
+    const int n = rng.Uniform(1, 4);
+    std::vector<ElasticTask> tasks = RandomTypedTasks(rng, n, pools);
+    Capacity cap;
+    for (size_t p = 0; p < pools; ++p) cap.push_back(rng.Uniform(0, 6));
+    std::vector<std::vector<double>> values(tasks.size());
+    for (size_t i = 0; i < tasks.size(); ++i)
+      for (const Option& o : tasks[i].options)
+        values[i].push_back(OptionValue(tasks[i], o, Value::kRemainingFraction));
+    auto exact = Exhaustive(tasks, values, cap);
+    ASSERT_TRUE(exact.ok()) << exact.status();
+    auto k = Knapsack::Solve(tasks, values, cap, true);
+    ASSERT_TRUE(k.ok()) << k.status();
+    const Allocation& a = k->allocation();
+    EXPECT_NEAR(a.value, exact->value, 1e-9 * std::max(1.0, exact->value)) << "trial " << trial;
+    Capacity used(pools, 0);
+    double sum = 0;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (a.choice[i] < 0) continue;
+      const Option& o = tasks[i].options[static_cast<size_t>(a.choice[i])];
+      used[static_cast<size_t>(o.type)] += o.gpus;
+      sum += values[i][static_cast<size_t>(a.choice[i])];
+    }
+    EXPECT_NEAR(sum, a.value, 1e-9);
+    for (size_t p = 0; p < pools; ++p) EXPECT_LE(used[p], cap[p]) << "pool " << p;
+    for (size_t i = 0; i < tasks.size(); ++i)
+      for (int j = -1; j < static_cast<int>(tasks[i].options.size()); ++j) {
+        // Task i held to option j: the exhaustive search over the others.
+        std::vector<ElasticTask> held = tasks;
+        std::vector<std::vector<double>> held_values = values;
+        Capacity left = cap;
+        double base = 0;
+        if (j >= 0) {
+          const Option& o = tasks[i].options[static_cast<size_t>(j)];
+          if (!Fits(o, cap)) {
+            EXPECT_TRUE(std::isinf(k->BestWith(i, j)));
+            EXPECT_TRUE(k->PlanWith(i, j).empty());
+            continue;
+          }
+          left[static_cast<size_t>(o.type)] -= o.gpus;
+          base = values[i][static_cast<size_t>(j)];
+        }
+        held[i].options.clear();
+        held_values[i].clear();
+        auto rest = Exhaustive(held, held_values, left);
+        ASSERT_TRUE(rest.ok());
+        EXPECT_NEAR(k->BestWith(i, j), base + rest->value, 1e-9 * std::max(1.0, rest->value));
+        const std::vector<int> plan = k->PlanWith(i, j);
+        ASSERT_EQ(plan.size(), tasks.size());
+        EXPECT_EQ(plan[i], j);
+        double got = 0;
+        Capacity u(pools, 0);
+        for (size_t m = 0; m < tasks.size(); ++m) {
+          if (plan[m] < 0) continue;
+          const Option& o = tasks[m].options[static_cast<size_t>(plan[m])];
+          u[static_cast<size_t>(o.type)] += o.gpus;
+          got += values[m][static_cast<size_t>(plan[m])];
+        }
+        for (size_t p = 0; p < pools; ++p) EXPECT_LE(u[p], cap[p]);
+        EXPECT_NEAR(got, base + rest->value, 1e-9 * std::max(1.0, rest->value));
+      }
+  }
+}
+
+// A memory-bound task that only has options on the large pool gets it; a task
+// as fast on the small pool takes that one, so both run; counting GPUs alone
+// (one pool of the same total) would not tell them apart.
+TEST(ElasticAllocatorTest, TypesMatchTasksToPools) {
+  ElasticTask big{"big", 1000, 1000, 1, {{4, 64, 100, 0}}, -1};
+  ElasticTask small{"small", 1000, 1000, 1, {{4, 64, 90, 0}, {4, 64, 90, 1}}, -1};
+  auto a = Allocate({small, big}, Capacity{4, 4}, Value::kRemainingFraction);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->choice[1], 0);
+  EXPECT_EQ(a->choice[0], 1);  // the small pool
+  EXPECT_EQ(a->gpus_used, 8);
+}
+
+TEST(ElasticAllocatorTest, TypedInputErrorsNameTheField) {
+  ElasticTask t{"a", 10, 10, 1, {{1, 32, 1, 2}}, -1};
+  auto got = Allocate({t}, Capacity{4, 4});
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().message(), "tasks[0].options[0].type: must name a pool, 0 to 1");
+  auto neg = Allocate({}, Capacity{4, -1});
+  ASSERT_FALSE(neg.ok());
+  EXPECT_EQ(neg.status().message(), "capacity[1]: must be at least 0");
+  auto huge = Allocate({}, Capacity{4000, 4000});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("states across pools exceed"), std::string::npos);
+  std::vector<ElasticTask> many(30,
+                                ElasticTask{"x", 10, 10, 1, {{1, 32, 1, 0}, {2, 32, 1, 0}}, -1});
+  std::vector<std::vector<double>> v(30, {1.0, 1.0});
+  EXPECT_EQ(Exhaustive(many, v, Capacity{4}).status().code(), StatusCode::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace orrery::planner::elastic
