@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "common/random.h"
 #include "operator/engine/autoscaler.h"
 #include "operator/engine/cluster_share.h"
 #include "operator/planner/elastic/allocator.h"
@@ -39,16 +40,7 @@ using orrery::planner::elastic::BuildOptions;
 using orrery::planner::elastic::ElasticTask;
 using orrery::planner::elastic::OptionValue;
 
-struct Rng {
-  uint64_t state;
-  uint64_t Next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double Unit() { return static_cast<double>(Next() >> 11) / 9007199254740992.0; }
-};
+using Rng = orrery::SplitMix64;
 
 std::vector<ElasticTask> MakeTasks(int n, uint64_t seed) {
   Rng rng{seed};
@@ -56,11 +48,11 @@ std::vector<ElasticTask> MakeTasks(int n, uint64_t seed) {
   for (int i = 0; i < n; ++i) {
     ElasticTask t;
     t.name = "t" + std::to_string(i);
-    t.total_work = 1e5 * (1 + 20 * rng.Unit());
-    t.remaining_work = t.total_work * (0.05 + 0.95 * rng.Unit());
-    const double base = 20 + 300 * rng.Unit();
+    t.total_work = 1e5 * (1 + 20 * rng.Uniform01());
+    t.remaining_work = t.total_work * (0.05 + 0.95 * rng.Uniform01());
+    const double base = 20 + 300 * rng.Uniform01();
     // Amdahl-style scaling whose serial fraction shrinks as the per-GPU batch grows.
-    const double serial = 0.02 + 0.3 * rng.Unit();
+    const double serial = 0.02 + 0.3 * rng.Uniform01();
     t.options = BuildOptions({1, 2, 4, 8, 16, 32, 64}, 64, 4096, 256, 64, [&](int g, int b) {
       const double per_gpu = static_cast<double>(b) / g;
       const double s = serial * 64.0 / per_gpu;
@@ -201,7 +193,7 @@ std::vector<ElasticTask> DecisionTasks(int n, int gpus, uint64_t seed) {
   Rng rng{seed + 1};
   for (size_t i = 0; i < tasks.size(); ++i) {
     if (before.ok()) tasks[i].current = before->choice[i];
-    tasks[i].remaining_work *= 0.2 + 0.8 * rng.Unit();
+    tasks[i].remaining_work *= 0.2 + 0.8 * rng.Uniform01();
   }
   return tasks;
 }

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/random.h"
 #include "common/status.h"
 #include "operator/api/field_error.h"
 #include "operator/api/types.h"
@@ -46,17 +47,6 @@ StatusOr<std::vector<ExpandedTask>> Expand(const ModelSelectionJobSpec& spec,
 // The name fragment for a number: 32 -> "32", 0.0003 -> "3e-4", 2.5e-5 -> "2p5e-5".
 std::string NumberForName(double value);
 
-// SplitMix64 (Steele, Lea, Flood, "Fast splittable pseudorandom number
-// generators", OOPSLA 2014): tiny, fully specified, equal everywhere.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next();
-  double Uniform01();              // [0, 1) with 53 random bits
-  uint64_t Below(uint64_t bound);  // [0, bound), bound > 0
-
- private:
-  uint64_t state_;
-};
+using ::orrery::SplitMix64;  // common/random.h
 
 }  // namespace orrery::api

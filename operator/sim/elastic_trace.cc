@@ -10,6 +10,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "common/random.h"
+
 namespace orrery::sim {
 namespace {
 
@@ -43,17 +45,7 @@ Status NonNegative(double v, const std::string& path) {
   return OkStatus();
 }
 
-// splitmix64: the same stream on every platform, unlike std:: distributions.
-struct Rng {
-  uint64_t state;
-  uint64_t Next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double Unit() { return static_cast<double>(Next() >> 11) / 9007199254740992.0; }  // [0, 1)
-};
+using Rng = SplitMix64;  // common/random.h
 
 Status ValidateKind(const JobKind& k, const ElasticCluster& c, const std::string& path) {
   if (k.name.empty()) return InvalidArgumentError(path + ".name: must not be empty");
@@ -390,9 +382,9 @@ StatusOr<std::vector<ElasticJob>> DrawPoisson(const std::vector<JobKind>& kinds,
   const double rate_per_s = a.rate_per_hour / 3600.0;
   double t = 0;
   for (;;) {
-    t += -std::log(1 - rng.Unit()) / rate_per_s;
+    t += -std::log(1 - rng.Uniform01()) / rate_per_s;
     if (t >= horizon_s) break;
-    double pick = rng.Unit() * total;
+    double pick = rng.Uniform01() * total;
     size_t k = mix.back().first;
     for (const auto& [index, w] : mix) {
       if (pick < w) {
@@ -401,7 +393,7 @@ StatusOr<std::vector<ElasticJob>> DrawPoisson(const std::vector<JobKind>& kinds,
       }
       pick -= w;
     }
-    const double factor = std::exp((2 * rng.Unit() - 1) * std::log(a.size_spread));
+    const double factor = std::exp((2 * rng.Uniform01() - 1) * std::log(a.size_spread));
     ElasticJob j;
     j.kind = kinds[k].name;
     j.name = j.kind + "-" + std::to_string(counts[j.kind]++);

@@ -6,14 +6,9 @@
 #include <string>
 #include <utility>
 
-namespace orrery::data {
+#include "common/random.h"
 
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+namespace orrery::data {
 
 namespace {
 // Uniform in [0, bound) without modulo bias (rejection on the top of the range).
@@ -21,7 +16,7 @@ uint64_t Below(uint64_t& state, uint64_t bound) {
   const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
   uint64_t v;
   do {
-    v = SplitMix64(state);
+    v = SplitMix64Next(state);
   } while (v >= limit);
   return v % bound;
 }
@@ -34,7 +29,7 @@ std::vector<int64_t> GlobalOrder::Permutation(int64_t epoch) const {
   std::vector<int64_t> perm(static_cast<size_t>(num_samples_));
   std::iota(perm.begin(), perm.end(), int64_t{0});
   uint64_t state = seed_;
-  SplitMix64(state);
+  SplitMix64Next(state);
   state ^= static_cast<uint64_t>(epoch) * 0xD1B54A32D192ED03ull;
   for (int64_t i = num_samples_ - 1; i > 0; --i) {
     const auto j = static_cast<int64_t>(Below(state, static_cast<uint64_t>(i + 1)));

@@ -20,9 +20,6 @@
 
 namespace orrery::data {
 
-// splitmix64 (Steele, Lea, Flood 2014): advances `state` and returns the next value.
-uint64_t SplitMix64(uint64_t& state);
-
 struct Cursor {
   uint64_t seed = 0;
   int64_t num_samples = 0;  // N

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include "common/random.h"
 #include "worker/data/order.h"
 
 namespace orrery::data {
@@ -100,12 +101,12 @@ Status SyntheticSource::Read(int64_t index, int32_t* out) const {
     return OutOfRangeError("synthetic sample " + std::to_string(index));
   uint64_t state = seed_ ^ (static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull);
   const auto v = static_cast<uint64_t>(vocab_size_);
-  uint64_t tok = SplitMix64(state) % v;
+  uint64_t tok = SplitMix64Next(state) % v;
   // A fixed affine rule (multiplier coprime with most vocabularies) plus rare noise:
   // a model can learn it, so a loss that falls is a real signal.
   for (int64_t i = 0; i <= seq_len_; ++i) {
     out[i] = static_cast<int32_t>(tok);
-    const uint64_t r = SplitMix64(state);
+    const uint64_t r = SplitMix64Next(state);
     tok = (r % 16 == 0) ? (r >> 8) % v : (tok * 5 + 3) % v;
   }
   return OkStatus();

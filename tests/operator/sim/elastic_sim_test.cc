@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/random.h"
 #include "operator/sim/elastic_trace.h"
 #include "operator/sim/elastic_trace_typed.h"
 
@@ -229,20 +230,7 @@ TEST(ElasticSimTest, CapacityLossAndReturn) {
   EXPECT_FALSE(r.ok());
 }
 
-// splitmix64, so the random traces are the same on every machine.
-struct Rng {
-  uint64_t state;
-  uint64_t Next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double Unit() { return static_cast<double>(Next() >> 11) / 9007199254740992.0; }
-  int Pick(std::initializer_list<int> v) {
-    return *(v.begin() + static_cast<long>(Next() % v.size()));
-  }
-};
+using Rng = SplitMix64;  // common/random.h
 
 // Shapes of random traces. kMixed draws everything at random; the others push
 // one thing to an extreme, the cases where a policy's rules are most likely to
@@ -292,24 +280,24 @@ JobKind RandomKind(Rng& rng, const ElasticCluster& c, int k, Shape shape, double
                    double minutes_hi) {
   JobKind kind;
   kind.name = "k" + std::to_string(k);
-  kind.compute_s_per_sample = 0.0003 + 0.006 * rng.Unit();
-  kind.overhead_s = 0.005 + 0.03 * rng.Unit();
-  kind.gradient_mb = 20 + 600 * rng.Unit();
+  kind.compute_s_per_sample = 0.0003 + 0.006 * rng.Uniform01();
+  kind.overhead_s = 0.005 + 0.03 * rng.Uniform01();
+  kind.gradient_mb = 20 + 600 * rng.Uniform01();
   if (shape == Shape::kScaling) {
     if (k % 2 == 0) {  // near-linear: heavy compute, tiny gradients
-      kind.compute_s_per_sample = 0.004 + 0.006 * rng.Unit();
-      kind.overhead_s = 0.001 + 0.004 * rng.Unit();
-      kind.gradient_mb = 2 + 10 * rng.Unit();
+      kind.compute_s_per_sample = 0.004 + 0.006 * rng.Uniform01();
+      kind.overhead_s = 0.001 + 0.004 * rng.Uniform01();
+      kind.gradient_mb = 2 + 10 * rng.Uniform01();
     } else {  // saturating: light compute, large gradients
-      kind.compute_s_per_sample = 0.0002 + 0.0005 * rng.Unit();
-      kind.overhead_s = 0.02 + 0.04 * rng.Unit();
-      kind.gradient_mb = 500 + 1500 * rng.Unit();
+      kind.compute_s_per_sample = 0.0002 + 0.0005 * rng.Uniform01();
+      kind.overhead_s = 0.02 + 0.04 * rng.Uniform01();
+      kind.gradient_mb = 500 + 1500 * rng.Uniform01();
     }
   }
   if (shape == Shape::kPoorScaling) {  // light compute, heavy gradients and overhead
-    kind.compute_s_per_sample = 0.0001 + 0.0004 * rng.Unit();
-    kind.overhead_s = 0.02 + 0.06 * rng.Unit();
-    kind.gradient_mb = 800 + 2000 * rng.Unit();
+    kind.compute_s_per_sample = 0.0001 + 0.0004 * rng.Uniform01();
+    kind.overhead_s = 0.02 + 0.06 * rng.Uniform01();
+    kind.gradient_mb = 800 + 2000 * rng.Uniform01();
   }
   kind.max_batch_per_gpu = rng.Pick({32, 64, 128, 256});
   kind.min_batch = kind.max_batch_per_gpu / rng.Pick({1, 2, 4});
@@ -321,23 +309,23 @@ JobKind RandomKind(Rng& rng, const ElasticCluster& c, int k, Shape shape, double
   kind.requested_gpus = 0;
   const int g = FewestGpus(kind, kind.base_batch, c.gpus());
   kind.work = Throughput(kind, c, g, kind.base_batch) * 60 *
-              (minutes_lo + (minutes_hi - minutes_lo) * rng.Unit());
+              (minutes_lo + (minutes_hi - minutes_lo) * rng.Uniform01());
   return kind;
 }
 
 // A random trace of `shape`: cluster shape, kinds (compute- or communication-bound,
 // narrow or wide batch ranges), job sizes and load all drawn from the seed.
 ElasticTrace RandomTrace(uint64_t seed, Shape shape = Shape::kMixed) {
-  Rng rng{seed * 0x100 + static_cast<uint64_t>(shape)};
-  if (shape == Shape::kMixed) rng.state = seed;  // the traces this test always had
+  // kMixed keeps the seed as it is: the traces this test always had.
+  Rng rng{shape == Shape::kMixed ? seed : seed * 0x100 + static_cast<uint64_t>(shape)};
   ElasticTrace t;
   t.name = std::string(ShapeName(shape)) + "-" + std::to_string(seed);
   t.cluster.gpus_per_node = rng.Pick({4, 8});
   t.cluster.nodes = rng.Pick({1, 2, 4});
-  t.cluster.intra_node_gbps = 10 + 40 * rng.Unit();
-  t.cluster.inter_node_gbps = 1 + 9 * rng.Unit();
+  t.cluster.intra_node_gbps = 10 + 40 * rng.Uniform01();
+  t.cluster.inter_node_gbps = 1 + 9 * rng.Uniform01();
   t.horizon_s = 3600 * rng.Pick({3, 6});
-  t.rescale_cost_s = 20 + 100 * rng.Unit();
+  t.rescale_cost_s = 20 + 100 * rng.Uniform01();
   t.interval_s = rng.Pick({300, 900});
   double minutes_lo = 20, minutes_hi = 120;
   if (shape == Shape::kTight) {
@@ -346,7 +334,7 @@ ElasticTrace RandomTrace(uint64_t seed, Shape shape = Shape::kMixed) {
     minutes_hi = 60 * t.horizon_s / 3600;
   }
   if (shape == Shape::kExpensive) {
-    t.rescale_cost_s = 200 + 400 * rng.Unit();
+    t.rescale_cost_s = 200 + 400 * rng.Uniform01();
     t.interval_s = rng.Pick({60, 120, 300});
   }
   if (shape == Shape::kSmallBusy) {
@@ -360,7 +348,7 @@ ElasticTrace RandomTrace(uint64_t seed, Shape shape = Shape::kMixed) {
     t.cluster.nodes = rng.Pick({4, 8, 16});
   }
   if (shape == Shape::kCheap) {
-    t.rescale_cost_s = 0.5 + 5 * rng.Unit();
+    t.rescale_cost_s = 0.5 + 5 * rng.Uniform01();
     t.interval_s = rng.Pick({60, 120});
   }
   const int kinds = shape == Shape::kScaling || shape == Shape::kFixedBatch
@@ -370,19 +358,19 @@ ElasticTrace RandomTrace(uint64_t seed, Shape shape = Shape::kMixed) {
     t.kinds.push_back(RandomKind(rng, t.cluster, k, shape, minutes_lo, minutes_hi));
   PoissonArrivals a;
   a.seed = seed;
-  a.size_spread = 1 + 3 * rng.Unit();
+  a.size_spread = 1 + 3 * rng.Uniform01();
   // Load: jobs per hour per GPU from light to overloaded.
-  a.rate_per_hour = t.cluster.gpus() * (0.1 + 0.6 * rng.Unit());
+  a.rate_per_hour = t.cluster.gpus() * (0.1 + 0.6 * rng.Uniform01());
   if (shape == Shape::kBursty) a.rate_per_hour *= 0.2;  // background between bursts
-  if (shape == Shape::kLight) a.rate_per_hour = 0.5 + 1.5 * rng.Unit();
-  if (shape == Shape::kSmallBusy) a.rate_per_hour = t.cluster.gpus() * (2 + 6 * rng.Unit());
+  if (shape == Shape::kLight) a.rate_per_hour = 0.5 + 1.5 * rng.Uniform01();
+  if (shape == Shape::kSmallBusy) a.rate_per_hour = t.cluster.gpus() * (2 + 6 * rng.Uniform01());
   auto jobs = DrawPoisson(t.kinds, a, t.horizon_s);
   EXPECT_TRUE(jobs.ok());
   if (jobs.ok()) t.jobs = *jobs;
   if (shape == Shape::kHeavyTail) {
     // Pareto (shape 1.2) factors from 0.15 up: median 0.27, one in 100 above 7.
     for (ElasticJob& j : t.jobs)
-      j.work *= std::min(0.15 * std::pow(1 - rng.Unit(), -1 / 1.2), 60.0);
+      j.work *= std::min(0.15 * std::pow(1 - rng.Uniform01(), -1 / 1.2), 60.0);
   }
   t.arrivals = a;
   auto add = [&](double arrival, size_t kind, double factor) {
@@ -396,20 +384,21 @@ ElasticTrace RandomTrace(uint64_t seed, Shape shape = Shape::kMixed) {
   if (shape == Shape::kBursty) {
     const int bursts = rng.Pick({1, 2, 3, 4});
     for (int b = 0; b < bursts; ++b) {
-      const double at = b == 0 ? 0 : t.horizon_s * 0.7 * rng.Unit();
+      const double at = b == 0 ? 0 : t.horizon_s * 0.7 * rng.Uniform01();
       const int n = 2 + static_cast<int>(rng.Next() % static_cast<uint64_t>(t.cluster.gpus()));
       for (int i = 0; i < n; ++i)
-        add(at + 60 * rng.Unit(), rng.Next() % t.kinds.size(), 0.5 + 1.5 * rng.Unit());
+        add(at + 60 * rng.Uniform01(), rng.Next() % t.kinds.size(), 0.5 + 1.5 * rng.Uniform01());
     }
   }
   if (shape == Shape::kGiant)
-    add(t.horizon_s * 0.3 * rng.Unit(), rng.Next() % t.kinds.size(), 10 + 30 * rng.Unit());
+    add(t.horizon_s * 0.3 * rng.Uniform01(), rng.Next() % t.kinds.size(),
+        10 + 30 * rng.Uniform01());
   if (shape == Shape::kCapacity) {
     const int gpus = t.cluster.gpus();
-    const double down = t.horizon_s * 0.6 * rng.Unit();
-    const double up = down + t.horizon_s * (0.1 + 0.4 * rng.Unit());
+    const double down = t.horizon_s * 0.6 * rng.Uniform01();
+    const double up = down + t.horizon_s * (0.1 + 0.4 * rng.Uniform01());
     t.capacity.push_back({down, std::max(gpus / rng.Pick({2, 4}), 1)});
-    if (rng.Unit() < 0.5) {
+    if (rng.Uniform01() < 0.5) {
       const double mid = (down + up) / 2;
       t.capacity.push_back({mid, std::max(gpus / 4, 1)});
     }

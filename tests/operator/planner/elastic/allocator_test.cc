@@ -9,23 +9,12 @@
 
 #include <gtest/gtest.h>
 
+#include "common/random.h"
+
 namespace orrery::planner::elastic {
 namespace {
 
-// splitmix64: a fixed generator, so the cases are the same on every machine.
-struct Rng {
-  uint64_t state;
-  uint64_t Next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  int Uniform(int lo, int hi) {
-    return lo + static_cast<int>(Next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-  double Unit() { return static_cast<double>(Next() >> 11) / 9007199254740992.0; }
-};
+using Rng = SplitMix64;  // common/random.h
 
 double BruteForce(const std::vector<ElasticTask>& tasks, int capacity, Value value) {
   double best = 0;
@@ -48,11 +37,11 @@ std::vector<ElasticTask> RandomTasks(Rng& rng, int n) {
   for (int i = 0; i < n; ++i) {
     ElasticTask& t = tasks[static_cast<size_t>(i)];
     t.name = "t" + std::to_string(i);
-    t.total_work = 1000 + rng.Uniform(0, 100000);
-    t.remaining_work = t.total_work * (0.1 + 0.9 * rng.Unit());
-    t.weight = 1 + rng.Uniform(0, 2);
-    const double base = 50 + 200 * rng.Unit();
-    const double efficiency = 0.5 + 0.5 * rng.Unit();  // per doubling
+    t.total_work = 1000 + rng.Between(0, 100000);
+    t.remaining_work = t.total_work * (0.1 + 0.9 * rng.Uniform01());
+    t.weight = 1 + rng.Between(0, 2);
+    const double base = 50 + 200 * rng.Uniform01();
+    const double efficiency = 0.5 + 0.5 * rng.Uniform01();  // per doubling
     for (int g = 1; g <= 8; g *= 2) {
       for (int b = 32; b <= 256; b *= 2) {
         if (b % g != 0) continue;
@@ -69,8 +58,8 @@ std::vector<ElasticTask> RandomTasks(Rng& rng, int n) {
 TEST(ElasticAllocatorTest, MatchesBruteForceOnRandomSmallCases) {
   Rng rng{42};
   for (int trial = 0; trial < 60; ++trial) {
-    const int n = rng.Uniform(1, 4);
-    const int capacity = rng.Uniform(0, 12);
+    const int n = rng.Between(1, 4);
+    const int capacity = rng.Between(0, 12);
     const auto tasks = RandomTasks(rng, n);
     for (Value v : {Value::kNormalizedThroughput, Value::kRemainingFraction}) {
       auto got = Allocate(tasks, capacity, v);
@@ -120,12 +109,13 @@ TEST(ElasticAllocatorTest, KnapsackProbesMatchBruteForce) {
   // may be negative (a change charged more than it gains).
   Rng rng{7};
   for (int trial = 0; trial < 60; ++trial) {
-    const int n = rng.Uniform(1, 5);
-    const int capacity = rng.Uniform(0, 14);
+    const int n = rng.Between(1, 5);
+    const int capacity = rng.Between(0, 14);
     const auto tasks = RandomTasks(rng, n);
     std::vector<std::vector<double>> values(tasks.size());
     for (size_t i = 0; i < tasks.size(); ++i)
-      for (size_t j = 0; j < tasks[i].options.size(); ++j) values[i].push_back(rng.Unit() * 10 - 2);
+      for (size_t j = 0; j < tasks[i].options.size(); ++j)
+        values[i].push_back(rng.Uniform01() * 10 - 2);
     auto k = Knapsack::Solve(tasks, values, capacity);
     ASSERT_TRUE(k.ok()) << k.status();
     const double want = BruteForceValues(tasks, values, capacity, tasks.size(), -2);
@@ -224,15 +214,16 @@ std::vector<ElasticTask> RandomTypedTasks(Rng& rng, int n, size_t pools) {
   for (int i = 0; i < n; ++i) {
     ElasticTask& t = tasks[static_cast<size_t>(i)];
     t.name = "t" + std::to_string(i);
-    t.total_work = 1000 + rng.Uniform(0, 100000);
-    t.remaining_work = t.total_work * (0.1 + 0.9 * rng.Unit());
+    t.total_work = 1000 + rng.Between(0, 100000);
+    t.remaining_work = t.total_work * (0.1 + 0.9 * rng.Uniform01());
     for (size_t p = 0; p < pools; ++p) {
-      if (rng.Uniform(0, 3) == 0) continue;  // does not fit this type's memory
-      const double speed = 0.3 + rng.Unit();
+      if (rng.Between(0, 3) == 0) continue;  // does not fit this type's memory
+      const double speed = 0.3 + rng.Uniform01();
       for (int g = 1; g <= 4; g *= 2)
         for (int b = 32; b <= 128; b *= 2)
           t.options.push_back(
-              {g, b, speed * 40 * std::pow(g, 0.4 + 0.5 * rng.Unit()) * std::pow(b / 32.0, 0.2),
+              {g, b,
+               speed * 40 * std::pow(g, 0.4 + 0.5 * rng.Uniform01()) * std::pow(b / 32.0, 0.2),
                static_cast<int>(p)});
     }
   }
@@ -246,10 +237,10 @@ TEST(ElasticAllocatorTest, TypedDpMatchesExhaustiveOptimum) {
   Rng rng{7};
   for (int trial = 0; trial < 60; ++trial) {
     const size_t pools = 2 + static_cast<size_t>(trial % 2);
-    const int n = rng.Uniform(1, 4);
+    const int n = rng.Between(1, 4);
     std::vector<ElasticTask> tasks = RandomTypedTasks(rng, n, pools);
     Capacity cap;
-    for (size_t p = 0; p < pools; ++p) cap.push_back(rng.Uniform(0, 6));
+    for (size_t p = 0; p < pools; ++p) cap.push_back(rng.Between(0, 6));
     std::vector<std::vector<double>> values(tasks.size());
     for (size_t i = 0; i < tasks.size(); ++i)
       for (const Option& o : tasks[i].options)
