@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "operator/planner/baselines.h"
+#include "operator/planner/decompose.h"
 #include "operator/planner/list_scheduler.h"
 #include "operator/planner/lower_bound.h"
 #include "operator/planner/milp.h"
@@ -149,6 +150,11 @@ class OrreryPlanner final : public Planner {
   OrderRule rule_ = OrderRule::kLongestFirst;
   Placement placement_ = Placement::kAppend;
 
+  // Plans the groups of a large cluster apart (decompose.h) from the best plan
+  // so far; false (with a note) when the problem is not worth splitting.
+  bool SolveSplit(const Problem& problem, const PlanOptions& options, double limit,
+                  std::vector<std::string>& notes);
+
   Plan best_;
   std::vector<int> best_choice_;
   bool have_ = false;
@@ -217,12 +223,18 @@ std::vector<int> BalancedChoice(const Problem& problem,
   std::vector<double> load(kt, 0);
   std::vector<int> choice(cands.size());
   for (const auto& [neg, t] : order) {
+    // A type where the task finishes by D comes before any where it cannot:
+    // one task too long for its type sets the makespan of the whole plan.
     size_t best_k = kt;
     double best_load = std::numeric_limits<double>::infinity();
+    bool best_in_time = false;
     for (size_t k = 0; k < kt; ++k) {
       if (pick[t][k] < 0) continue;
-      double after = (load[k] + cands[t][static_cast<size_t>(pick[t][k])].gpu_time) / gpus[k];
-      if (after < best_load) best_load = after, best_k = k;
+      const Candidate& c = cands[t][static_cast<size_t>(pick[t][k])];
+      const bool in_time = problem.tasks[t].arrival + c.run <= d;
+      double after = (load[k] + c.gpu_time) / gpus[k];
+      if ((in_time && !best_in_time) || (in_time == best_in_time && after < best_load))
+        best_load = after, best_k = k, best_in_time = in_time;
     }
     const Candidate& c = cands[t][static_cast<size_t>(pick[t][best_k])];
     load[best_k] += c.gpu_time;
@@ -395,6 +407,32 @@ std::vector<double> WarmStart(const Problem& problem, const PackingModel& pm,
   return x;
 }
 
+// Decomposition by pool: groups of at most kPoolNodes nodes (512 GPUs of 8,
+// the size the whole MILP and local search plan within seconds), for problems
+// of at least PlanOptions::split_min_size tasks x GPUs.
+constexpr int kPoolNodes = 64;
+
+bool OrreryPlanner::SolveSplit(const Problem& problem, const PlanOptions& options, double limit,
+                               std::vector<std::string>& notes) {
+  if (!have_ || !WorthSplitting(problem, kPoolNodes, options.split_min_size)) return false;
+  PoolSplit split = SplitIntoPools(problem, best_, kPoolNodes);
+  PlanOptions sub = options;
+  sub.time_limit_s = limit;
+  StatusOr<Plan> joined = SolveByPools(problem, split, sub);
+  if (!joined.ok()) {
+    notes.push_back("no split: " + joined.status().ToString());
+    return false;
+  }
+  std::vector<int> choice(problem.tasks.size());
+  for (size_t t = 0; t < choice.size(); ++t) choice[t] = joined->assignments[t].config;
+  notes.push_back("sweep " + std::to_string(options.time_limit_s - limit / 0.9).substr(0, 4) +
+                  "s; " + joined->note +
+                  " makespan=" + std::to_string(static_cast<long long>(joined->makespan)));
+  joined->note.clear();
+  Offer(std::move(joined).value(), choice, rule_, placement_);
+  return true;
+}
+
 StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& options) {
   ORRERY_RETURN_IF_ERROR(ValidateProblem(problem));
   Budget budget(options);
@@ -414,23 +452,40 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
   };
   double lb = LowerBound(problem);
 
-  Consider(problem, candidate_choice(FastestChoice(problem)));
-  // Deadline sweep between the bound and the greedy makespan.
-  {
+  const bool large = WorthSplitting(problem, kPoolNodes, options.split_min_size);
+  if (large) {
+    // Greedy's own plan (one schedule, not every order rule): never worse than it.
+    Plan greedy = GreedyPlan(problem, lb);
+    std::vector<int> choice(problem.tasks.size());
+    for (size_t t = 0; t < choice.size(); ++t) choice[t] = greedy.assignments[t].config;
+    rule_ = OrderRule::kLongestFirst;
+    placement_ = Placement::kBackfill;
+    Offer(std::move(greedy), choice, rule_, placement_);
+  } else {
+    Consider(problem, candidate_choice(FastestChoice(problem)));
+  }
+  // Deadline sweep between the bound and the greedy makespan. A cluster that
+  // is planned by pool needs from it only the tasks' GPU types: with one type
+  // it is skipped, with several a coarse sweep of the balanced choice alone
+  // (the groups choose configurations and order themselves).
+  const bool typed = GpuTypes(problem).size() > 1;
+  if (!large || typed) {
     double lo = std::max(lb, 1e-9), hi = std::max(best_.makespan, lo);
-    constexpr int kSteps = 24;
+    const int steps = large ? 8 : 24;
     std::vector<std::pair<double, std::vector<int>>> swept;
     OrderRule saved_rule = rule_;
     Placement saved_placement = placement_;
     double before = best_.objective;
-    const bool typed = GpuTypes(problem).size() > 1;
-    for (int i = 0; i <= kSteps && !budget.Expired(); ++i) {
-      double d = lo * std::pow(hi / lo, static_cast<double>(i) / kSteps);
-      std::vector<int> choice = DeadlineChoice(problem, cands, d);
+    for (int i = 0; i <= steps && !budget.Expired(); ++i) {
+      double d = lo * std::pow(hi / lo, static_cast<double>(i) / steps);
       rule_ = problem.objective == Objective::kMakespan ? OrderRule::kLongestFirst
                                                         : OrderRule::kSmithRatio;
       placement_ = Placement::kAppend;
-      swept.push_back({QuickObjective(problem, choice), choice});
+      std::vector<int> choice;
+      if (!large) {
+        choice = DeadlineChoice(problem, cands, d);
+        swept.push_back({QuickObjective(problem, choice), choice});
+      }
       if (typed) {
         choice = BalancedChoice(problem, cands, d);
         swept.push_back({QuickObjective(problem, choice), choice});
@@ -442,13 +497,24 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
     }
     std::stable_sort(swept.begin(), swept.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (size_t i = 0; i < swept.size() && i < 3 && !budget.Expired(); ++i)
+    for (size_t i = 0; i < swept.size() && i < (large ? 0U : 3U) && !budget.Expired(); ++i)
       Consider(problem, swept[i].second);
+  }
+
+  // Current practice costs one pass: never plan worse than it.
+  {
+    Plan practice = CurrentPracticePlan(problem, lb);
+    std::vector<int> choice(problem.tasks.size());
+    for (size_t t = 0; t < choice.size(); ++t) choice[t] = practice.assignments[t].config;
+    Offer(std::move(practice), choice, rule_, placement_);
   }
 
   bool timed_out = false;
   bool proven = false;
-  if (problem.objective == Objective::kMakespan) {
+  const bool split = SolveSplit(problem, options, 0.9 * budget.Left(), notes);
+  if (split) {
+    // The groups ran their own MILPs and local searches.
+  } else if (problem.objective == Objective::kMakespan) {
     // The MILP gets about half of what is left; the rest goes to iterations
     // and local search.
     for (double beta : {1.0, 0.96, 0.92}) {
@@ -496,7 +562,7 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
   // stay within seconds; the count (not the clock) bounds it for determinism.
   double size = static_cast<double>(problem.tasks.size()) * problem.TotalGpus();
   int evaluations = static_cast<int>(std::clamp(2e7 / std::max(1.0, size), 400.0, 20000.0));
-  for (int i = 0; i < evaluations && !budget.Expired(); ++i) {
+  for (int i = 0; i < evaluations && !split && !budget.Expired(); ++i) {
     std::vector<int> choice = best_choice_;
     // Pick among the tasks ending in the last tenth of the schedule.
     std::vector<size_t> late;
