@@ -165,6 +165,9 @@ StatusOr<Plan> SolveByPools(const Problem& problem, const PoolSplit& split,
     sub_options.time_limit_s =
         std::max(0.05, (options.time_limit_s - spent) * size[p] / std::max(1.0, size_left));
     size_left -= size[p];
+    sub_options.hint.clear();  // the plan in force, for this group's tasks
+    if (options.hint.size() == problem.tasks.size())
+      for (int t : tasks[p]) sub_options.hint.push_back(options.hint[static_cast<size_t>(t)]);
     Problem sub = GroupProblem(problem, nodes[p], tasks[p]);
     ORRERY_ASSIGN_OR_RETURN(Plan plan, MakeOrreryPlanner()->Solve(sub, sub_options));
     for (size_t i = 0; i < tasks[p].size(); ++i) {

@@ -63,16 +63,26 @@ unsigned ServingTypes(const Problem& problem, const std::vector<std::string>& ty
 // run time that runs on every GPU type it runs on (a slower configuration on a
 // cheaper type is not dominated: it leaves the faster type to others). A
 // running task always keeps its current configuration available.
-std::vector<std::vector<Candidate>> Candidates(const Problem& problem) {
+std::vector<std::vector<Candidate>> Candidates(const Problem& problem, bool keep_running) {
   std::vector<std::vector<Candidate>> out(problem.tasks.size());
   const std::vector<std::string> types = GpuTypes(problem);
   for (size_t t = 0; t < problem.tasks.size(); ++t) {
     const Task& task = problem.tasks[t];
     std::vector<unsigned> mask(task.configs.size());
+    // Re-planning only what waits: a running task has its own configuration
+    // alone (when it still fits).
+    const int only = keep_running && task.running ? task.running->config : -1;
     for (size_t c = 0; c < task.configs.size(); ++c)
-      mask[c] = ConfigFits(problem, task, task.configs[c])
-                    ? ServingTypes(problem, types, task, task.configs[c])
-                    : 0;
+      mask[c] =
+          (only < 0 || static_cast<int>(c) == only) && ConfigFits(problem, task, task.configs[c])
+              ? ServingTypes(problem, types, task, task.configs[c])
+              : 0;
+    if (only >= 0 && mask[static_cast<size_t>(only)] == 0) {  // it no longer fits: any
+      for (size_t c = 0; c < task.configs.size(); ++c)
+        mask[c] = ConfigFits(problem, task, task.configs[c])
+                      ? ServingTypes(problem, types, task, task.configs[c])
+                      : 0;
+    }
     for (size_t c = 0; c < task.configs.size(); ++c) {
       const Config& cfg = task.configs[c];
       if (mask[c] == 0) continue;
@@ -438,7 +448,7 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
   Budget budget(options);
   have_ = false;
   std::vector<std::string> notes;
-  const auto cands = Candidates(problem);
+  const auto cands = Candidates(problem, options.keep_running);
   // The planner's choices must be candidates, so every choice is a Pareto one.
   auto candidate_choice = [&](std::vector<int> choice) {
     for (size_t t = 0; t < cands.size(); ++t) {
@@ -450,17 +460,42 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
     }
     return choice;
   };
+  // Whether a plan's choices are all candidates (a baseline's plan may move a
+  // running task that must keep its configuration).
+  auto all_candidates = [&](const std::vector<int>& choice) {
+    for (size_t t = 0; t < cands.size(); ++t) {
+      bool found = false;
+      for (const Candidate& c : cands[t]) found = found || c.config == choice[t];
+      if (!found) return false;
+    }
+    return true;
+  };
   double lb = LowerBound(problem);
 
   const bool large = WorthSplitting(problem, kPoolNodes, options.split_min_size);
+  // Warm start: the plan in force, its configurations where they are still
+  // candidates (a new task gets its fastest).
+  if (options.hint.size() == problem.tasks.size()) {
+    std::vector<int> hint = options.hint;
+    const std::vector<int> fastest = FastestChoice(problem);
+    for (size_t t = 0; t < hint.size(); ++t)
+      if (hint[t] < 0 || hint[t] >= static_cast<int>(problem.tasks[t].configs.size()))
+        hint[t] = fastest[t];
+    Consider(problem, candidate_choice(hint));
+    notes.push_back("warm start");
+  }
   if (large) {
     // Greedy's own plan (one schedule, not every order rule): never worse than it.
     Plan greedy = GreedyPlan(problem, lb);
     std::vector<int> choice(problem.tasks.size());
     for (size_t t = 0; t < choice.size(); ++t) choice[t] = greedy.assignments[t].config;
-    rule_ = OrderRule::kLongestFirst;
-    placement_ = Placement::kBackfill;
-    Offer(std::move(greedy), choice, rule_, placement_);
+    if (all_candidates(choice)) {
+      rule_ = OrderRule::kLongestFirst;
+      placement_ = Placement::kBackfill;
+      Offer(std::move(greedy), choice, rule_, placement_);
+    } else {
+      Consider(problem, candidate_choice(choice));
+    }
   } else {
     Consider(problem, candidate_choice(FastestChoice(problem)));
   }
@@ -506,7 +541,8 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
     Plan practice = CurrentPracticePlan(problem, lb);
     std::vector<int> choice(problem.tasks.size());
     for (size_t t = 0; t < choice.size(); ++t) choice[t] = practice.assignments[t].config;
-    Offer(std::move(practice), choice, rule_, placement_);
+    // (Not when it moves a gang that must keep running.)
+    if (all_candidates(choice)) Offer(std::move(practice), choice, rule_, placement_);
   }
 
   bool timed_out = false;
