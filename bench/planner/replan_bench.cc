@@ -7,9 +7,10 @@
 // worst gap of the fresh plans, the re-plans per trigger, makespan and mean
 // completion. Solver seconds are wall seconds: say whether the machine was
 // busy (the thread CPU seconds of the whole run are printed beside them).
-// Default: 240 GPUs, 120 tasks (CI-sized, both runs); ORRERY_BENCH_FULL=1:
-// 2000 GPUs (250 nodes x 8), 1000 tasks, the old behaviour only with
-// --baseline (it solves on every event).
+// Default: 96 GPUs, 32 tasks, 2 s solver limit (CI-sized, both runs, ~15 s);
+// ORRERY_BENCH_FULL=1: 2000 GPUs (250 nodes x 8), 1000 tasks, 5 s limit, the
+// old behaviour only with --baseline (it solves on every event: 240 GPUs and
+// 120 tasks already take it 200 s of solver time).
 // Usage: replan_bench [--gpus N] [--tasks N] [--mean-gap S] [--window S]
 //                     [--time-limit S] [--seed N] [--baseline] [--no-baseline]
 #include <cstdio>
@@ -69,8 +70,8 @@ int Run(const orrery::planner::Workload& w, const char* label, double window, bo
 int main(int argc, char** argv) {
   const char* full_env = std::getenv("ORRERY_BENCH_FULL");
   const bool full = full_env != nullptr && std::string(full_env) == "1";
-  int gpus = full ? 2000 : 240, tasks = full ? 1000 : 120;
-  double window = 600, limit = 5, mean_gap = -1;
+  int gpus = full ? 2000 : 96, tasks = full ? 1000 : 32;
+  double window = 600, limit = full ? 5 : 2, mean_gap = -1;
   unsigned seed = 1;
   int baseline = full ? 0 : 1;
   for (int i = 1; i < argc; ++i) {

@@ -181,7 +181,8 @@ StatusOr<Plan> SolveByPools(const Problem& problem, const PoolSplit& split,
         " " +
         (sub.nodes.front().gpu_type.empty() ? std::string("pool") : sub.nodes.front().gpu_type) +
         "[" + std::to_string(sub.nodes.size()) + "n/" + std::to_string(tasks[p].size()) +
-        "t]=" + std::to_string(static_cast<long long>(plan.makespan)) + "/" +
+        "t]=" + std::to_string(static_cast<long long>(plan.makespan)) + "(lb " +
+        std::to_string(static_cast<long long>(plan.lower_bound)) + ")/" +
         std::to_string(plan.solve_seconds).substr(0, 4) + "s";
   }
   Summarize(problem, joined);

@@ -162,8 +162,9 @@ class OrreryPlanner final : public Planner {
 
   // Plans the groups of a large cluster apart (decompose.h) from the best plan
   // so far; false (with a note) when the problem is not worth splitting.
-  bool SolveSplit(const Problem& problem, const PlanOptions& options, double limit,
-                  std::vector<std::string>& notes);
+  // `typing` says each task's GPU type (the type of the GPUs it plans them on).
+  bool SolveSplit(const Problem& problem, const Plan& typing, const PlanOptions& options,
+                  double limit, std::vector<std::string>& notes);
 
   Plan best_;
   std::vector<int> best_choice_;
@@ -251,6 +252,34 @@ std::vector<int> BalancedChoice(const Problem& problem,
     choice[t] = c.config;
   }
   return choice;
+}
+
+// The least makespan a plan by pool could reach with `choice`: per GPU type,
+// the GPU-time of the tasks there over its GPUs, and the longest of them.
+double TypedEstimate(const Problem& problem, const std::vector<std::vector<Candidate>>& cands,
+                     const std::vector<int>& choice) {
+  const std::vector<std::string> types = GpuTypes(problem);
+  std::vector<double> gpus(types.size(), 0), load(types.size(), 0);
+  for (const Node& n : problem.nodes)
+    gpus[static_cast<size_t>(std::lower_bound(types.begin(), types.end(), n.gpu_type) -
+                             types.begin())] += n.gpus;
+  double longest = 0;
+  for (size_t t = 0; t < cands.size(); ++t) {
+    for (const Candidate& c : cands[t]) {
+      if (c.config != choice[t]) continue;
+      longest = std::max(longest, problem.tasks[t].arrival + c.run);
+      // A configuration of several types (typeless) counts on its first.
+      for (size_t k = 0; k < types.size() && k < 32; ++k) {
+        if ((c.types & (1U << k)) == 0) continue;
+        load[k] += c.gpu_time;
+        break;
+      }
+    }
+  }
+  double estimate = longest;
+  for (size_t k = 0; k < types.size(); ++k)
+    if (gpus[k] > 0) estimate = std::max(estimate, load[k] / gpus[k]);
+  return estimate;
 }
 
 struct PackingModel {
@@ -422,10 +451,11 @@ std::vector<double> WarmStart(const Problem& problem, const PackingModel& pm,
 // of at least PlanOptions::split_min_size tasks x GPUs.
 constexpr int kPoolNodes = 64;
 
-bool OrreryPlanner::SolveSplit(const Problem& problem, const PlanOptions& options, double limit,
+bool OrreryPlanner::SolveSplit(const Problem& problem, const Plan& typing,
+                               const PlanOptions& options, double limit,
                                std::vector<std::string>& notes) {
   if (!have_ || !WorthSplitting(problem, kPoolNodes, options.split_min_size)) return false;
-  PoolSplit split = SplitIntoPools(problem, best_, kPoolNodes);
+  PoolSplit split = SplitIntoPools(problem, typing, kPoolNodes);
   PlanOptions sub = options;
   sub.time_limit_s = limit;
   StatusOr<Plan> joined = SolveByPools(problem, split, sub);
@@ -504,9 +534,11 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
   // it is skipped, with several a coarse sweep of the balanced choice alone
   // (the groups choose configurations and order themselves).
   const bool typed = GpuTypes(problem).size() > 1;
+  std::vector<int> typing_choice;  // large and typed: the types the groups get
+  double typing_estimate = 0;
   if (!large || typed) {
     double lo = std::max(lb, 1e-9), hi = std::max(best_.makespan, lo);
-    const int steps = large ? 8 : 24;
+    const int steps = large ? 48 : 24;
     std::vector<std::pair<double, std::vector<int>>> swept;
     OrderRule saved_rule = rule_;
     Placement saved_placement = placement_;
@@ -521,7 +553,13 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
         choice = DeadlineChoice(problem, cands, d);
         swept.push_back({QuickObjective(problem, choice), choice});
       }
-      if (typed) {
+      if (typed && large) {
+        // Only the types matter: judged by what the groups could reach.
+        choice = BalancedChoice(problem, cands, d);
+        const double estimate = TypedEstimate(problem, cands, choice);
+        if (typing_choice.empty() || estimate < typing_estimate)
+          typing_choice = choice, typing_estimate = estimate;
+      } else if (typed) {
         choice = BalancedChoice(problem, cands, d);
         swept.push_back({QuickObjective(problem, choice), choice});
       }
@@ -547,7 +585,14 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
 
   bool timed_out = false;
   bool proven = false;
-  const bool split = SolveSplit(problem, options, 0.9 * budget.Left(), notes);
+  std::optional<Plan> typing;
+  if (!typing_choice.empty()) {  // one schedule of the chosen types (a fallback too)
+    typing = ListSchedule(problem, typing_choice,
+                          OrderTasks(problem, typing_choice, OrderRule::kLongestFirst));
+    Offer(*typing, typing_choice, OrderRule::kLongestFirst, Placement::kBackfill);
+  }
+  const bool split =
+      SolveSplit(problem, typing ? *typing : best_, options, 0.9 * budget.Left(), notes);
   if (split) {
     // The groups ran their own MILPs and local searches.
   } else if (problem.objective == Objective::kMakespan) {
