@@ -97,10 +97,16 @@ PoolSplit SplitIntoPools(const Problem& problem, const Plan& plan, int max_nodes
     const Task& task = problem.tasks[t];
     const Assignment& a = plan.assignments[t];
     if (task.running && !task.running->gpus.empty()) {
-      int p = split.node_pool[static_cast<size_t>(task.running->gpus.front().node)];
-      split.task_pool[t] = p;
-      load[static_cast<size_t>(p)] -= neg;
-      continue;
+      // Where it runs, when its configuration still fits there.
+      const int p = split.node_pool[static_cast<size_t>(task.running->gpus.front().node)];
+      Problem group;
+      group.nodes = pool_nodes[static_cast<size_t>(p)];
+      if (task.running->config >= 0 &&
+          ConfigFits(group, task, task.configs[static_cast<size_t>(task.running->config)])) {
+        split.task_pool[t] = p;
+        load[static_cast<size_t>(p)] -= neg;
+        continue;
+      }
     }
     const std::string& type = a.gpus.empty()
                                   ? std::string()
