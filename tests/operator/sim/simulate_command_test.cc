@@ -24,7 +24,7 @@ class SimulateCommandTest : public ::testing::Test {
     std::ofstream((dir_ / name).string()) << text;
     return (dir_ / name).string();
   }
-  int Run(std::vector<std::string> args) {
+  int Run(const std::vector<std::string>& args) {
     out_.str("");
     err_.str("");
     return SimulateCommand(args, out_, err_);
