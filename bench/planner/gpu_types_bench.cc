@@ -12,92 +12,29 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench/planner/typed_workloads.h"
 #include "common/clock.h"
 #include "operator/planner/checker.h"
 #include "operator/planner/lower_bound.h"
 #include "operator/planner/planner.h"
 
 using namespace orrery::planner;
+using orrery::bench::Make;
 
 namespace {
 
-struct GpuType {
-  const char* name;
-  double memory_gib;
-  double speed;  // relative to a100 on compute-bound models
-};
-
-// Speeds are rough public ratios for large-model training (H100 ~2x A100,
-// L4 ~0.4x A100 on dense BF16); only their spread matters here.
-const GpuType kH100{"h100", 80, 2.0};
-const GpuType kA100{"a100-80gb", 80, 1.0};
-const GpuType kA100s{"a100-40gb", 40, 1.0};
-const GpuType kL4{"l4", 24, 0.4};
-
-struct Family {
-  double model_gib;  // weights + optimizer state
-  double act_gib;    // activations per GPU
-  double base;       // samples/s on one a100
-  double bound;      // 0: input-bound (as fast anywhere) .. 1: compute-bound
-  double hours;      // run time on one a100, before scaling
-};
-
-// Throughput on `g` GPUs of `type`: ddp replicates the model, fsdp shards it.
-std::vector<Config> Profiles(const Family& f, const std::vector<GpuType>& types, int per_node) {
-  std::vector<Config> out;
-  for (const GpuType& t : types) {
-    double speed = std::pow(t.speed, f.bound);
-    for (int g = 1; g <= 2 * per_node; g *= 2) {
-      for (const char* tmpl : {"ddp", "fsdp"}) {
-        bool fsdp = std::string(tmpl) == "fsdp";
-        if (!fsdp && g > per_node) continue;  // only fsdp spans nodes here
-        Config c;
-        c.template_name = tmpl;
-        c.gpus = g;
-        c.nodes = (g + per_node - 1) / per_node;
-        c.batch_size = 8 * g;
-        c.memory_gib = (fsdp ? f.model_gib / g : f.model_gib) + f.act_gib;
-        c.throughput = f.base * speed * std::pow(g, fsdp ? 0.8 : 0.9) * (c.nodes > 1 ? 0.85 : 1);
-        c.gpu_type = t.name;
-        if (c.memory_gib <= t.memory_gib) out.push_back(c);
-      }
-    }
-  }
-  return out;
-}
-
-Problem Make(int gpus, bool three_types, int tasks, unsigned seed) {
-  const int per_node = 8;
-  const int nodes = gpus / per_node;
-  std::vector<GpuType> types =
-      three_types ? std::vector<GpuType>{kH100, kA100s, kL4} : std::vector<GpuType>{kA100};
-  Problem p;
-  for (int n = 0; n < nodes; ++n) {
-    const GpuType& t = types[static_cast<size_t>(n) * types.size() / static_cast<size_t>(nodes)];
-    p.nodes.push_back({"node-" + std::to_string(n), per_node, t.memory_gib, t.name});
-  }
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(0, 1);
-  const Family families[] = {
-      {2, 4, 400, 0.1, 1.0},    // small: input-bound, runs as fast on l4
-      {12, 8, 120, 0.7, 3.0},   // mid-size
-      {90, 20, 30, 1.0, 12.0},  // large: needs fsdp over 2+ 80 GiB GPUs
-  };
-  for (int i = 0; i < tasks; ++i) {
-    double r = u(rng);
-    const Family& f = families[r < 0.5 ? 0 : (r < 0.85 ? 1 : 2)];
-    Task task;
-    task.name = "t" + std::to_string(i);
-    task.configs = Profiles(f, types, per_node);
-    task.work = f.base * f.hours * 3600 * (0.5 + u(rng));
-    p.tasks.push_back(std::move(task));
-  }
-  return p;
+// CPU seconds of this thread: the planners are single-threaded, so on a
+// machine shared with other work this is the plan time an idle machine shows.
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 const char* kPlanners[4] = {"orrery", "saturn", "greedy", "current-practice"};
@@ -134,21 +71,24 @@ int main(int argc, char** argv) {
   std::printf(
       "GPU types benchmark (time limit %.0f s; makespan / heterogeneity-aware LB; solve s)\n",
       limit);
-  std::printf("%6s %5s %5s %9s | %7s %7s %7s %7s | %7s %7s %7s %7s | %s\n", "gpus", "types",
-              "tasks", "LB[h]", "orrery", "saturn", "greedy", "curprac", "t_orr", "t_sat", "t_grd",
-              "t_cur", "orrery note");
+  std::printf("%6s %5s %5s %9s | %7s %7s %7s %7s | %7s %7s %7s %7s | %7s %7s | %s\n", "gpus",
+              "types", "tasks", "LB[h]", "orrery", "saturn", "greedy", "curprac", "t_orr", "t_sat",
+              "t_grd", "t_cur", "cpu_orr", "cpu_sat", "orrery note");
   int invalid = 0, worse = 0;
   for (const Size& size : sizes) {
     for (bool three : {false, true}) {
       Problem p = Make(size.gpus, three, size.tasks, seed);
       double lb = LowerBound(p);
       Plan plans[4];
+      double cpu[4] = {0, 0, 0, 0};
       for (int k = 0; k < 4; ++k) {
         PlanOptions options;
         options.time_limit_s = limit;
         options.clock = clock;
         options.seed = static_cast<int>(seed);
+        const double cpu_start = ThreadCpuSeconds();
         auto plan = (*MakePlanner(kPlanners[k]))->Solve(p, options);
+        cpu[k] = ThreadCpuSeconds() - cpu_start;
         if (!plan.ok()) {
           std::cerr << kPlanners[k] << ": " << plan.status() << "\n";
           return 1;
@@ -163,11 +103,13 @@ int main(int argc, char** argv) {
       }
       for (int k = 1; k < 4; ++k)
         if (plans[0].makespan > plans[k].makespan * (1 + 1e-9)) ++worse;
-      std::printf("%6d %5d %5d %9.2f | %7.3f %7.3f %7.3f %7.3f | %7.2f %7.2f %7.2f %7.2f | %s\n",
-                  size.gpus, three ? 3 : 1, size.tasks, lb / 3600, plans[0].makespan / lb,
-                  plans[1].makespan / lb, plans[2].makespan / lb, plans[3].makespan / lb,
-                  plans[0].solve_seconds, plans[1].solve_seconds, plans[2].solve_seconds,
-                  plans[3].solve_seconds, plans[0].note.c_str());
+      std::printf(
+          "%6d %5d %5d %9.2f | %7.3f %7.3f %7.3f %7.3f | %7.2f %7.2f %7.2f %7.2f | %7.2f %7.2f | "
+          "%s\n",
+          size.gpus, three ? 3 : 1, size.tasks, lb / 3600, plans[0].makespan / lb,
+          plans[1].makespan / lb, plans[2].makespan / lb, plans[3].makespan / lb,
+          plans[0].solve_seconds, plans[1].solve_seconds, plans[2].solve_seconds,
+          plans[3].solve_seconds, cpu[0], cpu[1], plans[0].note.c_str());
       std::fflush(stdout);
     }
   }

@@ -191,14 +191,29 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
   }
   RemainingProblem rp = BuildRemainingProblem(world, options_.switch_cost_s);
   planner::Plan fresh;
+  d.trigger = trigger;
   if (!rp.problem.tasks.empty()) {
     planner::PlanOptions po;
     po.time_limit_s = options_.solver_time_limit_s;
     po.clock = clock_;
     po.seed = options_.seed;
+    if (options_.warm_start && current_) {
+      po.hint.assign(rp.problem.tasks.size(), -1);
+      for (size_t i = 0; i < rp.task_index.size(); ++i) {
+        const auto w = static_cast<size_t>(rp.task_index[i]);
+        if (w < current_->assignments.size()) po.hint[i] = current_->assignments[w].config;
+      }
+      // An arrival or a finish changes only what waits: running gangs stay.
+      po.keep_running = trigger == Trigger::kTaskArrived || trigger == Trigger::kTaskFinished;
+      d.warm = true;
+      d.kept_running = po.keep_running;
+    }
     ORRERY_ASSIGN_OR_RETURN(fresh, planner_->Solve(rp.problem, po));
     d.solved = true;
     d.solver_seconds = fresh.solve_seconds;
+    d.gap = fresh.gap;
+    d.lower_bound = fresh.lower_bound;
+    d.tasks_planned = static_cast<int>(rp.problem.tasks.size());
     ++solves_;
   }
   d.new_objective = fresh.objective;
@@ -450,6 +465,20 @@ StepResult Engine::Step(const StepInput& in) {
     }
     r.decision = std::move(d).value();
   };
+  // Coalescing: a trigger within the window after the last solve waits for
+  // the window's end (the plan in force keeps launching); what must not wait
+  // (no plan, capacity, quota, spec) solves at once.
+  const bool urgent =
+      r.trigger && (*r.trigger == Trigger::kStart || *r.trigger == Trigger::kCapacityChanged ||
+                    *r.trigger == Trigger::kQuotaChanged || *r.trigger == Trigger::kSpecChanged ||
+                    pending_.has_value());
+  double coalesce_until = -std::numeric_limits<double>::infinity();
+  if (r.trigger && !urgent && options_.coalesce_window_s > 0 && solved_ &&
+      w.now < solved_->at + options_.coalesce_window_s) {
+    coalesce_until = solved_->at + options_.coalesce_window_s;
+    r.deferred = r.trigger;
+    r.trigger.reset();
+  }
   if (r.trigger) solve(*r.trigger);
   AddSpecStops(w, &r.stops);
   if (current_) r.launches = SelectLaunches(in, *current_, plan_nodes_, r.stops);
@@ -470,6 +499,8 @@ StepResult Engine::Step(const StepInput& in) {
   if (options_.introspect && solved_ && any_waiting) {
     r.next_step_at = solved_->at + options_.replan_interval_s;
   }
+  if (r.deferred && coalesce_until > w.now)
+    r.next_step_at = std::min(r.next_step_at, coalesce_until);
   journal_.Issued(r, w);
   return r;
 }

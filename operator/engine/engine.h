@@ -31,6 +31,15 @@ struct EngineOptions {
   double adopt_gain = 0.05;         // adopt when the objective improves by more than this fraction
   double drift_tolerance = 0.10;    // |measured / profiled - 1| above this is a trigger
   double solver_time_limit_s = 5;
+  // Re-planning within a budget. Triggers that come within this many seconds
+  // of the last solve wait for one solve at its end (arrivals and finishes of
+  // a stream come in bursts; the plan in force keeps launching meanwhile);
+  // the start, capacity, quota and spec edits never wait. 0: none wait.
+  double coalesce_window_s = 0;
+  // Warm starts: each re-plan starts from the plan in force (the planner's
+  // hint and the MILP's initial solution), and an arrival or a finish
+  // re-plans only what waits: running gangs keep their configuration and GPUs.
+  bool warm_start = false;
   int seed = 1;
   bool operator==(const EngineOptions&) const = default;
 };
@@ -107,7 +116,17 @@ struct Decision {
   bool solved = false;
   bool adopted = false;
   std::string reason;
+  std::optional<Trigger> trigger;  // why it solved
   double solver_seconds = 0;
+  // The fresh plan's gap over its lower bound (CBC's best bound where the
+  // planner ran a MILP and it is above the combinatorial one), its bound,
+  // the tasks it planned, and whether it was warm-started and kept running
+  // gangs fixed.
+  double gap = 0;
+  double lower_bound = 0;
+  int tasks_planned = 0;
+  bool warm = false;
+  bool kept_running = false;
   double current_objective = 0;  // the current plan re-timed, when there is one
   double new_objective = 0;
   planner::Plan plan;  // the adopted plan (absolute), when adopted
@@ -156,7 +175,10 @@ struct LaunchAction {
 };
 
 struct StepResult {
-  std::optional<Trigger> trigger;    // what changed, when anything did
+  std::optional<Trigger> trigger;  // what changed, when anything did
+  // A trigger held back by coalescing (EngineOptions::coalesce_window_s):
+  // next_step_at is the window's end, when it solves with whatever else came.
+  std::optional<Trigger> deferred;
   std::optional<Decision> decision;  // when the step solved
   Status error;                      // a solve that failed (the old plan stays)
   std::vector<StopAction> stops;     // the adopted plan's stops

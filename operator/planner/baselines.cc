@@ -31,16 +31,16 @@ std::vector<int> FastestChoice(const Problem& problem) {
   return choice;
 }
 
-Plan GreedyPlan(const Problem& problem) {
+Plan GreedyPlan(const Problem& problem, std::optional<double> lower_bound) {
   std::vector<int> choice = FastestChoice(problem);
   Plan plan = ListSchedule(problem, choice, OrderTasks(problem, choice, OrderRule::kLongestFirst));
   plan.planner = "greedy";
-  plan.lower_bound = LowerBound(problem);
+  plan.lower_bound = lower_bound ? *lower_bound : LowerBound(problem);
   Summarize(problem, plan);
   return plan;
 }
 
-Plan CurrentPracticePlan(const Problem& problem) {
+Plan CurrentPracticePlan(const Problem& problem, std::optional<double> lower_bound) {
   Plan plan;
   plan.planner = "current-practice";
   plan.assignments.resize(problem.tasks.size());
@@ -123,7 +123,7 @@ Plan CurrentPracticePlan(const Problem& problem) {
   if (fallbacks > 0)
     plan.note =
         std::to_string(fallbacks) + " task(s) had neither fsdp nor spill; ran their fastest config";
-  plan.lower_bound = LowerBound(problem);
+  plan.lower_bound = lower_bound ? *lower_bound : LowerBound(problem);
   Summarize(problem, plan);
   return plan;
 }

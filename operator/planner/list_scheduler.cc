@@ -25,7 +25,8 @@ struct NodeOffer {
 // GPUs to use: among those free by then, the ones freed last (best fit).
 NodeOffer Offer(const std::vector<double>& free_at, int node, int k, double ready,
                 std::vector<int>* pick) {
-  std::vector<int> idx(free_at.size());
+  thread_local std::vector<int> idx;  // once per node per task per schedule: no malloc
+  idx.resize(free_at.size());
   std::iota(idx.begin(), idx.end(), 0);
   std::sort(idx.begin(), idx.end(), [&](int a, int b) {
     return free_at[static_cast<size_t>(a)] < free_at[static_cast<size_t>(b)] ||

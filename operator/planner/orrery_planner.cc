@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "operator/planner/baselines.h"
+#include "operator/planner/decompose.h"
 #include "operator/planner/list_scheduler.h"
 #include "operator/planner/lower_bound.h"
 #include "operator/planner/milp.h"
@@ -62,16 +63,26 @@ unsigned ServingTypes(const Problem& problem, const std::vector<std::string>& ty
 // run time that runs on every GPU type it runs on (a slower configuration on a
 // cheaper type is not dominated: it leaves the faster type to others). A
 // running task always keeps its current configuration available.
-std::vector<std::vector<Candidate>> Candidates(const Problem& problem) {
+std::vector<std::vector<Candidate>> Candidates(const Problem& problem, bool keep_running) {
   std::vector<std::vector<Candidate>> out(problem.tasks.size());
   const std::vector<std::string> types = GpuTypes(problem);
   for (size_t t = 0; t < problem.tasks.size(); ++t) {
     const Task& task = problem.tasks[t];
     std::vector<unsigned> mask(task.configs.size());
+    // Re-planning only what waits: a running task has its own configuration
+    // alone (when it still fits).
+    const int only = keep_running && task.running ? task.running->config : -1;
     for (size_t c = 0; c < task.configs.size(); ++c)
-      mask[c] = ConfigFits(problem, task, task.configs[c])
-                    ? ServingTypes(problem, types, task, task.configs[c])
-                    : 0;
+      mask[c] =
+          (only < 0 || static_cast<int>(c) == only) && ConfigFits(problem, task, task.configs[c])
+              ? ServingTypes(problem, types, task, task.configs[c])
+              : 0;
+    if (only >= 0 && mask[static_cast<size_t>(only)] == 0) {  // it no longer fits: any
+      for (size_t c = 0; c < task.configs.size(); ++c)
+        mask[c] = ConfigFits(problem, task, task.configs[c])
+                      ? ServingTypes(problem, types, task, task.configs[c])
+                      : 0;
+    }
     for (size_t c = 0; c < task.configs.size(); ++c) {
       const Config& cfg = task.configs[c];
       if (mask[c] == 0) continue;
@@ -149,6 +160,12 @@ class OrreryPlanner final : public Planner {
   OrderRule rule_ = OrderRule::kLongestFirst;
   Placement placement_ = Placement::kAppend;
 
+  // Plans the groups of a large cluster apart (decompose.h) from the best plan
+  // so far; false (with a note) when the problem is not worth splitting.
+  // `typing` says each task's GPU type (the type of the GPUs it plans them on).
+  bool SolveSplit(const Problem& problem, const Plan& typing, const PlanOptions& options,
+                  double limit, std::vector<std::string>& notes);
+
   Plan best_;
   std::vector<int> best_choice_;
   bool have_ = false;
@@ -217,18 +234,52 @@ std::vector<int> BalancedChoice(const Problem& problem,
   std::vector<double> load(kt, 0);
   std::vector<int> choice(cands.size());
   for (const auto& [neg, t] : order) {
+    // A type where the task finishes by D comes before any where it cannot:
+    // one task too long for its type sets the makespan of the whole plan.
     size_t best_k = kt;
     double best_load = std::numeric_limits<double>::infinity();
+    bool best_in_time = false;
     for (size_t k = 0; k < kt; ++k) {
       if (pick[t][k] < 0) continue;
-      double after = (load[k] + cands[t][static_cast<size_t>(pick[t][k])].gpu_time) / gpus[k];
-      if (after < best_load) best_load = after, best_k = k;
+      const Candidate& c = cands[t][static_cast<size_t>(pick[t][k])];
+      const bool in_time = problem.tasks[t].arrival + c.run <= d;
+      double after = (load[k] + c.gpu_time) / gpus[k];
+      if ((in_time && !best_in_time) || (in_time == best_in_time && after < best_load))
+        best_load = after, best_k = k, best_in_time = in_time;
     }
     const Candidate& c = cands[t][static_cast<size_t>(pick[t][best_k])];
     load[best_k] += c.gpu_time;
     choice[t] = c.config;
   }
   return choice;
+}
+
+// The least makespan a plan by pool could reach with `choice`: per GPU type,
+// the GPU-time of the tasks there over its GPUs, and the longest of them.
+double TypedEstimate(const Problem& problem, const std::vector<std::vector<Candidate>>& cands,
+                     const std::vector<int>& choice) {
+  const std::vector<std::string> types = GpuTypes(problem);
+  std::vector<double> gpus(types.size(), 0), load(types.size(), 0);
+  for (const Node& n : problem.nodes)
+    gpus[static_cast<size_t>(std::lower_bound(types.begin(), types.end(), n.gpu_type) -
+                             types.begin())] += n.gpus;
+  double longest = 0;
+  for (size_t t = 0; t < cands.size(); ++t) {
+    for (const Candidate& c : cands[t]) {
+      if (c.config != choice[t]) continue;
+      longest = std::max(longest, problem.tasks[t].arrival + c.run);
+      // A configuration of several types (typeless) counts on its first.
+      for (size_t k = 0; k < types.size() && k < 32; ++k) {
+        if ((c.types & (1U << k)) == 0) continue;
+        load[k] += c.gpu_time;
+        break;
+      }
+    }
+  }
+  double estimate = longest;
+  for (size_t k = 0; k < types.size(); ++k)
+    if (gpus[k] > 0) estimate = std::max(estimate, load[k] / gpus[k]);
+  return estimate;
 }
 
 struct PackingModel {
@@ -395,12 +446,39 @@ std::vector<double> WarmStart(const Problem& problem, const PackingModel& pm,
   return x;
 }
 
+// Decomposition by pool: groups of at most kPoolNodes nodes (512 GPUs of 8,
+// the size the whole MILP and local search plan within seconds), for problems
+// of at least PlanOptions::split_min_size tasks x GPUs.
+constexpr int kPoolNodes = 64;
+
+bool OrreryPlanner::SolveSplit(const Problem& problem, const Plan& typing,
+                               const PlanOptions& options, double limit,
+                               std::vector<std::string>& notes) {
+  if (!have_ || !WorthSplitting(problem, kPoolNodes, options.split_min_size)) return false;
+  PoolSplit split = SplitIntoPools(problem, typing, kPoolNodes);
+  PlanOptions sub = options;
+  sub.time_limit_s = limit;
+  StatusOr<Plan> joined = SolveByPools(problem, split, sub);
+  if (!joined.ok()) {
+    notes.push_back("no split: " + joined.status().ToString());
+    return false;
+  }
+  std::vector<int> choice(problem.tasks.size());
+  for (size_t t = 0; t < choice.size(); ++t) choice[t] = joined->assignments[t].config;
+  notes.push_back("sweep " + std::to_string(options.time_limit_s - limit / 0.9).substr(0, 4) +
+                  "s; " + joined->note +
+                  " makespan=" + std::to_string(static_cast<long long>(joined->makespan)));
+  joined->note.clear();
+  Offer(std::move(joined).value(), choice, rule_, placement_);
+  return true;
+}
+
 StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& options) {
   ORRERY_RETURN_IF_ERROR(ValidateProblem(problem));
   Budget budget(options);
   have_ = false;
   std::vector<std::string> notes;
-  const auto cands = Candidates(problem);
+  const auto cands = Candidates(problem, options.keep_running);
   // The planner's choices must be candidates, so every choice is a Pareto one.
   auto candidate_choice = [&](std::vector<int> choice) {
     for (size_t t = 0; t < cands.size(); ++t) {
@@ -412,26 +490,76 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
     }
     return choice;
   };
+  // Whether a plan's choices are all candidates (a baseline's plan may move a
+  // running task that must keep its configuration).
+  auto all_candidates = [&](const std::vector<int>& choice) {
+    for (size_t t = 0; t < cands.size(); ++t) {
+      bool found = false;
+      for (const Candidate& c : cands[t]) found = found || c.config == choice[t];
+      if (!found) return false;
+    }
+    return true;
+  };
   double lb = LowerBound(problem);
 
-  Consider(problem, candidate_choice(FastestChoice(problem)));
-  // Deadline sweep between the bound and the greedy makespan.
-  {
+  const bool large = WorthSplitting(problem, kPoolNodes, options.split_min_size);
+  // Warm start: the plan in force, its configurations where they are still
+  // candidates (a new task gets its fastest).
+  if (options.hint.size() == problem.tasks.size()) {
+    std::vector<int> hint = options.hint;
+    const std::vector<int> fastest = FastestChoice(problem);
+    for (size_t t = 0; t < hint.size(); ++t)
+      if (hint[t] < 0 || hint[t] >= static_cast<int>(problem.tasks[t].configs.size()))
+        hint[t] = fastest[t];
+    Consider(problem, candidate_choice(hint));
+    notes.push_back("warm start");
+  }
+  if (large) {
+    // Greedy's own plan (one schedule, not every order rule): never worse than it.
+    Plan greedy = GreedyPlan(problem, lb);
+    std::vector<int> choice(problem.tasks.size());
+    for (size_t t = 0; t < choice.size(); ++t) choice[t] = greedy.assignments[t].config;
+    if (all_candidates(choice)) {
+      rule_ = OrderRule::kLongestFirst;
+      placement_ = Placement::kBackfill;
+      Offer(std::move(greedy), choice, rule_, placement_);
+    } else {
+      Consider(problem, candidate_choice(choice));
+    }
+  } else {
+    Consider(problem, candidate_choice(FastestChoice(problem)));
+  }
+  // Deadline sweep between the bound and the greedy makespan. A cluster that
+  // is planned by pool needs from it only the tasks' GPU types: with one type
+  // it is skipped, with several a coarse sweep of the balanced choice alone
+  // (the groups choose configurations and order themselves).
+  const bool typed = GpuTypes(problem).size() > 1;
+  std::vector<int> typing_choice;  // large and typed: the types the groups get
+  double typing_estimate = 0;
+  if (!large || typed) {
     double lo = std::max(lb, 1e-9), hi = std::max(best_.makespan, lo);
-    constexpr int kSteps = 24;
+    const int steps = large ? 48 : 24;
     std::vector<std::pair<double, std::vector<int>>> swept;
     OrderRule saved_rule = rule_;
     Placement saved_placement = placement_;
     double before = best_.objective;
-    const bool typed = GpuTypes(problem).size() > 1;
-    for (int i = 0; i <= kSteps && !budget.Expired(); ++i) {
-      double d = lo * std::pow(hi / lo, static_cast<double>(i) / kSteps);
-      std::vector<int> choice = DeadlineChoice(problem, cands, d);
+    for (int i = 0; i <= steps && !budget.Expired(); ++i) {
+      double d = lo * std::pow(hi / lo, static_cast<double>(i) / steps);
       rule_ = problem.objective == Objective::kMakespan ? OrderRule::kLongestFirst
                                                         : OrderRule::kSmithRatio;
       placement_ = Placement::kAppend;
-      swept.push_back({QuickObjective(problem, choice), choice});
-      if (typed) {
+      std::vector<int> choice;
+      if (!large) {
+        choice = DeadlineChoice(problem, cands, d);
+        swept.push_back({QuickObjective(problem, choice), choice});
+      }
+      if (typed && large) {
+        // Only the types matter: judged by what the groups could reach.
+        choice = BalancedChoice(problem, cands, d);
+        const double estimate = TypedEstimate(problem, cands, choice);
+        if (typing_choice.empty() || estimate < typing_estimate)
+          typing_choice = choice, typing_estimate = estimate;
+      } else if (typed) {
         choice = BalancedChoice(problem, cands, d);
         swept.push_back({QuickObjective(problem, choice), choice});
       }
@@ -442,13 +570,32 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
     }
     std::stable_sort(swept.begin(), swept.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (size_t i = 0; i < swept.size() && i < 3 && !budget.Expired(); ++i)
+    for (size_t i = 0; i < swept.size() && i < (large ? 0U : 3U) && !budget.Expired(); ++i)
       Consider(problem, swept[i].second);
+  }
+
+  // Current practice costs one pass: never plan worse than it.
+  {
+    Plan practice = CurrentPracticePlan(problem, lb);
+    std::vector<int> choice(problem.tasks.size());
+    for (size_t t = 0; t < choice.size(); ++t) choice[t] = practice.assignments[t].config;
+    // (Not when it moves a gang that must keep running.)
+    if (all_candidates(choice)) Offer(std::move(practice), choice, rule_, placement_);
   }
 
   bool timed_out = false;
   bool proven = false;
-  if (problem.objective == Objective::kMakespan) {
+  std::optional<Plan> typing;
+  if (!typing_choice.empty()) {  // one schedule of the chosen types (a fallback too)
+    typing = ListSchedule(problem, typing_choice,
+                          OrderTasks(problem, typing_choice, OrderRule::kLongestFirst));
+    Offer(*typing, typing_choice, OrderRule::kLongestFirst, Placement::kBackfill);
+  }
+  const bool split =
+      SolveSplit(problem, typing ? *typing : best_, options, 0.9 * budget.Left(), notes);
+  if (split) {
+    // The groups ran their own MILPs and local searches.
+  } else if (problem.objective == Objective::kMakespan) {
     // The MILP gets about half of what is left; the rest goes to iterations
     // and local search.
     for (double beta : {1.0, 0.96, 0.92}) {
@@ -496,7 +643,7 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
   // stay within seconds; the count (not the clock) bounds it for determinism.
   double size = static_cast<double>(problem.tasks.size()) * problem.TotalGpus();
   int evaluations = static_cast<int>(std::clamp(2e7 / std::max(1.0, size), 400.0, 20000.0));
-  for (int i = 0; i < evaluations && !budget.Expired(); ++i) {
+  for (int i = 0; i < evaluations && !split && !budget.Expired(); ++i) {
     std::vector<int> choice = best_choice_;
     // Pick among the tasks ending in the last tenth of the schedule.
     std::vector<size_t> late;

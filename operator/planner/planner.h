@@ -24,6 +24,17 @@ struct PlanOptions {
   int seed = 1;
   // CBC branch-and-bound node limit (-1: none); tests use it for determinism.
   int64_t max_nodes = -1;
+  // The orrery planner plans by pool (decompose.h) from this many tasks x GPUs
+  // (2000 GPUs with 1000 tasks is 2e6; 512 GPUs with 250 tasks, 1.3e5, is
+  // planned whole: its MILP and local search fit the time limit).
+  double split_min_size = 5e5;
+  // Warm start (re-planning): a configuration per task from the plan in force
+  // (-1: none), tried first and offered to the MILP as its initial solution.
+  std::vector<int> hint = {};
+  // Re-plan only what waits: a running task keeps its configuration (and, in
+  // the list scheduler, its GPUs from time 0), so the solver decides the
+  // waiting tasks alone.
+  bool keep_running = false;
 };
 
 // Solve(): FailedPrecondition when a task fits nowhere, InvalidArgument for

@@ -136,13 +136,15 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
     if (a == "--elastic") return ElasticCommand(args, out, err);
   std::string path, policy = "orrery", json_path, svg_path;
   int seed = 1;
-  double interval = -1, limit = -1, gain = -1, switch_cost = -1;
+  double interval = -1, limit = -1, gain = -1, switch_cost = -1, coalesce = -1;
+  bool warm_start = false, replan_lines = false;
   const char* usage =
       "usage: orrery simulate WORKLOAD.yaml [--policy "
       "orrery|saturn|greedy|current-practice[-static]] [--seed S]\n"
       "                       [--json FILE|-] [--svg FILE] [--replan-interval S] "
       "[--solver-time-limit S]\n"
       "                       [--adopt-gain FRACTION] [--switch-cost S]\n"
+      "                       [--coalesce-window S] [--warm-start] [--replans]\n"
       "       orrery simulate --elastic TRACE.yaml [--policy elastic|gpu-only|static|optimum|all] "
       "...\n";
   for (size_t i = 0; i < args.size(); ++i) {
@@ -174,6 +176,22 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
     }
     if (a == "--switch-cost" && value(&v)) {
       switch_cost = std::stod(v);
+      continue;
+    }
+    if (a == "--coalesce-window" && value(&v)) {
+      coalesce = std::stod(v);
+      if (!(coalesce >= 0)) {
+        err << "--coalesce-window: must be seconds >= 0, got " << v << "\n";
+        return 2;
+      }
+      continue;
+    }
+    if (a == "--warm-start") {
+      warm_start = true;
+      continue;
+    }
+    if (a == "--replans") {
+      replan_lines = true;
       continue;
     }
     if (!a.empty() && a[0] != '-' && path.empty()) {
@@ -212,6 +230,8 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
   if (limit > 0) options.engine.solver_time_limit_s = limit;
   if (gain >= 0) options.engine.adopt_gain = gain;
   if (switch_cost >= 0) options.engine.switch_cost_s = switch_cost;
+  if (coalesce >= 0) options.engine.coalesce_window_s = coalesce;
+  options.engine.warm_start = warm_start;
   auto planner = planner::MakePlanner(policy);
   if (!planner.ok()) {
     err << planner.status() << "\n";
@@ -223,6 +243,7 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
     return 1;
   }
   out << ResultTable(*result);
+  if (replan_lines) out << ReplanTable(*result);
   if (json_path == "-")
     out << ResultJson(*result);
   else if (!json_path.empty())

@@ -165,6 +165,13 @@ Status Sim::Step() {
   engine::StepResult r = engine_.Step(in);
   ORRERY_RETURN_IF_ERROR(r.error);
   if (r.decision) result_.solver_seconds += r.decision->solver_seconds;
+  if (r.decision && r.decision->solved) {
+    const engine::Decision& d = *r.decision;
+    result_.replan_log.push_back({now_, d.trigger ? engine::TriggerName(*d.trigger) : "",
+                                  d.solver_seconds, d.gap, d.lower_bound, d.new_objective,
+                                  d.tasks_planned, d.adopted, d.warm, d.kept_running});
+  }
+  if (r.deferred) ++result_.coalesced;
   for (const engine::StopAction& stop : r.stops) {
     if (stop.task >= tasks_.size() || !tasks_[stop.task].running) continue;
     engine_.journal().Stopped(tasks_[stop.task].spec->name);
@@ -385,6 +392,20 @@ std::string ResultJson(const SimResult& r) {
   j["replans"] = r.replans;
   j["adoptions"] = r.adoptions;
   j["switches"] = r.switches;
+  j["coalescedSteps"] = r.coalesced;
+  nlohmann::json log = nlohmann::json::array();
+  for (const Replan& p : r.replan_log)
+    log.push_back({{"time", p.time},
+                   {"trigger", p.trigger},
+                   {"solverSeconds", p.solver_seconds},
+                   {"gap", p.gap},
+                   {"lowerBound", p.lower_bound},
+                   {"objective", p.objective},
+                   {"tasks", p.tasks},
+                   {"adopted", p.adopted},
+                   {"warmStart", p.warm},
+                   {"keptRunning", p.kept_running}});
+  j["replanLog"] = log;
   nlohmann::json intervals = nlohmann::json::array();
   for (const RunInterval& iv : r.intervals) {
     nlohmann::json slots = nlohmann::json::array();
@@ -413,6 +434,37 @@ std::string ResultTable(const SimResult& r) {
   out << "  solver time         " << r.solver_seconds << " s\n";
   out << "  re-plans / adopted  " << r.replans << " / " << r.adoptions << "\n";
   out << "  switches            " << r.switches << "\n";
+  out << "  coalesced steps     " << r.coalesced << "\n";
+  // Per trigger: solves, solver seconds (total and most), mean and worst gap.
+  struct Row {
+    int n = 0;
+    double seconds = 0, most = 0, gap = 0, worst = 0;
+  };
+  std::map<std::string, Row> by;
+  for (const Replan& p : r.replan_log) {
+    Row& row = by[p.trigger];
+    ++row.n;
+    row.seconds += p.solver_seconds;
+    row.most = std::max(row.most, p.solver_seconds);
+    row.gap += p.gap;
+    row.worst = std::max(row.worst, p.gap);
+  }
+  if (!by.empty()) out << "  re-plans by trigger (solves, solver s total / max, gap mean / max):\n";
+  for (const auto& [trigger, row] : by)
+    out << "    " << std::left << std::setw(18) << trigger << std::right << std::setw(5) << row.n
+        << std::setw(10) << row.seconds << std::setw(8) << row.most << std::setw(8)
+        << 100 * row.gap / row.n << "%" << std::setw(7) << 100 * row.worst << "%\n";
+  return out.str();
+}
+
+std::string ReplanTable(const SimResult& r) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(3);
+  out << "  re-plans: time[h] trigger solver[s] gap tasks adopted warm kept-running\n";
+  for (const Replan& p : r.replan_log)
+    out << "    " << p.time / 3600 << " " << p.trigger << " " << p.solver_seconds << " "
+        << 100 * p.gap << "% " << p.tasks << " " << (p.adopted ? "yes" : "no") << " "
+        << (p.warm ? "yes" : "no") << " " << (p.kept_running ? "yes" : "no") << "\n";
   return out.str();
 }
 

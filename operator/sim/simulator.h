@@ -37,6 +37,23 @@ struct RunInterval {
   std::string ended_by;                 // finished, preempted, node-lost
 };
 
+// One solve of the engine: when, why (the trigger), the solver's seconds, the
+// fresh plan's gap over its lower bound (CBC's best bound where the planner
+// ran a MILP), the tasks it planned, and whether it was adopted, warm-started
+// and planned only the waiting tasks (running gangs kept).
+struct Replan {
+  double time = 0;
+  std::string trigger;
+  double solver_seconds = 0;
+  double gap = 0;
+  double lower_bound = 0;
+  double objective = 0;
+  int tasks = 0;
+  bool adopted = false;
+  bool warm = false;
+  bool kept_running = false;
+};
+
 struct SimResult {
   std::string workload;
   std::string policy;
@@ -45,7 +62,9 @@ struct SimResult {
   double p95_completion = 0;
   double gpu_utilisation = 0;  // GPU-seconds allocated over GPU-seconds alive until makespan
   double solver_seconds = 0;
-  int replans = 0;  // solves
+  int replans = 0;                 // solves
+  std::vector<Replan> replan_log;  // one per solve, in order
+  int coalesced = 0;               // steps whose trigger waited for a later solve
   int adoptions = 0;
   int switches = 0;  // running tasks checkpointed and moved by an adopted plan
   int tasks = 0;
@@ -66,6 +85,8 @@ StatusOr<SimResult> Simulate(const planner::Workload& workload, const SimOptions
 
 std::string ResultJson(const SimResult& result);
 std::string ResultTable(const SimResult& result);
+// One line per re-plan: time, trigger, solver seconds, gap, tasks, adopted.
+std::string ReplanTable(const SimResult& result);
 // One lane per GPU, one bar per interval, coloured per task.
 std::string GanttSvg(const SimResult& result);
 

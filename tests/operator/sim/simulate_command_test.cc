@@ -24,7 +24,7 @@ class SimulateCommandTest : public ::testing::Test {
     std::ofstream((dir_ / name).string()) << text;
     return (dir_ / name).string();
   }
-  int Run(std::vector<std::string> args) {
+  int Run(const std::vector<std::string>& args) {
     out_.str("");
     err_.str("");
     return SimulateCommand(args, out_, err_);
@@ -52,6 +52,23 @@ TEST_F(SimulateCommandTest, PrintsTableAndWritesJsonAndSvg) {
   ASSERT_EQ(Run({path, "--policy", "orrery-static", "--json", "-"}), 0) << err_.str();
   EXPECT_NE(out_.str().find("orrery-static"), std::string::npos);
   EXPECT_NE(out_.str().find("\"intervals\""), std::string::npos);
+}
+
+// The re-planning budget's flags, and every re-plan's trigger, solver time
+// and gap in the output (table, --replans lines, JSON).
+TEST_F(SimulateCommandTest, ReportsEveryReplanWithCoalescingAndWarmStarts) {
+  std::string path = Write("w.yaml", kWorkload);
+  ASSERT_EQ(Run({path, "--coalesce-window", "60", "--warm-start", "--replans", "--json", "-"}), 0)
+      << err_.str();
+  const std::string out = out_.str();
+  EXPECT_NE(out.find("re-plans by trigger"), std::string::npos) << out;
+  EXPECT_NE(out.find("start"), std::string::npos);
+  EXPECT_NE(out.find("re-plans: time[h] trigger solver[s] gap"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"replanLog\""), std::string::npos);
+  EXPECT_NE(out.find("\"solverSeconds\""), std::string::npos);
+  EXPECT_NE(out.find("\"gap\""), std::string::npos);
+  EXPECT_EQ(Run({path, "--coalesce-window", "-5"}), 2);
+  EXPECT_NE(err_.str().find("--coalesce-window"), std::string::npos);
 }
 
 TEST_F(SimulateCommandTest, ReportsBadInput) {
