@@ -48,7 +48,7 @@ constexpr const char* kUsage =
     "         [--worker-image IMAGE] [--gpu-resource nvidia.com/gpu] [--device cuda|cpu]\n"
     "         [--profile-namespace NS] [--workers 2] [--gang-timeout 10m] [--solver-time-limit "
     "10s]\n"
-    "         [--node-lost-grace 5m]\n"
+    "         [--node-lost-grace 5m] [--gpu-type-label nvidia.com/gpu.product]\n"
     "         [--progress-period 5s] [--cluster-shares=true|false] [--kueue=auto|true|false]\n"
     "         [--log-level debug|info|warning|error]\n";
 
@@ -74,6 +74,9 @@ struct OperatorFlags {
   std::string worker_image;
   std::string gpu_resource = "nvidia.com/gpu";
   std::string device = "cuda";
+  // The node label whose value is a node's GPU type: the planner's pools and
+  // what spec.tasks[].gpuTypes names ("" = every node is of one type).
+  std::string gpu_type_label = controller::kDefaultGpuTypeLabel;
   std::string profile_namespace;
   int workers = 2;
   Duration gang_timeout = std::chrono::minutes(10);
@@ -169,6 +172,7 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
                                                   "--health-probe-bind-address",
                                                   "--worker-image",
                                                   "--gpu-resource",
+                                                  "--gpu-type-label",
                                                   "--kueue",
                                                   "--device",
                                                   "--profile-namespace",
@@ -217,6 +221,8 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
       f.worker_image = v;
     } else if (name == "--gpu-resource") {
       f.gpu_resource = v;
+    } else if (name == "--gpu-type-label") {
+      f.gpu_type_label = v;
     } else if (name == "--device") {
       if (v != "cuda" && v != "cpu") {
         return InvalidArgumentError("--device=" + v +
@@ -408,6 +414,7 @@ int RunOperator(Invocation& in) {
   mo.identity = Identity();
   mo.reconciler.profile_namespace = f.profile_namespace;
   mo.reconciler.device = f.device;
+  mo.reconciler.gpu_type_label = f.gpu_type_label;
   mo.reconciler.cluster_shares = f.cluster_shares;
   mo.kueue = f.kueue;
   // CPU-only nodes run the workers on gloo; GPU nodes on NCCL.

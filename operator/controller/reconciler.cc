@@ -33,7 +33,22 @@ kube::ObjectPtr Caches::Job(const std::string& key) const {
 
 namespace {
 
-constexpr double kGpuMemoryGib = 1e6;  // memory is checked by profiling, not modelled here
+constexpr double kGpuMemoryGib = 1e6;  // unlabelled nodes: memory is checked by profiling
+
+// `free` GPUs by node, only on nodes of `types` (all of them when empty): a
+// task restricted to some GPU types is profiled on one of them.
+std::map<std::string, int> TypedFree(const std::map<std::string, int>& free,
+                                     const std::vector<NodeCapacity>& nodes,
+                                     const std::vector<std::string>& types) {
+  if (types.empty()) return free;
+  std::map<std::string, int> out;
+  for (const NodeCapacity& n : nodes) {
+    auto it = free.find(n.name);
+    if (it != free.end() && std::find(types.begin(), types.end(), n.gpu_type) != types.end())
+      out.insert(*it);
+  }
+  return out;
+}
 constexpr auto kRequeueWhileActive = std::chrono::seconds(30);
 constexpr auto kRetryForbiddenAfter = std::chrono::seconds(30);  // pods forbidden at create
 // The Degraded reason of a job whose pods the API server rejected.
@@ -152,11 +167,51 @@ bool NodeReady(const Json& node) {
   return false;
 }
 
+NodeGpu NodeGpuOf(const Json& node, const std::string& type_label) {
+  NodeGpu gpu;
+  const Json* labels = nullptr;
+  if (node.contains("metadata") && node["metadata"].contains("labels") &&
+      node["metadata"]["labels"].is_object()) {
+    labels = &node["metadata"]["labels"];
+  }
+  if (labels == nullptr) return gpu;
+  if (!type_label.empty() && labels->contains(type_label) && (*labels)[type_label].is_string()) {
+    gpu.type = (*labels)[type_label].get<std::string>();
+  }
+  if (labels->contains(kGpuMemoryLabel) && (*labels)[kGpuMemoryLabel].is_string()) {
+    // GPU feature discovery writes MiB as a decimal integer, e.g. "81559".
+    const std::string mib = (*labels)[kGpuMemoryLabel].get<std::string>();
+    const bool digits =
+        !mib.empty() && mib.size() <= 9 &&
+        std::all_of(mib.begin(), mib.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits && std::stol(mib) > 0) gpu.memory_gib = static_cast<double>(std::stol(mib)) / 1024.0;
+  }
+  return gpu;
+}
+
+std::string GpuTypesMissing(const std::vector<std::string>& types,
+                            const std::vector<NodeCapacity>& nodes) {
+  if (types.empty() || nodes.empty()) return "";
+  std::set<std::string> have;
+  for (const NodeCapacity& n : nodes) have.insert(n.gpu_type);
+  for (const std::string& t : types) {
+    if (have.count(t) > 0) return "";
+  }
+  std::string listed, present;
+  for (const std::string& t : types) listed += (listed.empty() ? "" : ", ") + t;
+  for (const std::string& t : have)
+    present += (present.empty() ? "" : ", ") + (t.empty() ? "(unlabelled)" : t);
+  return "no node its pods may use has a GPU type it allows (spec.tasks[].gpuTypes: " + listed +
+         "; the nodes have: " + present +
+         "): add nodes of one of those types, or list one of the nodes' types";
+}
+
 std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
                                          const std::vector<Json>& pods, const std::string& resource,
                                          const std::string& own_job,
                                          const api::ResourcesSpec* admit,
-                                         std::vector<std::string>* refusals) {
+                                         std::vector<std::string>* refusals,
+                                         const std::string& gpu_type_label) {
   // GPUs the job's own unfinished gang pods hold, by node.
   std::map<std::string, int> own_held;
   for (const Json& p : pods) {
@@ -186,7 +241,8 @@ std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
       if (own == own_held.end() || own->second <= 0) continue;
       gpus = std::min(gpus, own->second);
     }
-    by_name[name] = NodeCapacity{name, gpus, 0};
+    const NodeGpu gpu = NodeGpuOf(n, gpu_type_label);
+    by_name[name] = NodeCapacity{name, gpus, 0, gpu.type, gpu.memory_gib};
   }
   for (const Json& p : pods) {
     if (PodFinished(p)) continue;
@@ -285,7 +341,8 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
   std::map<std::string, int> index;
   for (const NodeCapacity& n : *in.nodes) {
     index[n.name] = static_cast<int>(w.nodes.size());
-    w.nodes.push_back({n.name, n.Free(), kGpuMemoryGib, true});
+    w.nodes.push_back({n.name, n.Free(), n.gpu_memory_gib > 0 ? n.gpu_memory_gib : kGpuMemoryGib,
+                       true, n.gpu_type});
   }
   std::vector<int> next_slot(w.nodes.size(), 0);
   for (size_t t = 0; t < in.tasks->size(); ++t) {
@@ -306,8 +363,12 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
           static_cast<double>(std::max<int64_t>(0, engine::SampleBudget(task.task) - samples));
     }
     v.profile = tc.configs;
+    v.gpu_types = task.task.gpu_types;
     v.done = in.done.count(task.name) > 0;
-    v.arrived = in.profiling.count(task.name) == 0 && !tc.configs.empty();
+    // A task no node's type serves stays out of the plan (the planner refuses
+    // a problem with a task that fits nowhere); its status says why.
+    v.arrived = in.profiling.count(task.name) == 0 && !tc.configs.empty() &&
+                GpuTypesMissing(task.task.gpu_types, *in.nodes).empty();
     v.arrival = in.now;
     auto live = in.live.find(task.name);
     if (live != in.live.end() && !v.done) {
@@ -643,6 +704,10 @@ Status Reconciler::WriteStatus(JobContext& ctx,
   in.profiling = profiling;
   in.never_fits = ctx.never_fits;
   in.forbidden = ctx.forbidden;
+  for (const Json& n : ctx.nodes) {
+    NodeGpu gpu = NodeGpuOf(n, options_.gpu_type_label);
+    if (!gpu.type.empty()) in.node_gpu_types[Str(n, "metadata", "name")] = gpu.type;
+  }
   if (ctx.state != nullptr) {
     in.replanned = ctx.state->replanned;
     for (const auto& [task, rejected] : ctx.state->pod_rejected) {
@@ -1047,7 +1112,7 @@ void Reconciler::CountCapacity(JobContext& ctx) {
   // Only the nodes the job's pods can run on (node_filter.h).
   std::vector<std::string> refusals;
   capacity = NodeCapacities(ctx.nodes, all_pods, ctx.resource, ctx.job_label,
-                            &ctx.loaded.job.spec.resources, &refusals);
+                            &ctx.loaded.job.spec.resources, &refusals, options_.gpu_type_label);
   if (capacity.empty() && !refusals.empty()) {
     std::string why;
     for (size_t i = 0; i < refusals.size() && i < 3; ++i) why += (i > 0 ? "; " : "") + refusals[i];
@@ -1139,6 +1204,11 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
           "use has " +
           std::to_string(widest) + ": lower gpusPerTask.min or add larger nodes";
     }
+    if (std::string why = GpuTypesMissing(task.task.gpu_types, capacity); !why.empty()) {
+      // Allowed (a pool may come later), but said: the task waits for it.
+      if (!ctx.never_fits.count(task.name)) ctx.never_fits[task.name] = why;
+      continue;
+    }
     if (configs.back().missing.empty()) continue;
     profiling.insert(task.name);
     for (const engine::ProfileKeyRef& m : configs.back().missing) {
@@ -1154,7 +1224,7 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
       std::string hash = ProfileKeyHash(ProfileKey(r).Key());
       if (running_profiles.count(hash) > 0 || !requested.insert(hash).second) continue;
       if (kueue_room >= 0 && m.gpus > kueue_room) continue;  // not within the admission now
-      r.placement = FirstFitPlacement(trial_free, m.gpus);
+      r.placement = FirstFitPlacement(TypedFree(trial_free, capacity, task.task.gpu_types), m.gpus);
       if (r.placement.empty()) continue;  // no room now
       const std::string claim = ProfileGangKey(ctx.job_label, hash);
       if (!claims_.TryClaim(key, claim, r.placement, &trial_free, ctx.claims_seq, clock_->Now())) {
