@@ -273,17 +273,67 @@ std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vecto
   return lost;
 }
 
+std::string ProfiledGpuType(const api::TaskSpec& task, const std::vector<NodeCapacity>& nodes) {
+  std::set<std::string> types;
+  for (const NodeCapacity& n : nodes) {
+    if (n.gpu_type.empty()) continue;
+    if (task.gpu_types.empty() ||
+        std::find(task.gpu_types.begin(), task.gpu_types.end(), n.gpu_type) != task.gpu_types.end())
+      types.insert(n.gpu_type);
+  }
+  return types.empty() ? "" : *types.begin();
+}
+
+std::string TypedProfileDevice(const std::string& device, const std::string& gpu_type) {
+  return gpu_type.empty() ? device : device + "/" + gpu_type;
+}
+
+namespace {
+// `tc`'s configurations, all measured on `profiled`, tagged with it and
+// estimated on every other type of `nodes` by `speeds` (EstimateMissingTypes).
+void EstimateOtherTypes(TaskConfigs& tc, const std::string& profiled,
+                        const std::vector<NodeCapacity>& nodes,
+                        const std::map<std::string, double>& speeds) {
+  const double base = speeds.at(profiled);
+  planner::Problem problem;
+  std::map<std::string, double> speed;  // every type: a type without one runs as `profiled`
+  for (const NodeCapacity& n : nodes) {
+    if (n.gpu_type.empty()) continue;
+    problem.nodes.push_back({n.name, n.allocatable, 1, n.gpu_type});
+    auto it = speeds.find(n.gpu_type);
+    speed[n.gpu_type] = it != speeds.end() && it->second > 0 ? it->second : base;
+  }
+  planner::Task task;
+  task.configs = tc.configs;
+  for (planner::Config& c : task.configs) c.gpu_type = profiled;
+  problem.tasks.push_back(std::move(task));
+  planner::EstimateMissingTypes(problem, speed);
+  tc.configs = problem.tasks.front().configs;
+  tc.templates.clear();
+  for (const planner::Config& c : tc.configs)
+    tc.templates.push_back(
+        api::ParseEnum<api::Template>(c.template_name).value_or(api::Template::kDdp));
+}
+}  // namespace
+
 TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
                                 const api::ExpandedTask& task, const ProfileTable& table,
-                                const std::string& device, int max_gpus) {
+                                const std::string& device, int max_gpus,
+                                const std::vector<NodeCapacity>& nodes,
+                                const std::map<std::string, double>& speeds) {
+  const std::string profiled = ProfiledGpuType(task.task, nodes);
   ProfileRequest request;
   request.task = &task;
-  request.device = device;
   auto lookup = [&](api::Template tmpl, int gpus, int64_t batch) {
     request.template_ = tmpl;
     request.gpus = gpus;
     request.batch_size = batch;
+    request.device = TypedProfileDevice(device, profiled);
     auto it = table.find(ProfileDataKey(ProfileKey(request)));
+    if (it == table.end() && !profiled.empty()) {  // a profile from before types
+      request.device = device;
+      it = table.find(ProfileDataKey(ProfileKey(request)));
+    }
     engine::ProfilePoint p;
     if (it == table.end()) return p;  // missing
     if (it->second.infeasible) {
@@ -298,7 +348,12 @@ TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
   // Each point in every recomputation mode worth planning (as the local runner
   // and `orrery plan` offer them): a model that fits keeping its activations
   // runs without recomputation, one that does not recomputes.
-  return engine::BuildTaskConfigs(spec, task.task, lookup, max_gpus, /*recompute_modes=*/true);
+  TaskConfigs tc =
+      engine::BuildTaskConfigs(spec, task.task, lookup, max_gpus, /*recompute_modes=*/true);
+  auto known = speeds.find(profiled);
+  if (!profiled.empty() && known != speeds.end() && known->second > 0 && !tc.configs.empty())
+    EstimateOtherTypes(tc, profiled, nodes, speeds);
+  return tc;
 }
 
 std::string HumanDuration(double seconds) {
@@ -345,6 +400,8 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
                        true, n.gpu_type});
   }
   std::vector<int> next_slot(w.nodes.size(), 0);
+  std::map<std::string, std::string> type_of;  // node -> GPU type
+  for (const NodeCapacity& n : *in.nodes) type_of[n.name] = n.gpu_type;
   for (size_t t = 0; t < in.tasks->size(); ++t) {
     const api::ExpandedTask& task = (*in.tasks)[t];
     const TaskConfigs& tc = (*in.configs)[t];
@@ -376,6 +433,8 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
       v.outdated = !live->second.pod_settings.empty() && !in.pod_settings.empty() &&
                    live->second.pod_settings != in.pod_settings;
       const api::TaskConfig& c = live->second.config;
+      // With configurations per GPU type, the one of the gang's nodes' type.
+      const std::string live_type = c.nodes.empty() ? "" : type_of[c.nodes.front()];
       int config = -1;
       for (size_t k = 0; k < tc.configs.size(); ++k) {
         // A live gang's batch is part of its configuration (0: the task's own;
@@ -383,7 +442,8 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
         int64_t live_batch = c.batch_size > 0 ? c.batch_size : task.task.training.batch_size;
         if (tc.templates[k] == c.template_ && tc.configs[k].gpus == c.gpus &&
             (tc.configs[k].batch_size == 0 || tc.configs[k].batch_size == live_batch) &&
-            SameRecompute(tc.configs[k], c.recompute)) {
+            SameRecompute(tc.configs[k], c.recompute) &&
+            (tc.configs[k].gpu_type.empty() || tc.configs[k].gpu_type == live_type)) {
           config = static_cast<int>(k);
           break;
         }
@@ -1193,7 +1253,9 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
   int widest = 0;  // the most GPUs one node the job may use has
   for (const NodeCapacity& n : capacity) widest = std::max(widest, n.allocatable);
   for (const api::ExpandedTask& task : ctx.loaded.tasks) {
-    configs.push_back(ConfigsFromProfiles(job.spec, task, table, options_.device, total_gpus));
+    configs.push_back(ConfigsFromProfiles(job.spec, task, table, options_.device, total_gpus,
+                                          capacity, options_.gpu_type_speeds));
+    const std::string profiled_type = ProfiledGpuType(task.task, capacity);
     // A gang lives on one node (BuildTaskConfigs never spans nodes): a task
     // whose narrowest choice is wider than every node never runs.
     const int least = job.spec.resources.gpus_per_task.min;
@@ -1218,13 +1280,18 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
       r.template_ = m.template_;
       r.gpus = m.gpus;
       r.batch_size = m.batch_size;
-      r.device = options_.device;
+      r.device = TypedProfileDevice(options_.device, profiled_type);
       r.deadline_seconds = options_.profile_deadline_s;
       r.backend = options_.gang.backend;
       std::string hash = ProfileKeyHash(ProfileKey(r).Key());
       if (running_profiles.count(hash) > 0 || !requested.insert(hash).second) continue;
       if (kueue_room >= 0 && m.gpus > kueue_room) continue;  // not within the admission now
-      r.placement = FirstFitPlacement(TypedFree(trial_free, capacity, task.task.gpu_types), m.gpus);
+      // On the type the task's profiles are keyed by.
+      r.placement = FirstFitPlacement(
+          TypedFree(trial_free, capacity,
+                    profiled_type.empty() ? task.task.gpu_types
+                                          : std::vector<std::string>{profiled_type}),
+          m.gpus);
       if (r.placement.empty()) continue;  // no room now
       const std::string claim = ProfileGangKey(ctx.job_label, hash);
       if (!claims_.TryClaim(key, claim, r.placement, &trial_free, ctx.claims_seq, clock_->Now())) {

@@ -119,10 +119,29 @@ std::vector<std::string> FirstFitPlacement(const std::map<std::string, int>& fre
 // `table` for this device. An elastic job gets several global batches per task;
 // `missing` lists (template, gpus, batch) the cache lacks. Infeasible entries
 // give no configuration and are not missing.
+//
+// GPU types: with `nodes` of labelled types, the task is profiled on one type
+// (ProfiledGpuType), its profiles keyed by that type (TypedProfileDevice); a
+// profile keyed by `device` alone (measured before types, or on unlabelled
+// nodes) stands in for a typed one the cache lacks. With `speeds` (relative
+// throughput by type, the operator's --gpu-type-speeds) naming the profiled
+// type, every configuration is tagged with it and the other types the task may
+// use get estimates scaled by their speed over its (planner::EstimateMissingTypes,
+// as workload files estimate a pool's profiles; a type without a speed counts
+// as fast as the profiled one). Without, configurations stay typeless: the
+// profile stands for every type.
 using TaskConfigs = engine::TaskConfigs;
 TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
                                 const api::ExpandedTask& task, const ProfileTable& table,
-                                const std::string& device, int max_gpus);
+                                const std::string& device, int max_gpus,
+                                const std::vector<NodeCapacity>& nodes = {},
+                                const std::map<std::string, double>& speeds = {});
+// The GPU type a task is profiled on: the first (by name) labelled type among
+// `nodes` that the task allows; "" when the nodes carry none.
+std::string ProfiledGpuType(const api::TaskSpec& task, const std::vector<NodeCapacity>& nodes);
+// The profile cache's device for a trial on `gpu_type`: "cuda/NVIDIA-L4"; the
+// device alone for "".
+std::string TypedProfileDevice(const std::string& device, const std::string& gpu_type);
 
 // A live gang of the job (observed, or created and not yet in the cache).
 struct LiveGang {
@@ -218,6 +237,10 @@ struct ReconcilerOptions {
   // The node label whose value is a node's GPU type (NodeGpuOf): the planner's
   // pools, and what spec.tasks[].gpuTypes names.
   std::string gpu_type_label = kDefaultGpuTypeLabel;
+  // Relative throughput by GPU type (e.g. {"NVIDIA-H100-80GB-HBM3": 3,
+  // "NVIDIA-L4": 1}): a task profiled on one type is estimated on the others
+  // (ConfigsFromProfiles). Empty: a profile stands for every type.
+  std::map<std::string, double> gpu_type_speeds = {};
 };
 
 struct Caches {

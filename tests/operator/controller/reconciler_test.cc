@@ -344,6 +344,58 @@ TEST_F(ReconcilerPureTest, WorldViewCarriesGpuTypesAndHoldsBackATaskNoTypeServes
   EXPECT_EQ(GpuTypesMissing({}, nodes), "");
 }
 
+// Profiles keyed by GPU type: a task is profiled on the first type it allows
+// (by name); with speeds the other types get estimates scaled by speed, without
+// them the profile stands for every type; a profile from before types (keyed by
+// the device alone) stands in for a typed one.
+TEST_F(ReconcilerPureTest, ProfilesAreKeyedByGpuTypeAndOtherTypesEstimatedBySpeed) {
+  api::ModelSelectionJobSpec& spec = loaded_.job.spec;
+  spec.resources.templates = {api::Template::kDdp};
+  spec.profiling.gpu_counts = {1, 2};
+  std::vector<NodeCapacity> nodes = {{"big-0", 2, 0, "big", 80}, {"small-0", 2, 0, "small", 80}};
+  EXPECT_EQ(ProfiledGpuType(loaded_.tasks[0].task, nodes), "big");
+  EXPECT_EQ(TypedProfileDevice("cuda", "big"), "cuda/big");
+  EXPECT_EQ(TypedProfileDevice("cuda", ""), "cuda");
+  ProfileTable typed;
+  for (auto [g, sps] : {std::pair{1, 100.0}, std::pair{2, 180.0}}) {
+    CachedProfile p = Measured(0, api::Template::kDdp, g, sps);
+    p.entry.device = "cuda/big";
+    typed[ProfileDataKey(p.entry)] = p;
+  }
+  TaskConfigs any = ConfigsFromProfiles(spec, loaded_.tasks[0], typed, "cuda", 4, nodes);
+  EXPECT_TRUE(any.missing.empty());
+  ASSERT_EQ(any.configs.size(), 2u);
+  for (const planner::Config& c : any.configs) EXPECT_EQ(c.gpu_type, "") << "no speeds: any type";
+
+  TaskConfigs est = ConfigsFromProfiles(spec, loaded_.tasks[0], typed, "cuda", 4, nodes,
+                                        {{"big", 4}, {"small", 1}});
+  ASSERT_EQ(est.configs.size(), 4u);
+  ASSERT_EQ(est.templates.size(), 4u);
+  std::map<std::pair<std::string, int>, double> sps;
+  for (const planner::Config& c : est.configs) sps[{c.gpu_type, c.gpus}] = c.throughput;
+  EXPECT_DOUBLE_EQ((sps[{"big", 1}]), 100);
+  EXPECT_DOUBLE_EQ((sps[{"big", 2}]), 180);
+  EXPECT_DOUBLE_EQ((sps[{"small", 1}]), 25);
+  EXPECT_DOUBLE_EQ((sps[{"small", 2}]), 45);
+  for (api::Template t : est.templates) EXPECT_EQ(t, api::Template::kDdp);
+
+  // Restricted to small: profiled there, and the big profiles do not count.
+  loaded_.tasks[0].task.gpu_types = {"small"};
+  EXPECT_EQ(ProfiledGpuType(loaded_.tasks[0].task, nodes), "small");
+  TaskConfigs on_small = ConfigsFromProfiles(spec, loaded_.tasks[0], typed, "cuda", 4, nodes);
+  EXPECT_TRUE(on_small.configs.empty());
+  EXPECT_EQ(on_small.missing.size(), 2u);
+
+  // A cache from before types: its entries stand for the profiled type.
+  ProfileTable untyped;
+  CachedProfile old = Measured(0, api::Template::kDdp, 1, 90);
+  untyped[ProfileDataKey(old.entry)] = old;
+  TaskConfigs compat = ConfigsFromProfiles(spec, loaded_.tasks[0], untyped, "cuda", 4, nodes);
+  ASSERT_EQ(compat.configs.size(), 1u);
+  EXPECT_DOUBLE_EQ(compat.configs[0].throughput, 90);
+  EXPECT_EQ(compat.missing.size(), 1u);  // 2 GPUs, on small
+}
+
 TEST(HumanDuration, AsKubectlShowsAges) {
   EXPECT_EQ(HumanDuration(0), "0s");
   EXPECT_EQ(HumanDuration(44.6), "45s");
@@ -847,6 +899,36 @@ TEST_F(ReconcileTest, ATaskRestrictedToAGpuTypeRunsOnlyOnIt) {
     ++typed;
   }
   EXPECT_GT(typed, 0u);
+}
+
+// With GPU type speeds the planner sees each type's estimated throughput: big
+// is 8x faster, so gpt (a quarter of an mlp's samples) waits for a big node,
+// done at 1.25x the mlps' time, rather than run on small, 2x (with speeds 4
+// and 1 it does run on small, at 1x); without speeds small counts as fast as
+// big and it starts there at once. Later passes keep the gangs (each matches
+// its typed configuration).
+TEST_F(ReconcileTest, GpuTypeSpeedsSendTasksToTheFasterType) {
+  options_.gpu_type_speeds = {{"big", 8}, {"small", 1}};
+  reconciler_ = std::make_unique<Reconciler>(
+      &client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  UseTypedNodes();
+  for (int pass = 0; pass < 4; ++pass) {
+    ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+    SyncPods("Running");
+    clock_.Advance(std::chrono::seconds(30));
+  }
+  size_t gang_pods = 0;
+  for (const kube::Object& p : client_.Pods("Running")) {
+    const Json& labels = p["metadata"]["labels"];
+    if (!labels.contains(kGangLabel)) continue;
+    ++gang_pods;
+    EXPECT_EQ(type_of_[p["spec"]["nodeName"]], "big") << labels[kGangLabel];
+  }
+  EXPECT_GT(gang_pods, 0u);
+  for (const std::string& k : client_.deleted) {
+    EXPECT_EQ(k.rfind("pods/", 0), std::string::npos) << "a running gang was stopped: " << k;
+  }
+  ASSERT_FALSE(client_.statuses.empty());
 }
 
 // The profile trials of a task restricted to a type run on nodes of that type.
