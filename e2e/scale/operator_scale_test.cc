@@ -9,6 +9,12 @@
 // Job owner), so this test plays the kubelet that sees training end: a gang whose
 // pods have all run for ORRERY_SCALE_TRAIN_SECONDS is marked Succeeded.
 //
+// The pool is heterogeneous (issue 25): node n carries GPU type kGpuTypes[n % 3]
+// in nvidia.com/gpu.product and its memory in nvidia.com/gpu.memory, as NVIDIA's
+// GPU feature discovery labels nodes; the first job restricts its task to
+// kRestrictedType. The sampler checks that no gang's pods span types and that
+// the restricted job's pods sit on nodes of its type.
+//
 // It prints, and does not assert, what the issue asks to measure: apply to all
 // pods created and to all Running, the operator's peak RSS and CPU seconds,
 // reconcile latency percentiles, API requests per second, solver calls.
@@ -102,6 +108,18 @@ std::string NodeName(int n) {
   return s.str();
 }
 
+// Three GPU types and each one's memory in MiB, as GPU feature discovery labels them.
+const char* const kGpuTypes[] = {"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-40GB", "NVIDIA-L4"};
+const char* const kGpuMemoryMib[] = {"81559", "40960", "23034"};
+const char* kRestrictedType = "NVIDIA-L4";  // the first job's task may run only here
+int NodeTypeIndex(int n) { return n % 3; }
+// The GPU type of node NodeName(n), from its name ("" for another name).
+std::string NodeType(const std::string& node) {
+  const std::string prefix = "kwok-gpu-";
+  if (node.rfind(prefix, 0) != 0) return "";
+  return kGpuTypes[NodeTypeIndex(std::atoi(node.c_str() + prefix.size()))];
+}
+
 // One job: an mlp whose learning-rate grid makes `tasks` distinct tasks.
 std::string JobYaml(const std::string& name, const Scale& scale) {
   std::ostringstream lrs;
@@ -116,8 +134,9 @@ std::string JobYaml(const std::string& name, const Scale& scale) {
     << "    model:\n      mlp: {layers: 2, hidden: 32, inputs: 16, outputs: 4}\n"
     << "    data:\n      synthetic: {seed: 3}\n"
     << "    training: {steps: 2000, batchSize: 64, learningRate: 1e-3}\n"
-    << "    searchSpace:\n      grid:\n        learningRate: [" << lrs.str() << "]\n"
-    << "  resources:\n"
+    << "    searchSpace:\n      grid:\n        learningRate: [" << lrs.str() << "]\n";
+  if (name == JobName(0)) y << "    gpuTypes: [" << kRestrictedType << "]\n";
+  y << "  resources:\n"
     << "    gpuQuota: " << scale.Quota() << "\n"
     << "    gpusPerTask: {min: 1, max: 8}\n"
     << "    templates: [ddp]\n"
@@ -350,6 +369,9 @@ class Sampler {
     double max_sample_s = 0;
     std::vector<std::string> violations;
     std::set<std::string> seen;
+    std::set<std::string> restricted_gangs;  // bound gangs of the restricted job
+    std::map<std::string, long>
+        gang_samples_by_type;  // bound gangs seen, by GPU type, summed over samples
     SteadyClock::time_point last_new_pod{};
   };
   State Snapshot() {
@@ -366,6 +388,7 @@ class Sampler {
       double took = Seconds(SteadyClock::now() - start);
       if (ok) {
         std::map<std::string, int> held, planned, by_job;
+        std::map<std::string, std::set<std::string>> gang_types;  // a gang's nodes' types
         std::vector<std::string> bad;
         for (const PodView& p : pods) {
           if (p.Finished()) continue;
@@ -378,6 +401,12 @@ class Sampler {
           held[p.node] += p.gpus;
           if (!p.profile && p.node != p.planned) {
             bad.push_back("pod " + p.name + " on " + p.node + ", planned " + p.planned);
+          }
+          if (p.profile) continue;
+          gang_types[p.job + "/" + p.gang].insert(NodeType(p.node));
+          if (p.job == JobName(0) && NodeType(p.node) != kRestrictedType) {
+            bad.push_back("pod " + p.name + " of the job restricted to " + kRestrictedType +
+                          " on " + p.node + " (" + NodeType(p.node) + ")");
           }
         }
         std::lock_guard<std::mutex> lock(mu_);
@@ -395,6 +424,11 @@ class Sampler {
             bad.push_back("node " + node + " has " + std::to_string(gpus) +
                           " GPUs of unfinished pods planned or bound on it");
           }
+        }
+        for (const auto& [gang, types] : gang_types) {
+          if (types.size() > 1) bad.push_back("gang " + gang + " spans GPU types");
+          if (gang.rfind(JobName(0) + "/", 0) == 0) state_.restricted_gangs.insert(gang);
+          for (const std::string& t : types) ++state_.gang_samples_by_type[t];
         }
         for (const auto& [job, gpus] : by_job) {
           state_.max_job_gpus = std::max(state_.max_job_gpus, gpus);
@@ -448,14 +482,19 @@ class OperatorScaleTest : public orrery::testing::ControlPlaneTestWith<false, tr
     std::filesystem::create_directories(dir_);
   }
 
-  // A node kwok manages (heartbeats, pod status), Ready with `gpus` GPUs.
-  void CreateKwokNode(const std::string& name, int gpus) {
+  // A node kwok manages (heartbeats, pod status), Ready with `gpus` GPUs of
+  // type kGpuTypes[type] (its memory in kGpuMemoryMib[type]).
+  void CreateKwokNode(const std::string& name, int gpus, int type) {
     kube::Object node = {{"apiVersion", "v1"},
                          {"kind", "Node"},
                          {"metadata",
                           {{"name", name},
                            {"annotations", {{"kwok.x-k8s.io/node", "fake"}}},
-                           {"labels", {{"type", "kwok"}, {"kubernetes.io/hostname", name}}}}}};
+                           {"labels",
+                            {{"type", "kwok"},
+                             {"kubernetes.io/hostname", name},
+                             {kDefaultGpuTypeLabel, kGpuTypes[type]},
+                             {kGpuMemoryLabel, kGpuMemoryMib[type]}}}}}};
     auto created = client_->Create(kube::Nodes(), "", node);
     ASSERT_TRUE(created.ok()) << created.status();
     // A merge patch: kwok may already be writing the node's status.
@@ -537,7 +576,7 @@ TEST_F(OperatorScaleTest, PlacesEveryGangSurvivesNodeLossAndRestartAndFinishes) 
   // 1. The nodes, Ready under kwok.
   auto t0 = SteadyClock::now();
   for (int n = 0; n < scale.nodes; ++n) {
-    ASSERT_NO_FATAL_FAILURE(CreateKwokNode(NodeName(n), scale.gpus));
+    ASSERT_NO_FATAL_FAILURE(CreateKwokNode(NodeName(n), scale.gpus, NodeTypeIndex(n)));
   }
   ASSERT_TRUE(WaitUntil([&] { return ReadyGpuNodes() == scale.nodes; }, 120, 1.0))
       << ReadyGpuNodes() << " of " << scale.nodes << " nodes Ready";
@@ -783,6 +822,12 @@ TEST_F(OperatorScaleTest, PlacesEveryGangSurvivesNodeLossAndRestartAndFinishes) 
   Sampler::State s = sampler.Snapshot();
   EXPECT_TRUE(s.violations.empty())
       << s.violations.size() << " violations, first: " << s.violations.front();
+  EXPECT_FALSE(s.restricted_gangs.empty())
+      << JobName(0) << ", restricted to " << kRestrictedType << ", never ran a gang";
+  std::cout << "[scale] GPU types: " << s.restricted_gangs.size() << " gangs of " << JobName(0)
+            << " all on " << kRestrictedType << "; gang-pod samples by type:";
+  for (const auto& [type, n] : s.gang_samples_by_type) std::cout << " " << type << "=" << n;
+  std::cout << std::endl;
   ProcStats second_stats = ReadProcStats(op->process().pid());
   PrintFigures("operator 2 (after restart)", *op, second_stats, op->Metrics());
   std::cout << "[scale] sampler: " << s.samples << " samples, " << s.seen.size()

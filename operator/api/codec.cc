@@ -437,6 +437,10 @@ void DecodeTask(const Json& j, const std::string& path, TaskSpec* t,
   Optional(r, "fineTuning", &t->fine_tuning, DecodeFineTuning);
   Optional(r, "output", &t->output, DecodeOutput);
   Optional(r, "searchSpace", &t->search_space, DecodeSearchSpace);
+  ReadList(r, "gpuTypes", &t->gpu_types,
+           [&r](const Json& x, const std::string& xp, std::string* out) {
+             return r.ReadString(x, xp, out);
+           });
 }
 
 void DecodeToleration(const Json& j, const std::string& path, Toleration* t,
@@ -688,6 +692,7 @@ Json EncodeTask(const TaskSpec& t) {
   if (t.fine_tuning) j["fineTuning"] = EncodeFineTuning(*t.fine_tuning);
   if (t.output) j["output"] = EncodeOutput(*t.output);
   if (t.search_space) j["searchSpace"] = EncodeSearchSpace(*t.search_space);
+  if (!t.gpu_types.empty()) j["gpuTypes"] = t.gpu_types;
   return j;
 }
 
@@ -779,6 +784,7 @@ Json EncodeStatus(const ModelSelectionJobStatus& s) {
                       {"batchSize", t.config->batch_size},
                       {"nodes", t.config->nodes}};
       if (!t.config->recompute.empty()) tj["config"]["recompute"] = t.config->recompute;
+      if (!t.config->gpu_type.empty()) tj["config"]["gpuType"] = t.config->gpu_type;
     }
     tj["stepsDone"] = t.steps_done;
     tj["stepsTotal"] = t.steps_total;
@@ -855,6 +861,7 @@ void DecodeStatus(const Json& json, const std::string& path, ModelSelectionJobSt
       c.Integer("gpus", &config.gpus);
       c.Integer("batchSize", &config.batch_size);
       c.String("recompute", &config.recompute);
+      c.String("gpuType", &config.gpu_type);
       c.List("nodes", [&](const Json& n, const std::string& np) {
         std::string node;
         if (c.ReadString(n, np, &node)) config.nodes.push_back(node);

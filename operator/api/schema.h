@@ -208,6 +208,8 @@ inline constexpr Limit kLimits[] = {
     {"spec.tasks[].fineTuning.lora.alpha", LimitKind::kValue, 0, 1e6, true},
     {"spec.tasks[].fineTuning.lora.targets", LimitKind::kItems, std::nullopt, 16},
     {"spec.tasks[].fineTuning.lora.targets[]", LimitKind::kLength, 1, 128},
+    {"spec.tasks[].gpuTypes", LimitKind::kItems, std::nullopt, 16},
+    {"spec.tasks[].gpuTypes[]", LimitKind::kLength, 1, 63},
     {"spec.tasks[].output.path", LimitKind::kLength, 1, 1024},
     {"spec.tasks[].output.volume.claimName", LimitKind::kLength, 1, 253},
     {"spec.tasks[].output.volume.mountPath", LimitKind::kLength, 1, 1024},

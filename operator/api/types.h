@@ -229,6 +229,11 @@ struct TaskSpec {
   std::optional<SearchSpace> search_space;
   std::optional<FineTuningSpec> fine_tuning = std::nullopt;  // transformers (gpt, pretrained)
   std::optional<OutputSpec> output = std::nullopt;           // transformers only
+  // The GPU types (node label values, e.g. "NVIDIA-H100-80GB-HBM3") the task may
+  // run on; empty = any. Every task its search space expands to keeps it: the
+  // need for a type (memory, speed) belongs to the model, not to a
+  // hyper-parameter. The gang runs on nodes of one type among these.
+  std::vector<std::string> gpu_types = {};
   bool operator==(const TaskSpec&) const = default;
 };
 
@@ -330,6 +335,9 @@ struct TaskConfig {
   // transformer block's forward runs again in its backward); "" = not recorded
   // (a gang made before the plan chose it: the template's default).
   std::string recompute = {};
+  // The GPU type of the gang's nodes (their GPU type label); "" = unlabelled
+  // nodes or not recorded.
+  std::string gpu_type = {};
   bool operator==(const TaskConfig&) const = default;
 };
 

@@ -840,6 +840,28 @@ void CheckResources(Checker& c, const ResourcesSpec& r) {
 
 }  // namespace
 
+// GPU types are node label values (the operator's --gpu-type-label, by default
+// nvidia.com/gpu.product): a name that is not one matches no node.
+void CheckGpuTypes(Checker& c, const std::vector<std::string>& types, const std::string& path) {
+  c.Items("spec.tasks[].gpuTypes", path, types.size());
+  std::set<std::string> seen;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const std::string tp = IndexPath(path, i);
+    c.Length("spec.tasks[].gpuTypes[]", tp, types[i]);
+    if (types[i].empty() || types[i].size() > 63) continue;
+    if (!IsLabelName(types[i])) {
+      c.Add(tp,
+            "\"" + types[i] +
+                "\" is not a node label value: letters, digits, '-', '_' and '.', starting and "
+                "ending with a letter or digit",
+            "use the GPU type as the nodes' label shows it, e.g. \"NVIDIA-H100-80GB-HBM3\" "
+            "(kubectl get nodes -L nvidia.com/gpu.product)");
+    } else if (!seen.insert(types[i]).second) {
+      c.Add(tp, "duplicate value", "list each GPU type once");
+    }
+  }
+}
+
 std::vector<FieldError> ValidateSpec(const ModelSelectionJobSpec& spec) {
   std::vector<FieldError> errors;
   Checker c(&errors);
@@ -871,6 +893,7 @@ std::vector<FieldError> ValidateSpec(const ModelSelectionJobSpec& spec) {
     if (t.fine_tuning) CheckFineTuning(c, t, p + ".fineTuning");
     if (t.output) CheckOutput(c, t, pod, p + ".output");
     if (t.search_space) CheckSearchSpace(c, *t.search_space, t, p + ".searchSpace");
+    CheckGpuTypes(c, t.gpu_types, p + ".gpuTypes");
   }
   CheckResources(c, spec.resources);
 

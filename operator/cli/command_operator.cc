@@ -11,13 +11,16 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <ostream>
 #include <random>
 #include <set>
+#include <sstream>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -48,7 +51,8 @@ constexpr const char* kUsage =
     "         [--worker-image IMAGE] [--gpu-resource nvidia.com/gpu] [--device cuda|cpu]\n"
     "         [--profile-namespace NS] [--workers 2] [--gang-timeout 10m] [--solver-time-limit "
     "10s]\n"
-    "         [--node-lost-grace 5m]\n"
+    "         [--node-lost-grace 5m] [--gpu-type-label nvidia.com/gpu.product]\n"
+    "         [--gpu-type-speeds NVIDIA-H100-80GB-HBM3=3,NVIDIA-L4=1]\n"
     "         [--progress-period 5s] [--cluster-shares=true|false] [--kueue=auto|true|false]\n"
     "         [--log-level debug|info|warning|error]\n";
 
@@ -74,6 +78,12 @@ struct OperatorFlags {
   std::string worker_image;
   std::string gpu_resource = "nvidia.com/gpu";
   std::string device = "cuda";
+  // The node label whose value is a node's GPU type: the planner's pools and
+  // what spec.tasks[].gpuTypes names ("" = every node is of one type).
+  std::string gpu_type_label = controller::kDefaultGpuTypeLabel;
+  // Relative throughput by GPU type: a task profiled on one type is estimated
+  // on the others. Empty: a profile stands for every type.
+  std::map<std::string, double> gpu_type_speeds;
   std::string profile_namespace;
   int workers = 2;
   Duration gang_timeout = std::chrono::minutes(10);
@@ -84,6 +94,38 @@ struct OperatorFlags {
   Duration progress_period = std::chrono::seconds(5);
   LogLevel log_level = LogLevel::kInfo;
 };
+
+// "TYPE=SPEED,...": each GPU type's throughput relative to the others'.
+StatusOr<std::map<std::string, double>> ParseGpuTypeSpeeds(const std::string& text) {
+  std::map<std::string, double> speeds;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto eq = item.rfind('=');
+    double speed = 0;
+    bool parsed = false;
+    if (eq != std::string::npos && eq > 0) {
+      try {
+        size_t used = 0;
+        speed = std::stod(item.substr(eq + 1), &used);
+        parsed = used == item.size() - eq - 1;
+      } catch (const std::exception&) {
+        parsed = false;
+      }
+    }
+    if (!parsed || !(speed > 0) || !std::isfinite(speed)) {
+      std::string message = "--gpu-type-speeds=" + text;
+      message += ": '";
+      message += item;
+      message +=
+          "' is not TYPE=SPEED with a positive SPEED (fix: write it like "
+          "NVIDIA-H100-80GB-HBM3=3,NVIDIA-L4=1)";
+      return InvalidArgumentError(message);
+    }
+    speeds[item.substr(0, eq)] = speed;
+  }
+  return speeds;
+}
 
 // A Go-style duration as Kubernetes flags take them: "15s", "1m30s", "500ms", "2h".
 StatusOr<Duration> ParseGoDuration(const std::string& flag, const std::string& text) {
@@ -169,6 +211,8 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
                                                   "--health-probe-bind-address",
                                                   "--worker-image",
                                                   "--gpu-resource",
+                                                  "--gpu-type-label",
+                                                  "--gpu-type-speeds",
                                                   "--kueue",
                                                   "--device",
                                                   "--profile-namespace",
@@ -217,6 +261,10 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
       f.worker_image = v;
     } else if (name == "--gpu-resource") {
       f.gpu_resource = v;
+    } else if (name == "--gpu-type-label") {
+      f.gpu_type_label = v;
+    } else if (name == "--gpu-type-speeds") {
+      ORRERY_ASSIGN_OR_RETURN(f.gpu_type_speeds, ParseGpuTypeSpeeds(v));
     } else if (name == "--device") {
       if (v != "cuda" && v != "cpu") {
         return InvalidArgumentError("--device=" + v +
@@ -408,6 +456,8 @@ int RunOperator(Invocation& in) {
   mo.identity = Identity();
   mo.reconciler.profile_namespace = f.profile_namespace;
   mo.reconciler.device = f.device;
+  mo.reconciler.gpu_type_label = f.gpu_type_label;
+  mo.reconciler.gpu_type_speeds = f.gpu_type_speeds;
   mo.reconciler.cluster_shares = f.cluster_shares;
   mo.kueue = f.kueue;
   // CPU-only nodes run the workers on gloo; GPU nodes on NCCL.

@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 std::atomic<bool> g_stop{false};
 
 constexpr const char* kUsage =
-    "Usage: orrery run FILE [--devices cpu:N|cuda:0-7] [--workdir DIR]\n"
+    "Usage: orrery run FILE [--devices cpu:N|cuda:0-7|cpu:2=big+cpu:2=small] [--workdir DIR]\n"
     "                       [--fail-device-at SECONDS:DEVICE]... [--profile-cache FILE]\n"
     "                       [--worker PATH] [--progress tty|plain] [--stop-at-step N]\n";
 
@@ -38,16 +38,22 @@ std::string FindWorker(const std::string& flag) {
 
 int RunRun(Invocation& in) {
   if (WantsHelp(in.args)) {
-    in.out << kUsage
-           << "\nRuns a ModelSelectionJob on this machine with the operator's engine and planner:\n"
-              "profiles each model (reusing the profile cache), plans, starts one worker process\n"
-              "per device, re-plans as tasks progress, and writes report.html and report.json\n"
-              "to the work directory (default ./orrery-runs/JOB). Ctrl-C checkpoints every\n"
-              "running task and exits; the same command resumes. Without a GPU each \"GPU\" is\n"
-              "one CPU worker process (--devices cpu:N, default cpu:2).\n"
-              "  --fail-device-at 30:1   device 1 fails 30 s after the first task starts\n"
-              "  WORKDIR/control         append 'fail 1' or 'restore 1' to act on a live run\n"
-              "  --stop-at-step N        behave as on Ctrl-C once a task reaches step N\n";
+    in.out
+        << kUsage
+        << "\nRuns a ModelSelectionJob on this machine with the operator's engine and planner:\n"
+           "profiles each model (reusing the profile cache), plans, starts one worker process\n"
+           "per device, re-plans as tasks progress, and writes report.html and report.json\n"
+           "to the work directory (default ./orrery-runs/JOB). Ctrl-C checkpoints every\n"
+           "running task and exits; the same command resumes. Without a GPU each \"GPU\" is\n"
+           "one CPU worker process (--devices cpu:N, default cpu:2).\n"
+           "  --devices cuda:0-3=H100+cuda:4-7=L4\n"
+           "                          GPU types: groups DEVICES=TYPE joined by '+', one node\n"
+           "                          per type (a gang never spans types; spec.tasks[].gpuTypes\n"
+           "                          restricts a task to some); cpu:2=big+cpu:2=small numbers\n"
+           "                          the CPU devices on (0-1 big, 2-3 small), for tests\n"
+           "  --fail-device-at 30:1   device 1 fails 30 s after the first task starts\n"
+           "  WORKDIR/control         append 'fail 1' or 'restore 1' to act on a live run\n"
+           "  --stop-at-step N        behave as on Ctrl-C once a task reaches step N\n";
     return kExitOk;
   }
   std::string file, devices = "cpu:2", workdir, worker_flag, cache, progress;

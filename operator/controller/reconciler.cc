@@ -33,7 +33,22 @@ kube::ObjectPtr Caches::Job(const std::string& key) const {
 
 namespace {
 
-constexpr double kGpuMemoryGib = 1e6;  // memory is checked by profiling, not modelled here
+constexpr double kGpuMemoryGib = 1e6;  // unlabelled nodes: memory is checked by profiling
+
+// `free` GPUs by node, only on nodes of `types` (all of them when empty): a
+// task restricted to some GPU types is profiled on one of them.
+std::map<std::string, int> TypedFree(const std::map<std::string, int>& free,
+                                     const std::vector<NodeCapacity>& nodes,
+                                     const std::vector<std::string>& types) {
+  if (types.empty()) return free;
+  std::map<std::string, int> out;
+  for (const NodeCapacity& n : nodes) {
+    auto it = free.find(n.name);
+    if (it != free.end() && std::find(types.begin(), types.end(), n.gpu_type) != types.end())
+      out.insert(*it);
+  }
+  return out;
+}
 constexpr auto kRequeueWhileActive = std::chrono::seconds(30);
 constexpr auto kRetryForbiddenAfter = std::chrono::seconds(30);  // pods forbidden at create
 // The Degraded reason of a job whose pods the API server rejected.
@@ -152,11 +167,51 @@ bool NodeReady(const Json& node) {
   return false;
 }
 
+NodeGpu NodeGpuOf(const Json& node, const std::string& type_label) {
+  NodeGpu gpu;
+  const Json* labels = nullptr;
+  if (node.contains("metadata") && node["metadata"].contains("labels") &&
+      node["metadata"]["labels"].is_object()) {
+    labels = &node["metadata"]["labels"];
+  }
+  if (labels == nullptr) return gpu;
+  if (!type_label.empty() && labels->contains(type_label) && (*labels)[type_label].is_string()) {
+    gpu.type = (*labels)[type_label].get<std::string>();
+  }
+  if (labels->contains(kGpuMemoryLabel) && (*labels)[kGpuMemoryLabel].is_string()) {
+    // GPU feature discovery writes MiB as a decimal integer, e.g. "81559".
+    const std::string mib = (*labels)[kGpuMemoryLabel].get<std::string>();
+    const bool digits =
+        !mib.empty() && mib.size() <= 9 &&
+        std::all_of(mib.begin(), mib.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits && std::stol(mib) > 0) gpu.memory_gib = static_cast<double>(std::stol(mib)) / 1024.0;
+  }
+  return gpu;
+}
+
+std::string GpuTypesMissing(const std::vector<std::string>& types,
+                            const std::vector<NodeCapacity>& nodes) {
+  if (types.empty() || nodes.empty()) return "";
+  std::set<std::string> have;
+  for (const NodeCapacity& n : nodes) have.insert(n.gpu_type);
+  for (const std::string& t : types) {
+    if (have.count(t) > 0) return "";
+  }
+  std::string listed, present;
+  for (const std::string& t : types) listed += (listed.empty() ? "" : ", ") + t;
+  for (const std::string& t : have)
+    present += (present.empty() ? "" : ", ") + (t.empty() ? "(unlabelled)" : t);
+  return "no node its pods may use has a GPU type it allows (spec.tasks[].gpuTypes: " + listed +
+         "; the nodes have: " + present +
+         "): add nodes of one of those types, or list one of the nodes' types";
+}
+
 std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
                                          const std::vector<Json>& pods, const std::string& resource,
                                          const std::string& own_job,
                                          const api::ResourcesSpec* admit,
-                                         std::vector<std::string>* refusals) {
+                                         std::vector<std::string>* refusals,
+                                         const std::string& gpu_type_label) {
   // GPUs the job's own unfinished gang pods hold, by node.
   std::map<std::string, int> own_held;
   for (const Json& p : pods) {
@@ -186,7 +241,8 @@ std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
       if (own == own_held.end() || own->second <= 0) continue;
       gpus = std::min(gpus, own->second);
     }
-    by_name[name] = NodeCapacity{name, gpus, 0};
+    const NodeGpu gpu = NodeGpuOf(n, gpu_type_label);
+    by_name[name] = NodeCapacity{name, gpus, 0, gpu.type, gpu.memory_gib};
   }
   for (const Json& p : pods) {
     if (PodFinished(p)) continue;
@@ -217,17 +273,67 @@ std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vecto
   return lost;
 }
 
+std::string ProfiledGpuType(const api::TaskSpec& task, const std::vector<NodeCapacity>& nodes) {
+  std::set<std::string> types;
+  for (const NodeCapacity& n : nodes) {
+    if (n.gpu_type.empty()) continue;
+    if (task.gpu_types.empty() ||
+        std::find(task.gpu_types.begin(), task.gpu_types.end(), n.gpu_type) != task.gpu_types.end())
+      types.insert(n.gpu_type);
+  }
+  return types.empty() ? "" : *types.begin();
+}
+
+std::string TypedProfileDevice(const std::string& device, const std::string& gpu_type) {
+  return gpu_type.empty() ? device : device + "/" + gpu_type;
+}
+
+namespace {
+// `tc`'s configurations, all measured on `profiled`, tagged with it and
+// estimated on every other type of `nodes` by `speeds` (EstimateMissingTypes).
+void EstimateOtherTypes(TaskConfigs& tc, const std::string& profiled,
+                        const std::vector<NodeCapacity>& nodes,
+                        const std::map<std::string, double>& speeds) {
+  const double base = speeds.at(profiled);
+  planner::Problem problem;
+  std::map<std::string, double> speed;  // every type: a type without one runs as `profiled`
+  for (const NodeCapacity& n : nodes) {
+    if (n.gpu_type.empty()) continue;
+    problem.nodes.push_back({n.name, n.allocatable, 1, n.gpu_type});
+    auto it = speeds.find(n.gpu_type);
+    speed[n.gpu_type] = it != speeds.end() && it->second > 0 ? it->second : base;
+  }
+  planner::Task task;
+  task.configs = tc.configs;
+  for (planner::Config& c : task.configs) c.gpu_type = profiled;
+  problem.tasks.push_back(std::move(task));
+  planner::EstimateMissingTypes(problem, speed);
+  tc.configs = problem.tasks.front().configs;
+  tc.templates.clear();
+  for (const planner::Config& c : tc.configs)
+    tc.templates.push_back(
+        api::ParseEnum<api::Template>(c.template_name).value_or(api::Template::kDdp));
+}
+}  // namespace
+
 TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
                                 const api::ExpandedTask& task, const ProfileTable& table,
-                                const std::string& device, int max_gpus) {
+                                const std::string& device, int max_gpus,
+                                const std::vector<NodeCapacity>& nodes,
+                                const std::map<std::string, double>& speeds) {
+  const std::string profiled = ProfiledGpuType(task.task, nodes);
   ProfileRequest request;
   request.task = &task;
-  request.device = device;
   auto lookup = [&](api::Template tmpl, int gpus, int64_t batch) {
     request.template_ = tmpl;
     request.gpus = gpus;
     request.batch_size = batch;
+    request.device = TypedProfileDevice(device, profiled);
     auto it = table.find(ProfileDataKey(ProfileKey(request)));
+    if (it == table.end() && !profiled.empty()) {  // a profile from before types
+      request.device = device;
+      it = table.find(ProfileDataKey(ProfileKey(request)));
+    }
     engine::ProfilePoint p;
     if (it == table.end()) return p;  // missing
     if (it->second.infeasible) {
@@ -242,7 +348,12 @@ TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
   // Each point in every recomputation mode worth planning (as the local runner
   // and `orrery plan` offer them): a model that fits keeping its activations
   // runs without recomputation, one that does not recomputes.
-  return engine::BuildTaskConfigs(spec, task.task, lookup, max_gpus, /*recompute_modes=*/true);
+  TaskConfigs tc =
+      engine::BuildTaskConfigs(spec, task.task, lookup, max_gpus, /*recompute_modes=*/true);
+  auto known = speeds.find(profiled);
+  if (!profiled.empty() && known != speeds.end() && known->second > 0 && !tc.configs.empty())
+    EstimateOtherTypes(tc, profiled, nodes, speeds);
+  return tc;
 }
 
 std::string HumanDuration(double seconds) {
@@ -285,9 +396,12 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
   std::map<std::string, int> index;
   for (const NodeCapacity& n : *in.nodes) {
     index[n.name] = static_cast<int>(w.nodes.size());
-    w.nodes.push_back({n.name, n.Free(), kGpuMemoryGib, true});
+    w.nodes.push_back({n.name, n.Free(), n.gpu_memory_gib > 0 ? n.gpu_memory_gib : kGpuMemoryGib,
+                       true, n.gpu_type});
   }
   std::vector<int> next_slot(w.nodes.size(), 0);
+  std::map<std::string, std::string> type_of;  // node -> GPU type
+  for (const NodeCapacity& n : *in.nodes) type_of[n.name] = n.gpu_type;
   for (size_t t = 0; t < in.tasks->size(); ++t) {
     const api::ExpandedTask& task = (*in.tasks)[t];
     const TaskConfigs& tc = (*in.configs)[t];
@@ -306,8 +420,12 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
           static_cast<double>(std::max<int64_t>(0, engine::SampleBudget(task.task) - samples));
     }
     v.profile = tc.configs;
+    v.gpu_types = task.task.gpu_types;
     v.done = in.done.count(task.name) > 0;
-    v.arrived = in.profiling.count(task.name) == 0 && !tc.configs.empty();
+    // A task no node's type serves stays out of the plan (the planner refuses
+    // a problem with a task that fits nowhere); its status says why.
+    v.arrived = in.profiling.count(task.name) == 0 && !tc.configs.empty() &&
+                GpuTypesMissing(task.task.gpu_types, *in.nodes).empty();
     v.arrival = in.now;
     auto live = in.live.find(task.name);
     if (live != in.live.end() && !v.done) {
@@ -315,6 +433,8 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
       v.outdated = !live->second.pod_settings.empty() && !in.pod_settings.empty() &&
                    live->second.pod_settings != in.pod_settings;
       const api::TaskConfig& c = live->second.config;
+      // With configurations per GPU type, the one of the gang's nodes' type.
+      const std::string live_type = c.nodes.empty() ? "" : type_of[c.nodes.front()];
       int config = -1;
       for (size_t k = 0; k < tc.configs.size(); ++k) {
         // A live gang's batch is part of its configuration (0: the task's own;
@@ -322,7 +442,8 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
         int64_t live_batch = c.batch_size > 0 ? c.batch_size : task.task.training.batch_size;
         if (tc.templates[k] == c.template_ && tc.configs[k].gpus == c.gpus &&
             (tc.configs[k].batch_size == 0 || tc.configs[k].batch_size == live_batch) &&
-            SameRecompute(tc.configs[k], c.recompute)) {
+            SameRecompute(tc.configs[k], c.recompute) &&
+            (tc.configs[k].gpu_type.empty() || tc.configs[k].gpu_type == live_type)) {
           config = static_cast<int>(k);
           break;
         }
@@ -643,6 +764,10 @@ Status Reconciler::WriteStatus(JobContext& ctx,
   in.profiling = profiling;
   in.never_fits = ctx.never_fits;
   in.forbidden = ctx.forbidden;
+  for (const Json& n : ctx.nodes) {
+    NodeGpu gpu = NodeGpuOf(n, options_.gpu_type_label);
+    if (!gpu.type.empty()) in.node_gpu_types[Str(n, "metadata", "name")] = gpu.type;
+  }
   if (ctx.state != nullptr) {
     in.replanned = ctx.state->replanned;
     for (const auto& [task, rejected] : ctx.state->pod_rejected) {
@@ -1047,7 +1172,7 @@ void Reconciler::CountCapacity(JobContext& ctx) {
   // Only the nodes the job's pods can run on (node_filter.h).
   std::vector<std::string> refusals;
   capacity = NodeCapacities(ctx.nodes, all_pods, ctx.resource, ctx.job_label,
-                            &ctx.loaded.job.spec.resources, &refusals);
+                            &ctx.loaded.job.spec.resources, &refusals, options_.gpu_type_label);
   if (capacity.empty() && !refusals.empty()) {
     std::string why;
     for (size_t i = 0; i < refusals.size() && i < 3; ++i) why += (i > 0 ? "; " : "") + refusals[i];
@@ -1128,7 +1253,9 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
   int widest = 0;  // the most GPUs one node the job may use has
   for (const NodeCapacity& n : capacity) widest = std::max(widest, n.allocatable);
   for (const api::ExpandedTask& task : ctx.loaded.tasks) {
-    configs.push_back(ConfigsFromProfiles(job.spec, task, table, options_.device, total_gpus));
+    configs.push_back(ConfigsFromProfiles(job.spec, task, table, options_.device, total_gpus,
+                                          capacity, options_.gpu_type_speeds));
+    const std::string profiled_type = ProfiledGpuType(task.task, capacity);
     // A gang lives on one node (BuildTaskConfigs never spans nodes): a task
     // whose narrowest choice is wider than every node never runs.
     const int least = job.spec.resources.gpus_per_task.min;
@@ -1139,6 +1266,11 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
           "use has " +
           std::to_string(widest) + ": lower gpusPerTask.min or add larger nodes";
     }
+    if (std::string why = GpuTypesMissing(task.task.gpu_types, capacity); !why.empty()) {
+      // Allowed (a pool may come later), but said: the task waits for it.
+      if (!ctx.never_fits.count(task.name)) ctx.never_fits[task.name] = why;
+      continue;
+    }
     if (configs.back().missing.empty()) continue;
     profiling.insert(task.name);
     for (const engine::ProfileKeyRef& m : configs.back().missing) {
@@ -1148,13 +1280,18 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
       r.template_ = m.template_;
       r.gpus = m.gpus;
       r.batch_size = m.batch_size;
-      r.device = options_.device;
+      r.device = TypedProfileDevice(options_.device, profiled_type);
       r.deadline_seconds = options_.profile_deadline_s;
       r.backend = options_.gang.backend;
       std::string hash = ProfileKeyHash(ProfileKey(r).Key());
       if (running_profiles.count(hash) > 0 || !requested.insert(hash).second) continue;
       if (kueue_room >= 0 && m.gpus > kueue_room) continue;  // not within the admission now
-      r.placement = FirstFitPlacement(trial_free, m.gpus);
+      // On the type the task's profiles are keyed by.
+      r.placement = FirstFitPlacement(
+          TypedFree(trial_free, capacity,
+                    profiled_type.empty() ? task.task.gpu_types
+                                          : std::vector<std::string>{profiled_type}),
+          m.gpus);
       if (r.placement.empty()) continue;  // no room now
       const std::string claim = ProfileGangKey(ctx.job_label, hash);
       if (!claims_.TryClaim(key, claim, r.placement, &trial_free, ctx.claims_seq, clock_->Now())) {

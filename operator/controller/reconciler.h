@@ -53,13 +53,30 @@ kube::Resource Services();
 
 // ---- pure pieces -----------------------------------------------------------
 
+// The node label that names a node's GPU type, as NVIDIA's GPU feature
+// discovery sets it (e.g. NVIDIA-H100-80GB-HBM3); the operator's
+// --gpu-type-label picks another.
+inline constexpr const char* kDefaultGpuTypeLabel = "nvidia.com/gpu.product";
+// Each GPU's memory in MiB, as GPU feature discovery sets it.
+inline constexpr const char* kGpuMemoryLabel = "nvidia.com/gpu.memory";
+
 // A Ready node's GPUs as one job sees them.
 struct NodeCapacity {
   std::string name;
   int allocatable = 0;  // status.allocatable[gpu resource]
   int foreign = 0;      // requested by live pods that are not this job's training gangs
   int Free() const { return allocatable > foreign ? allocatable - foreign : 0; }
+  std::string gpu_type = {};  // its GPU type label's value; "" = unlabelled
+  double gpu_memory_gib = 0;  // from kGpuMemoryLabel; 0 = unlabelled (not modelled)
 };
+
+// A node's GPU type (the value of `type_label`, "" without it) and each GPU's
+// memory in GiB (kGpuMemoryLabel, 0 without a positive whole number of MiB).
+struct NodeGpu {
+  std::string type;
+  double memory_gib = 0;
+};
+NodeGpu NodeGpuOf(const Json& node, const std::string& type_label);
 
 // GPUs of `resource` a pod requests (per container, the larger of requests and
 // limits; extended resources usually set only limits).
@@ -84,7 +101,8 @@ std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
                                          const std::vector<Json>& pods, const std::string& resource,
                                          const std::string& own_job,
                                          const api::ResourcesSpec* admit = nullptr,
-                                         std::vector<std::string>* refusals = nullptr);
+                                         std::vector<std::string>* refusals = nullptr,
+                                         const std::string& gpu_type_label = kDefaultGpuTypeLabel);
 // Names of nodes the job should treat as lost: nodes not Ready for `grace_s` or
 // longer at `now` (from the Ready condition's lastTransitionTime), and nodes
 // named by `pods` that are not in `nodes` at all (deleted: at once).
@@ -101,10 +119,29 @@ std::vector<std::string> FirstFitPlacement(const std::map<std::string, int>& fre
 // `table` for this device. An elastic job gets several global batches per task;
 // `missing` lists (template, gpus, batch) the cache lacks. Infeasible entries
 // give no configuration and are not missing.
+//
+// GPU types: with `nodes` of labelled types, the task is profiled on one type
+// (ProfiledGpuType), its profiles keyed by that type (TypedProfileDevice); a
+// profile keyed by `device` alone (measured before types, or on unlabelled
+// nodes) stands in for a typed one the cache lacks. With `speeds` (relative
+// throughput by type, the operator's --gpu-type-speeds) naming the profiled
+// type, every configuration is tagged with it and the other types the task may
+// use get estimates scaled by their speed over its (planner::EstimateMissingTypes,
+// as workload files estimate a pool's profiles; a type without a speed counts
+// as fast as the profiled one). Without, configurations stay typeless: the
+// profile stands for every type.
 using TaskConfigs = engine::TaskConfigs;
 TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
                                 const api::ExpandedTask& task, const ProfileTable& table,
-                                const std::string& device, int max_gpus);
+                                const std::string& device, int max_gpus,
+                                const std::vector<NodeCapacity>& nodes = {},
+                                const std::map<std::string, double>& speeds = {});
+// The GPU type a task is profiled on: the first (by name) labelled type among
+// `nodes` that the task allows; "" when the nodes carry none.
+std::string ProfiledGpuType(const api::TaskSpec& task, const std::vector<NodeCapacity>& nodes);
+// The profile cache's device for a trial on `gpu_type`: "cuda/NVIDIA-L4"; the
+// device alone for "".
+std::string TypedProfileDevice(const std::string& device, const std::string& gpu_type);
 
 // A live gang of the job (observed, or created and not yet in the cache).
 struct LiveGang {
@@ -143,8 +180,16 @@ int64_t SamplesDone(const api::TaskStatus& status, int64_t task_batch);
 // The engine's view: nodes by index as in `nodes`, with GPUs = what the job may
 // use (its own gangs included); tasks in `tasks` order; a live gang whose
 // configuration is among the task's configurations and whose nodes all exist is
-// running. Tasks still profiling have not arrived.
+// running. Tasks still profiling have not arrived, nor has a task whose
+// gpuTypes no node carries (its message says so: GpuTypesMissing). Each node
+// carries its GPU type and memory (NodeCapacity), each task its gpuTypes.
 engine::WorldView BuildWorldView(const WorldInput& in);
+
+// Why a task restricted to `types` (spec.tasks[].gpuTypes) can run on none of
+// `nodes`, naming the types they have; "" when one of them has a listed type
+// (or the task lists none).
+std::string GpuTypesMissing(const std::vector<std::string>& types,
+                            const std::vector<NodeCapacity>& nodes);
 
 // A live gang's measured throughput over its configuration's profiled one:
 // rank 0's samples/s (its data-parallel share) times the replicas the
@@ -189,6 +234,13 @@ struct ReconcilerOptions {
   // it to its work queue. Empty: other jobs see their new share on their next
   // pass.
   std::function<void(const std::string&)> enqueue;
+  // The node label whose value is a node's GPU type (NodeGpuOf): the planner's
+  // pools, and what spec.tasks[].gpuTypes names.
+  std::string gpu_type_label = kDefaultGpuTypeLabel;
+  // Relative throughput by GPU type (e.g. {"NVIDIA-H100-80GB-HBM3": 3,
+  // "NVIDIA-L4": 1}): a task profiled on one type is estimated on the others
+  // (ConfigsFromProfiles). Empty: a profile stands for every type.
+  std::map<std::string, double> gpu_type_speeds = {};
 };
 
 struct Caches {

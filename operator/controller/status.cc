@@ -322,7 +322,14 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
     if (g != nullptr) {
       s.gpus_held += g->gpus_held;
       t.restarts = it->second.restarts;
-      if (g->config) t.config = g->config;
+      if (g->config) {
+        t.config = g->config;
+        // A gang never spans GPU types (the planner keeps to it): its first
+        // node's type is the gang's.
+        auto type = t.config->nodes.empty() ? in.node_gpu_types.end()
+                                            : in.node_gpu_types.find(t.config->nodes.front());
+        if (type != in.node_gpu_types.end()) t.config->gpu_type = type->second;
+      }
       TaskFromGang(in, task, *g, t, &degraded);
     } else if (auto pr = in.pod_rejected.find(task.name); pr != in.pod_rejected.end()) {
       t.state = api::TaskState::kFailed;

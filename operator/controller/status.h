@@ -85,6 +85,9 @@ struct StatusInput {
   // Tasks whose pods the API server forbade at create this pass (a used-up
   // ResourceQuota): Pending, with why as the message; not a degradation.
   std::map<std::string, std::string> forbidden;
+  // Each node's GPU type (NodeGpuOf), by name: a task's status names its
+  // gang's type (TaskConfig::gpu_type). Nodes without one are left out.
+  std::map<std::string, std::string> node_gpu_types;
 };
 
 // How a task's message starts when the API server rejected its pods: a status

@@ -352,9 +352,19 @@ std::string DeviceList(const std::vector<int>& devices) {
 
 // One panel of lanes. Each bar is one <rect class="bar ..."> on its first run of
 // contiguous lanes (a gang on non-adjacent devices adds "bar-part" rects).
+// A lane's label: "device 3", or with GPU types the type and the device,
+// "L4 3" (the type cut to fit the margin).
+std::string LaneLabel(int lane, const std::vector<std::string>& types) {
+  const size_t k = static_cast<size_t>(lane);
+  if (k >= types.size() || types[k].empty()) return "device " + std::to_string(lane);
+  std::string type = types[k].size() > 9 ? types[k].substr(0, 8) + "…" : types[k];
+  return type + " " + std::to_string(lane);
+}
+
 void GanttPanel(Page& p, const std::vector<ReportBar>& bars, const char* kind, const char* title,
                 int lanes, double top, const Axis& axis,
-                const std::map<std::string, std::string>& colour) {
+                const std::map<std::string, std::string>& colour,
+                const std::vector<std::string>& device_types) {
   constexpr double kLane = 30, kPad = 4;
   const double height = lanes * kLane;
   p << "<text x=\"" << Px(axis.left) << "\" y=\"" << Px(top - 8)
@@ -364,8 +374,8 @@ void GanttPanel(Page& p, const std::vector<ReportBar>& bars, const char* kind, c
     p << "<rect x=\"" << Px(axis.left) << "\" y=\"" << Px(y) << "\" width=\"" << Px(axis.width)
       << "\" height=\"" << Px(kLane) << "\" fill=\"" << (lane % 2 ? "#ffffff" : "#f6f7f9")
       << "\"/><text x=\"" << Px(axis.left - 8) << "\" y=\"" << Px(y + kLane / 2 + 4)
-      << "\" font-size=\"12\" text-anchor=\"end\" fill=\"#5b6475\">device " << std::to_string(lane)
-      << "</text>";
+      << "\" font-size=\"12\" text-anchor=\"end\" fill=\"#5b6475\">"
+      << Escape(LaneLabel(lane, device_types)) << "</text>";
   }
   p << "<rect x=\"" << Px(axis.left) << "\" y=\"" << Px(top) << "\" width=\"" << Px(axis.width)
     << "\" height=\"" << Px(height) << "\" fill=\"none\" stroke=\"#c9ced8\"/>";
@@ -385,7 +395,7 @@ void GanttPanel(Page& p, const std::vector<ReportBar>& bars, const char* kind, c
     // The hover tooltip (SVG <title>): everything the bar stands for.
     std::string tip = b.task;
     for (const std::string& line :
-         {"devices " + DeviceList(b.devices),
+         {"devices " + DeviceList(b.devices) + (b.gpu_type.empty() ? "" : " (" + b.gpu_type + ")"),
           Duration(b.start_s) + " → " + Duration(b.end_s) + " (" + Duration(b.end_s - b.start_s) +
               ")",
           b.template_name, std::to_string(b.gpus) + " GPU, batch " + std::to_string(b.batch_size),
@@ -462,8 +472,9 @@ void Gantt(Page& p, const RunReport& r, const std::map<std::string, std::string>
         << Px(top + lanes * kLane) << "\" stroke=\"#e3e6ec\"/>";
     }
   }
-  GanttPanel(p, r.actual, "actual", "Actual", lanes, actual_top, axis, colour);
-  GanttPanel(p, r.planned, "planned", "Planned (latest plan)", lanes, planned_top, axis, colour);
+  GanttPanel(p, r.actual, "actual", "Actual", lanes, actual_top, axis, colour, r.device_types);
+  GanttPanel(p, r.planned, "planned", "Planned (latest plan)", lanes, planned_top, axis, colour,
+             r.device_types);
   for (double t = 0; t <= span + 1e-9; t += ticks.step_s) {
     const double x = axis.X(t);
     p << "<line x1=\"" << Px(x) << "\" y1=\"" << Px(axis_y) << "\" x2=\"" << Px(x) << "\" y2=\""
@@ -821,6 +832,17 @@ class Reader {
     }
     return OkStatus();
   }
+  Status Get(const char* key, std::vector<std::string>* out) const {
+    ORRERY_ASSIGN_OR_RETURN(const json* v, Field(key));
+    if (!v->is_array()) return Error(Path(key), "want an array");
+    out->clear();
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_string())
+        return Error(Path(key) + "[" + std::to_string(i) + "]", "want a string");
+      out->push_back((*v)[i].get<std::string>());
+    }
+    return OkStatus();
+  }
   // Hyper-parameters: an array of [name, value] string pairs, kept in order.
   Status Get(const char* key, std::vector<std::pair<std::string, std::string>>* out) const {
     ORRERY_ASSIGN_OR_RETURN(const json* v, Field(key));
@@ -851,7 +873,7 @@ class Reader {
   std::string path_;
 };
 
-json BarJson(const ReportBar& b) {
+json BarFields(const ReportBar& b) {
   return {{"task", b.task},
           {"devices", b.devices},
           {"start_s", Num(b.start_s)},
@@ -862,6 +884,12 @@ json BarJson(const ReportBar& b) {
           {"ended_by", b.ended_by}};
 }
 
+json BarJson(const ReportBar& b) {
+  json j = BarFields(b);
+  if (!b.gpu_type.empty()) j["gpu_type"] = b.gpu_type;
+  return j;
+}
+
 Status ReadBar(const Reader& r, ReportBar* b) {
   ORRERY_RETURN_IF_ERROR(r.Get("task", &b->task));
   ORRERY_RETURN_IF_ERROR(r.Get("devices", &b->devices));
@@ -870,6 +898,8 @@ Status ReadBar(const Reader& r, ReportBar* b) {
   ORRERY_RETURN_IF_ERROR(r.Get("template", &b->template_name));
   ORRERY_RETURN_IF_ERROR(r.Get("gpus", &b->gpus));
   ORRERY_RETURN_IF_ERROR(r.Get("batch_size", &b->batch_size));
+  // Absent for untyped devices and in reports from before GPU types.
+  if (r.Has("gpu_type")) ORRERY_RETURN_IF_ERROR(r.Get("gpu_type", &b->gpu_type));
   return r.Get("ended_by", &b->ended_by);
 }
 
@@ -923,6 +953,7 @@ Status ReadTask(const Reader& r, ReportTask* t) {
   ORRERY_RETURN_IF_ERROR(r.List("losses", &t->losses, ReadLoss));
   // Absent in the report of an Orrery from before exports: none.
   if (r.Has("export")) ORRERY_RETURN_IF_ERROR(r.Get("export", &t->export_path));
+  if (r.Has("gpu_type")) ORRERY_RETURN_IF_ERROR(r.Get("gpu_type", &t->gpu_type));
   // Absent in the report of an Orrery from before state_io: none recorded.
   if (!r.Has("state_io")) return OkStatus();
   return r.List("state_io", &t->state_io, ReadStateIo);
@@ -1042,6 +1073,7 @@ std::string ReportJson(const RunReport& r) {
                      {"losses", losses},
                      {"state_io", state_io}});
     if (!t.export_path.empty()) tasks.back()["export"] = t.export_path;
+    if (!t.gpu_type.empty()) tasks.back()["gpu_type"] = t.gpu_type;
   }
   json planned = json::array(), actual = json::array();
   for (const auto& b : r.planned) planned.push_back(BarJson(b));
@@ -1078,14 +1110,15 @@ std::string ReportJson(const RunReport& r) {
                        {"detail", a.detail},
                        {"trigger", a.trigger}});
   }
-  const json j = {{"version", kJsonVersion},    {"job", r.job},
-                  {"devices", r.devices},       {"device_count", r.device_count},
-                  {"started_at", r.started_at}, {"wall_s", Num(r.wall_s)},
-                  {"outcome", r.outcome},       {"tasks", tasks},
-                  {"planned", planned},         {"actual", actual},
-                  {"profiles", profiles},       {"plans", plans},
-                  {"events", events},           {"actions", actions},
-                  {"violations", r.violations}};
+  json j = {{"version", kJsonVersion},    {"job", r.job},
+            {"devices", r.devices},       {"device_count", r.device_count},
+            {"started_at", r.started_at}, {"wall_s", Num(r.wall_s)},
+            {"outcome", r.outcome},       {"tasks", tasks},
+            {"planned", planned},         {"actual", actual},
+            {"profiles", profiles},       {"plans", plans},
+            {"events", events},           {"actions", actions},
+            {"violations", r.violations}};
+  if (!r.device_types.empty()) j["device_types"] = r.device_types;
   // Invalid UTF-8 in a name (from a user's spec) is replaced, not thrown.
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
@@ -1105,6 +1138,7 @@ StatusOr<RunReport> ReportFromJson(const std::string& text) {
   ORRERY_RETURN_IF_ERROR(r.Get("job", &out.job));
   ORRERY_RETURN_IF_ERROR(r.Get("devices", &out.devices));
   ORRERY_RETURN_IF_ERROR(r.Get("device_count", &out.device_count));
+  if (r.Has("device_types")) ORRERY_RETURN_IF_ERROR(r.Get("device_types", &out.device_types));
   ORRERY_RETURN_IF_ERROR(r.Get("started_at", &out.started_at));
   ORRERY_RETURN_IF_ERROR(r.Get("wall_s", &out.wall_s));
   ORRERY_RETURN_IF_ERROR(r.Get("outcome", &out.outcome));

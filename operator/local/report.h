@@ -28,6 +28,7 @@ struct ReportBar {
   // Actual bars: completed | interrupted | device-lost | rescaled | failed | running.
   // Planned bars: "".
   std::string ended_by;
+  std::string gpu_type = {};  // its devices' GPU type; "" = untyped devices
 };
 
 struct ReportLossPoint {
@@ -75,6 +76,7 @@ struct ReportTask {
   // "export" line; a LoRA run's adapter, the merged model in <dir>/merged), ""
   // when none (report.json "export", absent in a report of an older Orrery).
   std::string export_path;
+  std::string gpu_type = {};  // the GPU type it last ran (or is planned) on; "" = untyped
 };
 
 struct ReportProfile {
@@ -117,6 +119,8 @@ struct RunReport {
   std::string job;
   std::string devices;  // as given: "cpu:2"
   int device_count = 0;
+  // Each device's GPU type (--devices cpu:2=big+cpu:2=small); empty: untyped.
+  std::vector<std::string> device_types = {};
   std::string started_at;  // RFC 3339, UTC
   double wall_s = 0;       // elapsed at the time of writing
   std::string outcome;     // completed | interrupted | failed | running

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -201,6 +202,11 @@ class Runner {
   void SyncReport();
   void WriteReport();
   std::vector<int> AliveDevices() const;
+  // The alive devices of each GPU type, in DeviceSet::Pools() order: the
+  // world's nodes.
+  std::vector<std::vector<int>> AliveByPool() const;
+  // With typed devices, every task that lists gpuTypes must find one of them.
+  Status CheckGpuTypes() const;
   std::string TaskConfigText(const TaskRun& t) const;
 
   const api::LoadedJob& job_;
@@ -217,7 +223,8 @@ class Runner {
   RunReport report_;
   std::unique_ptr<engine::Engine> engine_;
   std::optional<planner::Plan> plan_;  // absolute run times, world indices
-  std::vector<int> plan_devices_;      // slot k of plan_ is device plan_devices_[k]
+  // Slot k of node n in plan_ is device plan_devices_[n][k].
+  std::vector<std::vector<int>> plan_devices_;
   bool launched_any_ = false;
   double launch_time_ = 0;
   size_t next_device_event_ = 0;
@@ -237,6 +244,8 @@ Status Runner::Prepare() {
   report_.job = job_.job.metadata.name;
   report_.devices = opt_.devices.text;
   report_.device_count = static_cast<int>(opt_.devices.ids.size());
+  report_.device_types = opt_.devices.types;
+  ORRERY_RETURN_IF_ERROR(CheckGpuTypes());
   report_.started_at = Rfc3339Now();
   report_.outcome = "running";
   for (const api::ExpandedTask& e : job_.tasks) {
@@ -326,6 +335,43 @@ Status Runner::RestoreFrom(const RunReport& previous) {
   return OkStatus();
 }
 
+Status Runner::CheckGpuTypes() const {
+  if (opt_.devices.types.empty()) return OkStatus();
+  const std::vector<std::string> pools = opt_.devices.Pools();
+  for (size_t i = 0; i < job_.job.spec.tasks.size(); ++i) {
+    const std::vector<std::string>& want = job_.job.spec.tasks[i].gpu_types;
+    if (want.empty()) continue;
+    bool any = std::any_of(want.begin(), want.end(), [&](const std::string& t) {
+      return std::find(pools.begin(), pools.end(), t) != pools.end();
+    });
+    if (any) continue;
+    std::string listed, have;
+    for (const std::string& t : want) listed += (listed.empty() ? "" : ", ") + t;
+    for (const std::string& t : pools) have += (have.empty() ? "" : ", ") + t;
+    std::string message = "spec.tasks[" + std::to_string(i) + "].gpuTypes: none of ";
+    message += listed;
+    message += " is among the --devices types (";
+    message += have;
+    message += "): give a device group one of them, e.g. --devices cpu:2=";
+    message += want.front();
+    message += ", or list one of ";
+    message += have;
+    return InvalidArgumentError(message);
+  }
+  return OkStatus();
+}
+
+std::vector<std::vector<int>> Runner::AliveByPool() const {
+  const std::vector<std::string> pools = opt_.devices.Pools();
+  std::vector<std::vector<int>> by_pool(pools.size());
+  for (int d : AliveDevices()) {
+    const auto it =
+        std::find(pools.begin(), pools.end(), opt_.devices.TypeOf(static_cast<size_t>(d)));
+    by_pool[static_cast<size_t>(it - pools.begin())].push_back(d);
+  }
+  return by_pool;
+}
+
 std::vector<int> Runner::AliveDevices() const {
   std::vector<int> a;
   for (size_t d = 0; d < alive_.size(); ++d) {
@@ -413,7 +459,10 @@ StatusOr<std::optional<contract::ProfileEntry>> Runner::ProfileOne(const TaskRun
 Status Runner::ProfileAll() {
   ORRERY_ASSIGN_OR_RETURN(ProfileCache cache, ProfileCache::Load(opt_.profile_cache));
   const api::ModelSelectionJobSpec& spec = job_.job.spec;
-  profile_max_gpus_ = static_cast<int>(AliveDevices().size());
+  // A gang never spans GPU types: no configuration is wider than one type's devices.
+  profile_max_gpus_ = 0;
+  for (const std::vector<int>& pool : AliveByPool())
+    profile_max_gpus_ = std::max(profile_max_gpus_, static_cast<int>(pool.size()));
   std::set<std::string> seen;
   report_.profiles.clear();
   for (size_t i = 0; i < tasks_.size(); ++i) {
@@ -518,10 +567,17 @@ int64_t Runner::SamplesAtStep(const TaskRun& task, int64_t step) const {
 engine::WorldView Runner::World() const {
   engine::WorldView w;
   w.now = Now();
-  std::vector<int> alive = AliveDevices();
-  std::map<int, int> slot_of;  // device -> slot among the alive
-  for (size_t k = 0; k < alive.size(); ++k) slot_of[alive[k]] = static_cast<int>(k);
-  w.nodes.push_back({"local", static_cast<int>(alive.size()), kGpuMemoryGib, true});
+  // One node per GPU type (one "local" node when the devices carry none): a
+  // gang never spans types.
+  const std::vector<std::string> pools = opt_.devices.Pools();
+  const std::vector<std::vector<int>> alive = AliveByPool();
+  std::map<int, planner::GpuSlot> slot_of;  // device -> (node, slot among its alive)
+  for (size_t n = 0; n < alive.size(); ++n) {
+    for (size_t k = 0; k < alive[n].size(); ++k)
+      slot_of[alive[n][k]] = {static_cast<int>(n), static_cast<int>(k)};
+    w.nodes.push_back({pools[n].empty() ? std::string("local") : "local-" + pools[n],
+                       static_cast<int>(alive[n].size()), kGpuMemoryGib, true, pools[n]});
+  }
   w.gpu_cap = quota_;
   for (const TaskRun& t : tasks_) {
     engine::TaskView v;
@@ -531,6 +587,9 @@ engine::WorldView Runner::World() const {
         Elastic() ? static_cast<double>(std::max<int64_t>(0, t.sample_budget - t.samples))
                   : static_cast<double>(std::max<int64_t>(0, t.steps_total - t.step)) * t.batch;
     v.profile = t.configs;
+    // Untyped devices ignore a restriction to types (a cluster's job file runs
+    // here as it is); typed ones keep to it (Prepare checks one is given).
+    if (!opt_.devices.types.empty()) v.gpu_types = t.spec.task.gpu_types;
     v.done = t.done || t.failed;
     v.speed_factor = t.speed_factor;
     if (t.gang && t.gang->stop_reason.empty()) {
@@ -543,7 +602,7 @@ engine::WorldView Runner::World() const {
           all_alive = false;
           break;
         }
-        r.gpus.push_back({0, it->second});
+        r.gpus.push_back(it->second);
       }
       std::sort(r.gpus.begin(), r.gpus.end());
       if (all_alive) v.running = r;
@@ -565,9 +624,11 @@ void Runner::Step() {
     // until its processes are gone.
     if (!in.world.tasks[t].running) in.blocked.insert(t);
   }
-  int free = 0;
-  for (int d : AliveDevices()) free += busy.count(d) == 0 ? 1 : 0;
-  in.free_gpus = {free};
+  for (const std::vector<int>& pool : AliveByPool()) {
+    int free = 0;
+    for (int d : pool) free += busy.count(d) == 0 ? 1 : 0;
+    in.free_gpus.push_back(free);
+  }
   // The job's gpuQuota caps the devices its gangs hold at once.
   const int quota = quota_;
   if (quota > 0) in.launch_budget = std::max(0, quota - static_cast<int>(busy.size()));
@@ -622,15 +683,21 @@ std::vector<int> Runner::DevicesFor(const engine::LaunchAction& l, std::set<int>
     return d >= 0 && static_cast<size_t>(d) < alive_.size() && alive_[static_cast<size_t>(d)] &&
            busy.count(d) == 0;
   };
+  int node = -1;  // the planned node: the fallback stays within its GPU type
   for (const planner::GpuSlot& s : l.gpus) {
-    if (s.gpu < 0 || static_cast<size_t>(s.gpu) >= plan_devices_.size()) continue;
-    int d = plan_devices_[static_cast<size_t>(s.gpu)];
+    if (s.node < 0 || static_cast<size_t>(s.node) >= plan_devices_.size()) continue;
+    node = s.node;
+    const std::vector<int>& slots = plan_devices_[static_cast<size_t>(s.node)];
+    if (s.gpu < 0 || static_cast<size_t>(s.gpu) >= slots.size()) continue;
+    int d = slots[static_cast<size_t>(s.gpu)];
     if (usable(d)) {
       devices.push_back(d);
       busy.insert(d);
     }
   }
-  for (int d : AliveDevices()) {
+  const std::vector<std::vector<int>> pools = AliveByPool();
+  if (node < 0 || static_cast<size_t>(node) >= pools.size()) return devices;
+  for (int d : pools[static_cast<size_t>(node)]) {
     if (devices.size() >= l.gpus.size()) break;
     if (usable(d)) {
       devices.push_back(d);
@@ -642,8 +709,7 @@ std::vector<int> Runner::DevicesFor(const engine::LaunchAction& l, std::set<int>
 
 void Runner::ApplyPlan(const engine::Decision& d, engine::Trigger trigger) {
   plan_ = d.plan;
-  std::vector<int> alive = AliveDevices();
-  plan_devices_ = alive;  // the plan's GPU slots are indices into this list
+  plan_devices_ = AliveByPool();  // the plan's (node, slot) index into these
   ReportPlan rp;
   rp.at_s = Now();
   rp.trigger = engine::TriggerName(trigger);
@@ -668,7 +734,9 @@ void Runner::ApplyPlan(const engine::Decision& d, engine::Trigger trigger) {
     ReportBar bar;
     bar.task = tasks_[t].spec.name;
     for (const planner::GpuSlot& s : a.gpus)
-      bar.devices.push_back(alive[static_cast<size_t>(s.gpu)]);
+      bar.devices.push_back(plan_devices_[static_cast<size_t>(s.node)][static_cast<size_t>(s.gpu)]);
+    if (!bar.devices.empty())
+      bar.gpu_type = opt_.devices.TypeOf(static_cast<size_t>(bar.devices.front()));
     bar.start_s = a.start;
     bar.end_s = a.end;
     bar.template_name = c.template_name;
@@ -678,6 +746,7 @@ void Runner::ApplyPlan(const engine::Decision& d, engine::Trigger trigger) {
     report_.tasks[t].template_name = c.template_name;
     report_.tasks[t].gpus = c.gpus;
     report_.tasks[t].batch_size = c.batch_size;
+    report_.tasks[t].gpu_type = bar.gpu_type;
   }
 }
 
@@ -932,6 +1001,8 @@ void Runner::Reap(size_t t) {
   ReportBar bar;
   bar.task = task.spec.name;
   bar.devices = g.devices;
+  if (!g.devices.empty())
+    bar.gpu_type = opt_.devices.TypeOf(static_cast<size_t>(g.devices.front()));
   bar.start_s = g.started;
   bar.end_s = Now();
   bar.template_name = c.template_name;
@@ -1097,6 +1168,8 @@ void Runner::WriteReport() {
     ReportBar bar;
     bar.task = task.spec.name;
     bar.devices = task.gang->devices;
+    if (!bar.devices.empty())
+      bar.gpu_type = opt_.devices.TypeOf(static_cast<size_t>(bar.devices.front()));
     bar.start_s = task.gang->started;
     bar.end_s = Now();
     bar.template_name = c.template_name;
@@ -1242,15 +1315,19 @@ int Runner::End(bool interrupted) {
 
 }  // namespace
 
-StatusOr<DeviceSet> ParseDevices(const std::string& text) {
+namespace {
+// One group of --devices without a type: "cpu:2", "cuda:0-3", "cuda:0,2".
+// `whole` is the flag's full text, for errors.
+StatusOr<DeviceSet> ParseDeviceGroup(const std::string& text, const std::string& whole) {
   DeviceSet d;
   d.text = text;
   auto colon = text.find(':');
   d.kind = text.substr(0, colon);
   std::string rest = colon == std::string::npos ? "" : text.substr(colon + 1);
   auto bad = [&](const std::string& why) {
-    return InvalidArgumentError("--devices " + text + ": " + why +
-                                " (use cpu:N, or cuda:0-7, or cuda:0,2,3)");
+    return InvalidArgumentError("--devices " + whole + ": " + why +
+                                " (use cpu:N, or cuda:0-7, or cuda:0,2,3; with GPU types "
+                                "cpu:2=big+cpu:2=small)");
   };
   if (d.kind != "cpu" && d.kind != "cuda") return bad("unknown device kind '" + d.kind + "'");
   auto to_int = [&](const std::string& s) -> std::optional<int> {
@@ -1285,6 +1362,67 @@ StatusOr<DeviceSet> ParseDevices(const std::string& text) {
   }
   std::set<int> unique(d.ids.begin(), d.ids.end());
   if (unique.size() != d.ids.size()) return bad("a device is named twice");
+  return d;
+}
+
+bool IsGpuTypeName(const std::string& s) {
+  auto alnum = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  return !s.empty() && s.size() <= 63 && alnum(s.front()) && alnum(s.back()) &&
+         std::all_of(s.begin(), s.end(),
+                     [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; });
+}
+}  // namespace
+
+std::vector<std::string> DeviceSet::Pools() const {
+  std::vector<std::string> pools;
+  for (const std::string& t : types) {
+    if (std::find(pools.begin(), pools.end(), t) == pools.end()) pools.push_back(t);
+  }
+  if (pools.empty()) pools.push_back("");
+  return pools;
+}
+
+const std::string& DeviceSet::TypeOf(size_t device) const {
+  static const std::string kNone;
+  return device < types.size() ? types[device] : kNone;
+}
+
+StatusOr<DeviceSet> ParseDevices(const std::string& text) {
+  if (text.find('+') == std::string::npos && text.find('=') == std::string::npos)
+    return ParseDeviceGroup(text, text);
+  auto bad = [&](const std::string& why) {
+    return InvalidArgumentError("--devices " + text + ": " + why +
+                                " (use groups like cpu:2=big+cpu:2=small or "
+                                "cuda:0-3=H100+cuda:4-7=L4)");
+  };
+  DeviceSet d;
+  d.text = text;
+  std::stringstream ss(text);
+  std::string group;
+  bool first = true;
+  while (std::getline(ss, group, '+')) {
+    const auto eq = group.rfind('=');
+    if (eq == std::string::npos) return bad("'" + group + "' names no GPU type: add =TYPE");
+    const std::string type = group.substr(eq + 1);
+    if (!IsGpuTypeName(type)) {
+      return bad("'" + type +
+                 "' is not a GPU type: letters, digits, '-', '_' and '.', starting and ending "
+                 "with a letter or digit");
+    }
+    ORRERY_ASSIGN_OR_RETURN(DeviceSet g, ParseDeviceGroup(group.substr(0, eq), text));
+    if (!first && g.kind != d.kind) return bad("every group must be of one kind (cpu or cuda)");
+    d.kind = g.kind;
+    first = false;
+    const int base = static_cast<int>(d.ids.size());  // cpu devices number on
+    for (int id : g.ids) {
+      const int dev = g.kind == "cpu" ? base + id : id;
+      if (std::find(d.ids.begin(), d.ids.end(), dev) != d.ids.end())
+        return bad("device " + std::to_string(dev) + " is named twice");
+      d.ids.push_back(dev);
+      d.types.push_back(type);
+    }
+  }
+  if (first) return bad("no device group");
   return d;
 }
 

@@ -36,8 +36,18 @@ struct DeviceSet {
   std::string kind = "cpu";  // cpu | cuda
   std::vector<int> ids;      // cuda ordinals; 0..n-1 for cpu
   std::string text;          // as given
+  // Each device's GPU type (by index, as ids), or empty: one untyped pool.
+  std::vector<std::string> types = {};
+  // The GPU types in the order they were first given ({""} when untyped): the
+  // local world's nodes, one per type.
+  std::vector<std::string> Pools() const;
+  const std::string& TypeOf(size_t device) const;  // "" when untyped
 };
-// "cpu:2", "cpu" (= cpu:1), "cuda:0-7", "cuda:0,2,3".
+// "cpu:2", "cpu" (= cpu:1), "cuda:0-7", "cuda:0,2,3"; with GPU types, groups
+// joined by '+', each "DEVICES=TYPE": "cpu:2=big+cpu:2=small" (cpu devices
+// numbered on across groups: 0-1 big, 2-3 small), "cuda:0-3=H100+cuda:4-7=L4".
+// Every group names a type and all are of one kind; a type is a node label
+// value (letters, digits, '-', '_', '.').
 StatusOr<DeviceSet> ParseDevices(const std::string& text);
 
 struct DeviceEvent {

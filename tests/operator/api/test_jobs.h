@@ -71,6 +71,7 @@ inline ModelSelectionJob FullJob() {
   d.values = {1e-4, 2e-4};
   s.random = RandomSpace{7, 5, d, d, d, d, d, d};
   t.search_space = s;
+  t.gpu_types = {"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"};
   job.spec.tasks.push_back(t);
 
   ResourcesSpec& r = job.spec.resources;
@@ -96,7 +97,8 @@ inline ModelSelectionJob FullJob() {
   TaskStatus ts;
   ts.name = "gpt-r0";
   ts.state = TaskState::kRunning;
-  ts.config = TaskConfig{Template::kFsdp, 4, 64, {"node-a", "node-b"}, "unit"};
+  ts.config =
+      TaskConfig{Template::kFsdp, 4, 64, {"node-a", "node-b"}, "unit", "NVIDIA-H100-80GB-HBM3"};
   ts.steps_done = 10;
   ts.steps_total = 100;
   ts.progress = 0.1;

@@ -150,6 +150,17 @@ const std::vector<Case>& Cases() {
        "spec.tasks[0].training", "exactly one of steps and epochs"},
       {"steps", [](auto& j) { T(j).training.steps = 0; }, "spec.tasks[0].training.steps",
        "must be at least 1"},
+      {"gpu_type_empty", [](auto& j) { T(j).gpu_types = {"NVIDIA-L4", ""}; },
+       "spec.tasks[0].gpuTypes[1]", "required value"},
+      {"gpu_type_not_a_label_value", [](auto& j) { T(j).gpu_types = {"H100 80GB"}; },
+       "spec.tasks[0].gpuTypes[0]", "\"H100 80GB\" is not a node label value"},
+      {"gpu_type_duplicate", [](auto& j) { T(j).gpu_types = {"L4", "A100", "L4"}; },
+       "spec.tasks[0].gpuTypes[2]", "duplicate value"},
+      {"gpu_types_too_many",
+       [](auto& j) {
+         for (int k = 0; k < 17; ++k) T(j).gpu_types.push_back("t" + std::to_string(k));
+       },
+       "spec.tasks[0].gpuTypes", "must have at most 16 items"},
       {"epochs",
        [](auto& j) {
          T(j).training.steps.reset();

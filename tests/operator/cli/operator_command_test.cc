@@ -257,6 +257,13 @@ TEST(OperatorFlagsTest, BadFlagsNameTheFlagAndTheFix) {
   EXPECT_NE(r.output.find("--cluster-shares=maybe: expected true or false"), std::string::npos)
       << r.output;
 
+  for (const char* bad : {"NVIDIA-L4", "NVIDIA-L4=0", "NVIDIA-L4=fast", "=2", "a=1,b=-1"}) {
+    r = RunOrrery(std::string("operator --gpu-type-speeds=") + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("is not TYPE=SPEED with a positive SPEED"), std::string::npos)
+        << r.output;
+  }
+
   r = RunOrrery("operator --frobnicate");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("unknown flag --frobnicate"), std::string::npos) << r.output;

@@ -28,6 +28,16 @@ Json Node(const std::string& name, int gpus, bool ready = true) {
         {"conditions", Json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
 }
 
+// A GPU node of the pool whose GPUs are of `type`, with `memory_mib` per GPU,
+// labelled as NVIDIA's GPU feature discovery labels them.
+Json TypedNode(const std::string& name, int gpus, const std::string& type,
+               const std::string& memory_mib = "81920") {
+  Json n = Node(name, gpus);
+  n["metadata"]["labels"][kDefaultGpuTypeLabel] = type;
+  n["metadata"]["labels"][kGpuMemoryLabel] = memory_mib;
+  return n;
+}
+
 Json ForeignPod(const std::string& node, int gpus, const std::string& phase = "Running") {
   return Json{
       {"metadata", {{"name", "other"}, {"namespace", "default"}}},
@@ -283,6 +293,109 @@ TEST_F(ReconcilerPureTest, WorldViewMatchesALiveGangsRecomputationMode) {
   }
 }
 
+TEST_F(ReconcilerPureTest, NodesCarryTheirGpuTypeAndMemoryFromLabels) {
+  Json custom = Node("c", 4);
+  custom["metadata"]["labels"]["example.com/gpu"] = "L4";
+  Json bad_memory = TypedNode("d", 2, "A100", "80GB");  // not MiB: left unmodelled
+  std::vector<Json> nodes = {TypedNode("a", 8, "NVIDIA-H100-80GB-HBM3", "81559"), Node("b", 2),
+                             custom, bad_memory};
+  auto caps = NodeCapacities(nodes, {}, "nvidia.com/gpu", "");
+  ASSERT_EQ(caps.size(), 4u);
+  EXPECT_EQ(caps[0].gpu_type, "NVIDIA-H100-80GB-HBM3");
+  EXPECT_NEAR(caps[0].gpu_memory_gib, 81559.0 / 1024, 1e-9);
+  EXPECT_EQ(caps[1].gpu_type, "");
+  EXPECT_EQ(caps[1].gpu_memory_gib, 0);
+  EXPECT_EQ(caps[2].gpu_type, "") << "the default label is not example.com/gpu";
+  EXPECT_EQ(caps[3].gpu_type, "A100");
+  EXPECT_EQ(caps[3].gpu_memory_gib, 0);
+  auto relabelled =
+      NodeCapacities(nodes, {}, "nvidia.com/gpu", "", nullptr, nullptr, "example.com/gpu");
+  EXPECT_EQ(relabelled[2].gpu_type, "L4");
+  EXPECT_EQ(relabelled[0].gpu_type, "");
+}
+
+TEST_F(ReconcilerPureTest, WorldViewCarriesGpuTypesAndHoldsBackATaskNoTypeServes) {
+  loaded_.tasks[0].task.gpu_types = {"small"};
+  loaded_.tasks[1].task.gpu_types = {"tiny", "medium"};  // no node has either
+  std::vector<NodeCapacity> nodes = {{"a", 2, 0, "big", 80}, {"b", 2, 0, "small", 0}};
+  std::vector<TaskConfigs> configs(loaded_.tasks.size());
+  for (TaskConfigs& c : configs) {
+    c.configs = {planner::Config{"ddp", 1, 1, 0, 100, 1}};
+    c.templates = {api::Template::kDdp};
+  }
+  WorldInput in;
+  in.tasks = &loaded_.tasks;
+  in.configs = &configs;
+  in.nodes = &nodes;
+  engine::WorldView w = BuildWorldView(in);
+  ASSERT_EQ(w.nodes.size(), 2u);
+  EXPECT_EQ(w.nodes[0].gpu_type, "big");
+  EXPECT_EQ(w.nodes[0].gpu_memory_gib, 80);
+  EXPECT_EQ(w.nodes[1].gpu_type, "small");
+  EXPECT_GT(w.nodes[1].gpu_memory_gib, 1000) << "unlabelled memory is not modelled";
+  EXPECT_EQ(w.tasks[0].gpu_types, std::vector<std::string>{"small"});
+  EXPECT_TRUE(w.tasks[0].arrived);
+  EXPECT_FALSE(w.tasks[1].arrived);
+  EXPECT_TRUE(w.tasks[2].arrived);
+  std::string why = GpuTypesMissing(loaded_.tasks[1].task.gpu_types, nodes);
+  EXPECT_NE(why.find("spec.tasks[].gpuTypes: tiny, medium"), std::string::npos) << why;
+  EXPECT_NE(why.find("the nodes have: big, small"), std::string::npos) << why;
+  EXPECT_EQ(GpuTypesMissing({"big"}, nodes), "");
+  EXPECT_EQ(GpuTypesMissing({}, nodes), "");
+}
+
+// Profiles keyed by GPU type: a task is profiled on the first type it allows
+// (by name); with speeds the other types get estimates scaled by speed, without
+// them the profile stands for every type; a profile from before types (keyed by
+// the device alone) stands in for a typed one.
+TEST_F(ReconcilerPureTest, ProfilesAreKeyedByGpuTypeAndOtherTypesEstimatedBySpeed) {
+  api::ModelSelectionJobSpec& spec = loaded_.job.spec;
+  spec.resources.templates = {api::Template::kDdp};
+  spec.profiling.gpu_counts = {1, 2};
+  std::vector<NodeCapacity> nodes = {{"big-0", 2, 0, "big", 80}, {"small-0", 2, 0, "small", 80}};
+  EXPECT_EQ(ProfiledGpuType(loaded_.tasks[0].task, nodes), "big");
+  EXPECT_EQ(TypedProfileDevice("cuda", "big"), "cuda/big");
+  EXPECT_EQ(TypedProfileDevice("cuda", ""), "cuda");
+  ProfileTable typed;
+  for (auto [g, sps] : {std::pair{1, 100.0}, std::pair{2, 180.0}}) {
+    CachedProfile p = Measured(0, api::Template::kDdp, g, sps);
+    p.entry.device = "cuda/big";
+    typed[ProfileDataKey(p.entry)] = p;
+  }
+  TaskConfigs any = ConfigsFromProfiles(spec, loaded_.tasks[0], typed, "cuda", 4, nodes);
+  EXPECT_TRUE(any.missing.empty());
+  ASSERT_EQ(any.configs.size(), 2u);
+  for (const planner::Config& c : any.configs) EXPECT_EQ(c.gpu_type, "") << "no speeds: any type";
+
+  TaskConfigs est = ConfigsFromProfiles(spec, loaded_.tasks[0], typed, "cuda", 4, nodes,
+                                        {{"big", 4}, {"small", 1}});
+  ASSERT_EQ(est.configs.size(), 4u);
+  ASSERT_EQ(est.templates.size(), 4u);
+  std::map<std::pair<std::string, int>, double> sps;
+  for (const planner::Config& c : est.configs) sps[{c.gpu_type, c.gpus}] = c.throughput;
+  EXPECT_DOUBLE_EQ((sps[{"big", 1}]), 100);
+  EXPECT_DOUBLE_EQ((sps[{"big", 2}]), 180);
+  EXPECT_DOUBLE_EQ((sps[{"small", 1}]), 25);
+  EXPECT_DOUBLE_EQ((sps[{"small", 2}]), 45);
+  for (api::Template t : est.templates) EXPECT_EQ(t, api::Template::kDdp);
+
+  // Restricted to small: profiled there, and the big profiles do not count.
+  loaded_.tasks[0].task.gpu_types = {"small"};
+  EXPECT_EQ(ProfiledGpuType(loaded_.tasks[0].task, nodes), "small");
+  TaskConfigs on_small = ConfigsFromProfiles(spec, loaded_.tasks[0], typed, "cuda", 4, nodes);
+  EXPECT_TRUE(on_small.configs.empty());
+  EXPECT_EQ(on_small.missing.size(), 2u);
+
+  // A cache from before types: its entries stand for the profiled type.
+  ProfileTable untyped;
+  CachedProfile old = Measured(0, api::Template::kDdp, 1, 90);
+  untyped[ProfileDataKey(old.entry)] = old;
+  TaskConfigs compat = ConfigsFromProfiles(spec, loaded_.tasks[0], untyped, "cuda", 4, nodes);
+  ASSERT_EQ(compat.configs.size(), 1u);
+  EXPECT_DOUBLE_EQ(compat.configs[0].throughput, 90);
+  EXPECT_EQ(compat.missing.size(), 1u);  // 2 GPUs, on small
+}
+
 TEST(HumanDuration, AsKubectlShowsAges) {
   EXPECT_EQ(HumanDuration(0), "0s");
   EXPECT_EQ(HumanDuration(44.6), "45s");
@@ -479,12 +592,23 @@ class ReconcileTest : public ReconcilerPureTest {
       pods_.Upsert(std::make_shared<const kube::Object>(p));
     }
   }
+  // Nodes of two GPU types instead of SetUp's unlabelled ones: big-0 and big-1
+  // ("big", 80 GiB) and small-0 ("small", 24 GiB), two GPUs each.
+  void UseTypedNodes() {
+    nodes_.Remove("a");
+    nodes_.Remove("b");
+    for (const auto& [name, type] : type_of_) {
+      nodes_.Upsert(Ptr(TypedNode(name, 2, type, type == "big" ? "81920" : "24576")));
+    }
+  }
   size_t PodsCreated() const {
     size_t n = 0;
     for (const std::string& k : client_.created) n += k.rfind("pods/", 0) == 0 ? 1 : 0;
     return n;
   }
   const std::string key_ = "team-a/sweep";
+  std::map<std::string, std::string> type_of_ = {
+      {"big-0", "big"}, {"big-1", "big"}, {"small-0", "small"}};
   FakeClient client_;
   kube::Store jobs_, pods_, nodes_, configmaps_;
   FakeClock clock_;
@@ -735,6 +859,125 @@ TEST_F(ReconcileTest, ATaskWiderThanEveryNodeSaysSo) {
     if (c.value("type", "") == "Degraded" && c.value("status", "") == "True") reason = c["reason"];
   }
   EXPECT_EQ(reason, "TaskNeverFits") << st.dump();
+}
+
+// Nodes of two GPU types (as in SetUp: every profile cached): the tasks
+// restricted to one land only on its nodes, no gang spans the types, and the
+// status names each task's type.
+TEST_F(ReconcileTest, ATaskRestrictedToAGpuTypeRunsOnlyOnIt) {
+  UseTypedNodes();
+  // mlp (expanded tasks 0 and 1) on small only: the two share small-0's two
+  // GPUs although the big nodes stand idle; gpt runs anywhere.
+  loaded_.job.spec.tasks[0].gpu_types = {"small"};
+  PutJob();
+  for (int pass = 0; pass < 4; ++pass) {
+    ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+    SyncPods("Running");
+    clock_.Advance(std::chrono::seconds(30));
+  }
+  std::map<std::string, std::set<std::string>> types_by_gang;
+  size_t mlp_pods = 0;
+  for (const kube::Object& p : client_.Pods("Running")) {
+    const Json& labels = p["metadata"]["labels"];
+    if (!labels.contains(kGangLabel)) continue;
+    const std::string node = p["spec"]["nodeName"];
+    types_by_gang[labels[kGangLabel]].insert(type_of_[node]);
+    if (labels[kGangLabel].get<std::string>().rfind("mlp", 0) == 0) {
+      ++mlp_pods;
+      EXPECT_EQ(node, "small-0") << "the mlp tasks may run on small GPUs only";
+    }
+  }
+  EXPECT_GT(mlp_pods, 0u);
+  EXPECT_GE(types_by_gang.size(), 2u);
+  for (const auto& [gang, types] : types_by_gang) EXPECT_EQ(types.size(), 1u) << gang;
+  ASSERT_FALSE(client_.statuses.empty());
+  size_t typed = 0;
+  for (const kube::Object& t : client_.statuses.back()["tasks"]) {
+    if (!t.contains("config")) continue;
+    const std::string node = t["config"]["nodes"][0];
+    EXPECT_EQ(t["config"].value("gpuType", ""), type_of_[node]) << t.dump();
+    ++typed;
+  }
+  EXPECT_GT(typed, 0u);
+}
+
+// With GPU type speeds the planner sees each type's estimated throughput: big
+// is 8x faster, so gpt (a quarter of an mlp's samples) waits for a big node,
+// done at 1.25x the mlps' time, rather than run on small, 2x (with speeds 4
+// and 1 it does run on small, at 1x); without speeds small counts as fast as
+// big and it starts there at once. Later passes keep the gangs (each matches
+// its typed configuration).
+TEST_F(ReconcileTest, GpuTypeSpeedsSendTasksToTheFasterType) {
+  options_.gpu_type_speeds = {{"big", 8}, {"small", 1}};
+  reconciler_ = std::make_unique<Reconciler>(
+      &client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  UseTypedNodes();
+  for (int pass = 0; pass < 4; ++pass) {
+    ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+    SyncPods("Running");
+    clock_.Advance(std::chrono::seconds(30));
+  }
+  size_t gang_pods = 0;
+  for (const kube::Object& p : client_.Pods("Running")) {
+    const Json& labels = p["metadata"]["labels"];
+    if (!labels.contains(kGangLabel)) continue;
+    ++gang_pods;
+    EXPECT_EQ(type_of_[p["spec"]["nodeName"]], "big") << labels[kGangLabel];
+  }
+  EXPECT_GT(gang_pods, 0u);
+  for (const std::string& k : client_.deleted) {
+    EXPECT_EQ(k.rfind("pods/", 0), std::string::npos) << "a running gang was stopped: " << k;
+  }
+  ASSERT_FALSE(client_.statuses.empty());
+}
+
+// The profile trials of a task restricted to a type run on nodes of that type.
+TEST_F(ReconcileTest, ARestrictedTasksTrialsRunOnItsType) {
+  UseTypedNodes();
+  loaded_.job.spec.tasks[1].gpu_types = {"small"};
+  PutJob();
+  ASSERT_NO_FATAL_FAILURE(CacheProfilesButGpt());
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  size_t trials = 0;
+  for (const kube::Object& p : client_.Pods("Pending")) {
+    if (!p["metadata"]["labels"].contains(kProfileLabel)) continue;
+    EXPECT_EQ(PodNode(Json::parse(p.dump())), "small-0") << p.dump();
+    ++trials;
+  }
+  EXPECT_GT(trials, 0u);
+}
+
+// A type no node carries is allowed, and said: the task waits with a message
+// and the Degraded condition TaskNeverFits, the others run.
+TEST_F(ReconcileTest, AGpuTypeNoNodeHasIsSaidAndTheOtherTasksRun) {
+  nodes_.Upsert(Ptr(TypedNode("a", 2, "big")));
+  nodes_.Upsert(Ptr(TypedNode("b", 2, "big")));
+  loaded_.job.spec.tasks[1].gpu_types = {"NVIDIA-L4"};
+  PutJob();
+  kube::EventRecorderOptions event_options;
+  event_options.reporting_instance = "reconciler-test";
+  kube::EventRecorder recorder(&client_, event_options, &clock_);
+  options_.events = &recorder;
+  reconciler_ = std::make_unique<Reconciler>(
+      &client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  ASSERT_FALSE(client_.statuses.empty());
+  const kube::Object& st = client_.statuses.back();
+  EXPECT_NE(st["tasks"][2].value("message", "").find("spec.tasks[].gpuTypes: NVIDIA-L4"),
+            std::string::npos)
+      << st.dump();
+  std::string reason;
+  for (const kube::Object& c : st["conditions"]) {
+    if (c.value("type", "") == "Degraded" && c.value("status", "") == "True") reason = c["reason"];
+  }
+  EXPECT_EQ(reason, "TaskNeverFits") << st.dump();
+  EXPECT_FALSE(client_.Events("TaskNeverFits").empty());
+  size_t gang_pods = 0;
+  for (const kube::Object& p : client_.Pods("Running")) {
+    EXPECT_EQ(p["metadata"]["name"].get<std::string>().find("gpt"), std::string::npos);
+    gang_pods += p["metadata"]["labels"].contains(kGangLabel) ? 1 : 0;
+  }
+  EXPECT_GT(gang_pods, 0u);
 }
 
 TEST_F(ReconcileTest, AnInvalidSpecIsRecordedOnceAndNotRetried) {

@@ -163,6 +163,37 @@ TEST_F(StatusTest, JobStatusFromObservations) {
   EXPECT_EQ(back, s);
 }
 
+// Each task's status names its gang's GPU type (its nodes' label), which
+// encodes and decodes; a gang on unlabelled nodes names none.
+TEST_F(StatusTest, ATasksConfigNamesItsGangsGpuType) {
+  auto a = Gang(0, 0, {"h1", "h2"});
+  auto b = Gang(1, 0, {"l1"});
+  auto c = Gang(2, 0, {"plain"});
+  auto obs = ObserveTasks({Bound(a[0], "Running"), Bound(a[1], "Running"), Bound(b[0], "Running"),
+                           Bound(c[0], "Running")});
+  StatusInput in;
+  in.job = &loaded_.job;
+  in.tasks = &loaded_.tasks;
+  in.observed = &obs;
+  in.now = "2026-01-01T00:00:00Z";
+  in.node_gpu_types = {
+      {"h1", "NVIDIA-H100-80GB-HBM3"}, {"h2", "NVIDIA-H100-80GB-HBM3"}, {"l1", "NVIDIA-L4"}};
+  api::ModelSelectionJobStatus s = BuildJobStatus(in);
+  ASSERT_EQ(s.tasks.size(), 3u);
+  ASSERT_TRUE(s.tasks[0].config && s.tasks[1].config && s.tasks[2].config);
+  EXPECT_EQ(s.tasks[0].config->gpu_type, "NVIDIA-H100-80GB-HBM3");
+  EXPECT_EQ(s.tasks[1].config->gpu_type, "NVIDIA-L4");
+  EXPECT_EQ(s.tasks[2].config->gpu_type, "");
+  Json encoded = api::EncodeStatus(s);
+  EXPECT_EQ(encoded["tasks"][1]["config"]["gpuType"], "NVIDIA-L4");
+  EXPECT_FALSE(encoded["tasks"][2]["config"].contains("gpuType"));
+  std::vector<api::FieldError> errors;
+  api::ModelSelectionJobStatus back;
+  api::DecodeStatus(encoded, "status", &back, &errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(back, s);
+}
+
 TEST_F(StatusTest, NodeLossDegradesAndRescales) {
   auto a = Gang(0, 0, {"n1", "n2"});
   auto obs = ObserveTasks({Bound(a[0], "Running"), Bound(a[1], "Running")}, {"n2"});

@@ -33,6 +33,36 @@ TEST(ParseDevices, ErrorsSayWhatToWrite) {
   }
 }
 
+TEST(ParseDevices, GroupsOfGpuTypes) {
+  auto cpu = ParseDevices("cpu:2=big+cpu:3=small");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(cpu->kind, "cpu");
+  EXPECT_EQ(cpu->ids, (std::vector<int>{0, 1, 2, 3, 4})) << "cpu devices number on";
+  EXPECT_EQ(cpu->types, (std::vector<std::string>{"big", "big", "small", "small", "small"}));
+  EXPECT_EQ(cpu->Pools(), (std::vector<std::string>{"big", "small"}));
+  EXPECT_EQ(cpu->TypeOf(2), "small");
+  auto cuda = ParseDevices("cuda:0-1,6=NVIDIA-H100-80GB-HBM3+cuda:2-3=L4");
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  EXPECT_EQ(cuda->ids, (std::vector<int>{0, 1, 6, 2, 3}));
+  EXPECT_EQ(cuda->types[2], "NVIDIA-H100-80GB-HBM3");
+  EXPECT_EQ(cuda->types[3], "L4");
+  auto plain = ParseDevices("cuda:0-1");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->types.empty());
+  EXPECT_EQ(plain->Pools(), (std::vector<std::string>{""}));
+  EXPECT_EQ(plain->TypeOf(0), "");
+}
+
+TEST(ParseDevices, GpuTypeErrorsSayWhatToWrite) {
+  for (const char* bad : {"cpu:2=big+cpu:2", "cpu:2=big+cuda:0=L4", "cuda:0-1=a+cuda:1=b",
+                          "cpu:2=", "cpu:2=-x", "cpu:2=a b", "gpu:2=big", "+"}) {
+    auto d = ParseDevices(bad);
+    ASSERT_FALSE(d.ok()) << bad;
+    EXPECT_NE(d.status().message().find("--devices"), std::string::npos) << d.status();
+    EXPECT_NE(d.status().message().find("cpu:2=big+cpu:2=small"), std::string::npos) << d.status();
+  }
+}
+
 TEST(ParseFailDevice, TimeAndDevice) {
   auto e = ParseFailDevice("12.5:1");
   ASSERT_TRUE(e.ok()) << e.status();
