@@ -97,7 +97,53 @@ std::vector<StopAction> RunningStops(const WorldView& world, const planner::Plan
   return stops;
 }
 
+// The index of `task`'s fastest one-GPU spill configuration of `gpu_type`
+// (any type when empty), the one the gang's time assumed; -1 when it has none.
+int SpillConfig(const planner::Task& task, const std::string& gpu_type) {
+  int best = -1;
+  for (size_t c = 0; c < task.configs.size(); ++c) {
+    const planner::Config& cfg = task.configs[c];
+    if (cfg.template_name != "spill" || cfg.gpus != 1) continue;
+    if (!gpu_type.empty() && !cfg.gpu_type.empty() && cfg.gpu_type != gpu_type) continue;
+    if (best < 0 || cfg.throughput > task.configs[static_cast<size_t>(best)].throughput)
+      best = static_cast<int>(c);
+  }
+  return best;
+}
+
 }  // namespace
+
+StatusOr<planner::Plan> SolveWithGangs(planner::Planner& planner, const planner::Problem& problem,
+                                       const planner::PlanOptions& options, double speedup,
+                                       std::vector<std::vector<int>>* gangs) {
+  planner::InterleaveOptions io;
+  io.speedup = speedup;
+  ORRERY_ASSIGN_OR_RETURN(planner::InterleavedPlan ip,
+                          planner::SolveInterleaved(planner, problem, options, io));
+  gangs->clear();
+  if (!ip.interleaved()) return ip.plan;
+  // Each member takes its gang's assignment, at its own spill configuration.
+  planner::Plan out = ip.plan;
+  out.assignments.assign(problem.tasks.size(), planner::Assignment{});
+  for (size_t g = 0; g < ip.ganged.members.size(); ++g) {
+    const std::vector<int>& members = ip.ganged.members[g];
+    const planner::Assignment& a = ip.plan.assignments[g];
+    if (members.size() == 1) {
+      out.assignments[static_cast<size_t>(members[0])] = a;
+      continue;
+    }
+    const planner::Task& gang = ip.ganged.problem.tasks[g];
+    const std::string type =
+        a.config >= 0 ? gang.configs[static_cast<size_t>(a.config)].gpu_type : std::string();
+    for (int m : members) {
+      planner::Assignment ma = a;
+      ma.config = a.config >= 0 ? SpillConfig(problem.tasks[static_cast<size_t>(m)], type) : -1;
+      out.assignments[static_cast<size_t>(m)] = ma;
+    }
+    gangs->push_back(members);
+  }
+  return out;
+}
 
 const char* StopReasonName(StopReason reason) {
   switch (reason) {
@@ -160,6 +206,7 @@ Engine::Engine(EngineOptions options, const Clock* clock)
 void Engine::Forget() {
   current_.reset();
   plan_nodes_.clear();
+  gangs_.clear();
   solved_.reset();
   pending_.reset();
   stale_resolved_at_.clear();
@@ -189,14 +236,30 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
     d.reason = std::string("no re-plan on ") + TriggerName(trigger);
     return d;
   }
-  RemainingProblem rp = BuildRemainingProblem(world, options_.switch_cost_s);
+  // A running interleaved gang's members are planned afresh, as waiting
+  // tasks (the planner models one task per GPU): a plan that keeps a member
+  // where it runs, from now, keeps it running (RunningStops); one that moves
+  // it stops its gang.
+  WorldView view = world;
+  for (const std::vector<size_t>& gang : gangs_) {
+    for (size_t t : gang) {
+      if (t < view.tasks.size()) view.tasks[t].running.reset();
+    }
+  }
+  RemainingProblem rp = BuildRemainingProblem(view, options_.switch_cost_s);
+  std::vector<std::vector<int>> gangs;  // problem indices
   planner::Plan fresh;
   if (!rp.problem.tasks.empty()) {
     planner::PlanOptions po;
     po.time_limit_s = options_.solver_time_limit_s;
     po.clock = clock_;
     po.seed = options_.seed;
-    ORRERY_ASSIGN_OR_RETURN(fresh, planner_->Solve(rp.problem, po));
+    if (options_.interleave) {
+      ORRERY_ASSIGN_OR_RETURN(
+          fresh, SolveWithGangs(*planner_, rp.problem, po, options_.interleave_speedup, &gangs));
+    } else {
+      ORRERY_ASSIGN_OR_RETURN(fresh, planner_->Solve(rp.problem, po));
+    }
     d.solved = true;
     d.solver_seconds = fresh.solve_seconds;
     ++solves_;
@@ -252,6 +315,7 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
     if (adopting_gangs || !(fresh.objective < kept.objective * (1 - options_.adopt_gain))) {
       fresh = kept;
       d.new_objective = fresh.objective;
+      gangs.clear();  // list-scheduled one task per GPU
     }
   }
   // To world terms.
@@ -266,6 +330,14 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
   }
   world_plan.makespan += world.now;
   d.stops = RunningStops(world, world_plan, rp.task_index);
+  for (const std::vector<int>& gang : gangs) {
+    std::vector<size_t> members;
+    members.reserve(gang.size());
+    for (int m : gang)
+      members.push_back(static_cast<size_t>(rp.task_index[static_cast<size_t>(m)]));
+    d.gangs.push_back(std::move(members));
+  }
+  gangs_ = d.gangs;
   current_ = world_plan;
   plan_nodes_.clear();
   for (const NodeView& n : world.nodes) plan_nodes_.push_back(n.name);
@@ -336,7 +408,8 @@ std::optional<Trigger> Engine::DetectTrigger(const StepInput& in) const {
 
 std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Plan& plan,
                                          const std::vector<std::string>& plan_nodes,
-                                         const std::vector<StopAction>& stops) {
+                                         const std::vector<StopAction>& stops,
+                                         const std::vector<std::vector<size_t>>& gangs) {
   const WorldView& w = in.world;
   std::map<std::string, size_t> node_of;  // current world index by name
   for (size_t n = 0; n < w.nodes.size(); ++n) node_of[w.nodes[n].name] = n;
@@ -373,10 +446,23 @@ std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Pla
   std::stable_sort(waiting.begin(), waiting.end(), [&](size_t a, size_t b) {
     return plan.assignments[a].start < plan.assignments[b].start;
   });
+  std::map<size_t, size_t> gang_of;  // task -> index into gangs
+  for (size_t g = 0; g < gangs.size(); ++g) {
+    for (size_t t : gangs[g]) gang_of[t] = g;
+  }
+  std::set<size_t> gangs_seen;
   std::vector<LaunchAction> out;
   for (size_t t : waiting) {
     const planner::Assignment& a = plan.assignments[t];
-    LaunchAction l{t, a.config, {}};
+    LaunchAction l{t, a.config, {}, {}};
+    if (auto it = gang_of.find(t); it != gang_of.end()) {
+      // The gang's first waiting member launches the waiting rest with it.
+      if (!gangs_seen.insert(it->second).second) continue;
+      for (size_t m : gangs[it->second]) {
+        if (m != t && std::find(waiting.begin(), waiting.end(), m) != waiting.end())
+          l.interleaved.push_back({m, plan.assignments[m].config, {}, {}});
+      }
+    }
     std::map<size_t, int> need;
     bool valid = !a.gpus.empty();
     for (const planner::GpuSlot& g : a.gpus) {
@@ -398,6 +484,7 @@ std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Pla
     for (const auto& [node, n] : need) free[node] -= n;  // claimed either way
     if (!fits) continue;
     std::sort(l.gpus.begin(), l.gpus.end());
+    for (LaunchAction& m : l.interleaved) m.gpus = l.gpus;
     out.push_back(std::move(l));
     if (budget >= 0) budget -= gpus;
   }
@@ -452,7 +539,7 @@ StepResult Engine::Step(const StepInput& in) {
   };
   if (r.trigger) solve(*r.trigger);
   AddSpecStops(w, &r.stops);
-  if (current_) r.launches = SelectLaunches(in, *current_, plan_nodes_, r.stops);
+  if (current_) r.launches = SelectLaunches(in, *current_, plan_nodes_, r.stops, gangs_);
   // A plan under which nothing runs and nothing can start is stale (made for
   // GPUs that are gone, or under a cap since lifted): plan again, once for
   // this capacity.
@@ -464,7 +551,7 @@ StepResult Engine::Step(const StepInput& in) {
       stale_resolved_at_ = nodes;
       r.trigger = Trigger::kCapacityChanged;
       solve(Trigger::kCapacityChanged);
-      if (current_) r.launches = SelectLaunches(in, *current_, plan_nodes_, r.stops);
+      if (current_) r.launches = SelectLaunches(in, *current_, plan_nodes_, r.stops, gangs_);
     }
   }
   if (options_.introspect && solved_ && any_waiting) {

@@ -28,6 +28,10 @@ struct ReportBar {
   // Actual bars: completed | interrupted | device-lost | rescaled | failed | running.
   // Planned bars: "".
   std::string ended_by;
+  // The interleaved gang it ran (or is planned to run) in, "a+b": one
+  // `orrery-worker gang` process on its device shared with the other members.
+  // Empty: it ran alone.
+  std::string gang = {};
 };
 
 struct ReportLossPoint {
