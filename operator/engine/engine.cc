@@ -225,6 +225,17 @@ bool Engine::UpdateOptions(const EngineOptions& options) {
   return true;
 }
 
+bool Engine::WaitingGangStale(const WorldView& world) const {
+  if (options_.interleave_speedup == gangs_speedup_) return false;
+  for (const std::vector<size_t>& gang : gangs_) {
+    const bool waiting = std::all_of(gang.begin(), gang.end(), [&](size_t t) {
+      return t < world.tasks.size() && !world.tasks[t].running && !world.tasks[t].done;
+    });
+    if (waiting) return true;
+  }
+  return false;
+}
+
 bool Engine::ShouldSolve(Trigger trigger) const {
   if (Forced(trigger) || trigger == Trigger::kSpecChanged || !current_) return true;
   return options_.introspect;
@@ -279,7 +290,7 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
       choice[i] = a.config;
       planned_start[i] = a.start;
     }
-    if (!complete) {
+    if (!complete || WaitingGangStale(world)) {
       adopt = true;
     } else if (!rp.problem.tasks.empty()) {
       std::vector<int> order(choice.size());
@@ -330,6 +341,18 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
   }
   world_plan.makespan += world.now;
   d.stops = RunningStops(world, world_plan, rp.task_index);
+  // A running gang is one process: stopping a member stops them all.
+  for (const std::vector<size_t>& gang : gangs_) {
+    auto stopping = [&](size_t t) {
+      return std::any_of(d.stops.begin(), d.stops.end(),
+                         [&](const StopAction& s) { return s.task == t; });
+    };
+    if (!std::any_of(gang.begin(), gang.end(), stopping)) continue;
+    for (size_t t : gang) {
+      if (t < world.tasks.size() && world.tasks[t].running && !world.tasks[t].done && !stopping(t))
+        d.stops.push_back({t, StopReason::kReplan});
+    }
+  }
   for (const std::vector<int>& gang : gangs) {
     std::vector<size_t> members;
     members.reserve(gang.size());
@@ -338,6 +361,7 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
     d.gangs.push_back(std::move(members));
   }
   gangs_ = d.gangs;
+  gangs_speedup_ = options_.interleave_speedup;
   current_ = world_plan;
   plan_nodes_.clear();
   for (const NodeView& n : world.nodes) plan_nodes_.push_back(n.name);

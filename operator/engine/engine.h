@@ -255,10 +255,16 @@ class Engine {
     double at = 0;
   };
   Snapshot Observe(const StepInput& in) const;
+  // Whether the current plan has a gang not yet started that was timed with
+  // another interleave_speedup than the options' now (a measured one): the
+  // re-timed current plan cannot show that (it runs gangs one task per GPU),
+  // so a solve adopts its plan.
+  bool WaitingGangStale(const WorldView& world) const;
 
   std::optional<planner::Plan> current_;
   std::vector<std::string> plan_nodes_;
   std::vector<std::vector<size_t>> gangs_;
+  double gangs_speedup_ = 0;  // the interleave_speedup gangs_ were timed with
   std::optional<Snapshot> solved_;
   std::optional<Trigger> pending_;  // a StepInput::also not yet solved on
   // The node text at which a stale plan (nothing runs, nothing can start) was

@@ -473,5 +473,40 @@ TEST(EngineStep, AGangThatGainsNothingIsNotPlanned) {
   EXPECT_TRUE(r.launches[0].interleaved.empty());
 }
 
+TEST(EngineStep, AMeasuredSpeedupBelowOneEndsTheGangs) {
+  EngineOptions o = Options();
+  o.interleave = true;
+  Engine engine(o, nullptr);
+  StepInput in = SpilledOnOneGpu(4);
+  StepResult r = engine.Step(in);
+  ASSERT_TRUE(r.decision && r.decision->adopted);
+  ASSERT_EQ(r.decision->gangs.size(), 2u);
+  ASSERT_EQ(r.launches.size(), 1u);
+  ASSERT_EQ(r.launches[0].interleaved.size(), 1u);
+  Apply(in, r);
+  in.world.tasks[r.launches[0].interleaved[0].task].running = {0, r.launches[0].gpus};
+  in.free_gpus = {0};
+  // The running gang measured 0.8x (slower than its members one after the
+  // other): the plan is made again without gangs; the running gang, whose
+  // members now run one after the other, stops as a whole (one process).
+  in.world.now = 30;
+  o.interleave_speedup = 0.8;
+  ASSERT_TRUE(engine.UpdateOptions(o));
+  StepResult next = engine.Step(in);
+  ASSERT_TRUE(next.trigger.has_value());
+  EXPECT_EQ(*next.trigger, Trigger::kSpecChanged);
+  ASSERT_TRUE(next.decision && next.decision->adopted) << next.decision->reason;
+  EXPECT_TRUE(next.decision->gangs.empty());
+  std::set<size_t> stopped;
+  for (const StopAction& s : next.stops) stopped.insert(s.task);
+  EXPECT_EQ(stopped, std::set<size_t>({r.launches[0].task, r.launches[0].interleaved[0].task}));
+  EXPECT_TRUE(engine.gangs().empty());
+  // The same speedup again changes nothing.
+  in.world.now = 40;
+  EXPECT_FALSE(engine.UpdateOptions(o));
+  StepResult same = engine.Step(in);
+  EXPECT_FALSE(same.decision && same.decision->adopted);
+}
+
 }  // namespace
 }  // namespace orrery::engine
