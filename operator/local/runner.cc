@@ -749,7 +749,8 @@ std::string Runner::TaskConfigText(const TaskRun& t) const {
   if (!t.gang || t.gang->config < 0) return "";
   const planner::Config& c = t.configs[static_cast<size_t>(t.gang->config)];
   return ConfigText(c.template_name, c.gpus, c.batch_size, t.batch) +
-         (c.recompute == "unit" ? " recomputing" : "");
+         (c.recompute == "unit" ? " recomputing" : "") +
+         (t.gang->interleaved >= 0 ? " in gang " + igangs_.at(t.gang->interleaved).name : "");
 }
 
 engine::LaunchConfig Runner::LaunchConfigFor(const TaskRun& task, int config) const {
