@@ -1102,9 +1102,13 @@ void Runner::ReapInterleaved(int id) {
   }
   ReadInterleaved(id);
   const int code = ig.process.WaitOrKill(30);
-  // A member not completed by a gang that exited cleanly was stopped (its
-  // "done" says preempted) or failed alone (the gang exits non-zero then).
-  for (size_t m : ig.members) Ended(m, code);
+  // The process's exit status is the gang's; each member's own is its "done"
+  // line's: preempted (stopped with a checkpoint) is clean, anything else
+  // (failed, or no "done" at all) is a failure of that member.
+  for (size_t m : ig.members) {
+    const std::string& status = tasks_[m].done_status;
+    Ended(m, status == "completed" || status == "preempted" ? 0 : std::max(code, 1));
+  }
   igangs_.erase(id);
 }
 
