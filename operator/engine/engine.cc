@@ -111,6 +111,47 @@ int SpillConfig(const planner::Task& task, const std::string& gpu_type) {
   return best;
 }
 
+// `world` with the running members of `gangs` as waiting tasks: the planners
+// model one task per GPU, so a running gang's members are planned afresh; a
+// plan that keeps a member where it runs, from now, keeps it running
+// (RunningStops), one that moves it stops its gang (StopWholeGangs).
+WorldView GangsAsWaiting(const WorldView& world, const std::vector<std::vector<size_t>>& gangs) {
+  WorldView view = world;
+  for (const std::vector<size_t>& gang : gangs) {
+    for (size_t t : gang) {
+      if (t < view.tasks.size()) view.tasks[t].running.reset();
+    }
+  }
+  return view;
+}
+
+// Gangs of problem indices as world task indices.
+std::vector<std::vector<size_t>> GangsInWorld(const std::vector<std::vector<int>>& gangs,
+                                              const std::vector<int>& task_index) {
+  std::vector<std::vector<size_t>> out;
+  for (const std::vector<int>& gang : gangs) {
+    std::vector<size_t>& members = out.emplace_back();
+    for (int m : gang) members.push_back(static_cast<size_t>(task_index[static_cast<size_t>(m)]));
+  }
+  return out;
+}
+
+// A running gang is one process: stopping a member stops them all.
+void StopWholeGangs(const WorldView& world, const std::vector<std::vector<size_t>>& gangs,
+                    std::vector<StopAction>* stops) {
+  auto stopping = [&](size_t t) {
+    return std::any_of(stops->begin(), stops->end(),
+                       [&](const StopAction& s) { return s.task == t; });
+  };
+  for (const std::vector<size_t>& gang : gangs) {
+    if (!std::any_of(gang.begin(), gang.end(), stopping)) continue;
+    for (size_t t : gang) {
+      if (t < world.tasks.size() && world.tasks[t].running && !world.tasks[t].done && !stopping(t))
+        stops->push_back({t, StopReason::kReplan});
+    }
+  }
+}
+
 }  // namespace
 
 StatusOr<planner::Plan> SolveWithGangs(planner::Planner& planner, const planner::Problem& problem,
@@ -247,17 +288,8 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
     d.reason = std::string("no re-plan on ") + TriggerName(trigger);
     return d;
   }
-  // A running interleaved gang's members are planned afresh, as waiting
-  // tasks (the planner models one task per GPU): a plan that keeps a member
-  // where it runs, from now, keeps it running (RunningStops); one that moves
-  // it stops its gang.
-  WorldView view = world;
-  for (const std::vector<size_t>& gang : gangs_) {
-    for (size_t t : gang) {
-      if (t < view.tasks.size()) view.tasks[t].running.reset();
-    }
-  }
-  RemainingProblem rp = BuildRemainingProblem(view, options_.switch_cost_s);
+  RemainingProblem rp =
+      BuildRemainingProblem(GangsAsWaiting(world, gangs_), options_.switch_cost_s);
   std::vector<std::vector<int>> gangs;  // problem indices
   planner::Plan fresh;
   if (!rp.problem.tasks.empty()) {
@@ -341,25 +373,8 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
   }
   world_plan.makespan += world.now;
   d.stops = RunningStops(world, world_plan, rp.task_index);
-  // A running gang is one process: stopping a member stops them all.
-  for (const std::vector<size_t>& gang : gangs_) {
-    auto stopping = [&](size_t t) {
-      return std::any_of(d.stops.begin(), d.stops.end(),
-                         [&](const StopAction& s) { return s.task == t; });
-    };
-    if (!std::any_of(gang.begin(), gang.end(), stopping)) continue;
-    for (size_t t : gang) {
-      if (t < world.tasks.size() && world.tasks[t].running && !world.tasks[t].done && !stopping(t))
-        d.stops.push_back({t, StopReason::kReplan});
-    }
-  }
-  for (const std::vector<int>& gang : gangs) {
-    std::vector<size_t> members;
-    members.reserve(gang.size());
-    for (int m : gang)
-      members.push_back(static_cast<size_t>(rp.task_index[static_cast<size_t>(m)]));
-    d.gangs.push_back(std::move(members));
-  }
+  StopWholeGangs(world, gangs_, &d.stops);
+  d.gangs = GangsInWorld(gangs, rp.task_index);
   gangs_ = d.gangs;
   gangs_speedup_ = options_.interleave_speedup;
   current_ = world_plan;
