@@ -97,7 +97,94 @@ std::vector<StopAction> RunningStops(const WorldView& world, const planner::Plan
   return stops;
 }
 
+// The index of `task`'s fastest one-GPU spill configuration of `gpu_type`
+// (any type when empty), the one the gang's time assumed; -1 when it has none.
+int SpillConfig(const planner::Task& task, const std::string& gpu_type) {
+  int best = -1;
+  for (size_t c = 0; c < task.configs.size(); ++c) {
+    const planner::Config& cfg = task.configs[c];
+    if (cfg.template_name != "spill" || cfg.gpus != 1) continue;
+    if (!gpu_type.empty() && !cfg.gpu_type.empty() && cfg.gpu_type != gpu_type) continue;
+    if (best < 0 || cfg.throughput > task.configs[static_cast<size_t>(best)].throughput)
+      best = static_cast<int>(c);
+  }
+  return best;
+}
+
+// `world` with the running members of `gangs` as waiting tasks: the planners
+// model one task per GPU, so a running gang's members are planned afresh; a
+// plan that keeps a member where it runs, from now, keeps it running
+// (RunningStops), one that moves it stops its gang (StopWholeGangs).
+WorldView GangsAsWaiting(const WorldView& world, const std::vector<std::vector<size_t>>& gangs) {
+  WorldView view = world;
+  for (const std::vector<size_t>& gang : gangs) {
+    for (size_t t : gang) {
+      if (t < view.tasks.size()) view.tasks[t].running.reset();
+    }
+  }
+  return view;
+}
+
+// Gangs of problem indices as world task indices.
+std::vector<std::vector<size_t>> GangsInWorld(const std::vector<std::vector<int>>& gangs,
+                                              const std::vector<int>& task_index) {
+  std::vector<std::vector<size_t>> out;
+  for (const std::vector<int>& gang : gangs) {
+    std::vector<size_t>& members = out.emplace_back();
+    for (int m : gang) members.push_back(static_cast<size_t>(task_index[static_cast<size_t>(m)]));
+  }
+  return out;
+}
+
+// A running gang is one process: stopping a member stops them all.
+void StopWholeGangs(const WorldView& world, const std::vector<std::vector<size_t>>& gangs,
+                    std::vector<StopAction>* stops) {
+  auto stopping = [&](size_t t) {
+    return std::any_of(stops->begin(), stops->end(),
+                       [&](const StopAction& s) { return s.task == t; });
+  };
+  for (const std::vector<size_t>& gang : gangs) {
+    if (!std::any_of(gang.begin(), gang.end(), stopping)) continue;
+    for (size_t t : gang) {
+      if (t < world.tasks.size() && world.tasks[t].running && !world.tasks[t].done && !stopping(t))
+        stops->push_back({t, StopReason::kReplan});
+    }
+  }
+}
+
 }  // namespace
+
+StatusOr<planner::Plan> SolveWithGangs(planner::Planner& planner, const planner::Problem& problem,
+                                       const planner::PlanOptions& options, double speedup,
+                                       std::vector<std::vector<int>>* gangs) {
+  planner::InterleaveOptions io;
+  io.speedup = speedup;
+  ORRERY_ASSIGN_OR_RETURN(planner::InterleavedPlan ip,
+                          planner::SolveInterleaved(planner, problem, options, io));
+  gangs->clear();
+  if (!ip.interleaved()) return ip.plan;
+  // Each member takes its gang's assignment, at its own spill configuration.
+  planner::Plan out = ip.plan;
+  out.assignments.assign(problem.tasks.size(), planner::Assignment{});
+  for (size_t g = 0; g < ip.ganged.members.size(); ++g) {
+    const std::vector<int>& members = ip.ganged.members[g];
+    const planner::Assignment& a = ip.plan.assignments[g];
+    if (members.size() == 1) {
+      out.assignments[static_cast<size_t>(members[0])] = a;
+      continue;
+    }
+    const planner::Task& gang = ip.ganged.problem.tasks[g];
+    const std::string type =
+        a.config >= 0 ? gang.configs[static_cast<size_t>(a.config)].gpu_type : std::string();
+    for (int m : members) {
+      planner::Assignment ma = a;
+      ma.config = a.config >= 0 ? SpillConfig(problem.tasks[static_cast<size_t>(m)], type) : -1;
+      out.assignments[static_cast<size_t>(m)] = ma;
+    }
+    gangs->push_back(members);
+  }
+  return out;
+}
 
 const char* StopReasonName(StopReason reason) {
   switch (reason) {
@@ -160,6 +247,7 @@ Engine::Engine(EngineOptions options, const Clock* clock)
 void Engine::Forget() {
   current_.reset();
   plan_nodes_.clear();
+  gangs_.clear();
   solved_.reset();
   pending_.reset();
   stale_resolved_at_.clear();
@@ -178,6 +266,17 @@ bool Engine::UpdateOptions(const EngineOptions& options) {
   return true;
 }
 
+bool Engine::WaitingGangStale(const WorldView& world) const {
+  if (options_.interleave_speedup == gangs_speedup_) return false;
+  for (const std::vector<size_t>& gang : gangs_) {
+    const bool waiting = std::all_of(gang.begin(), gang.end(), [&](size_t t) {
+      return t < world.tasks.size() && !world.tasks[t].running && !world.tasks[t].done;
+    });
+    if (waiting) return true;
+  }
+  return false;
+}
+
 bool Engine::ShouldSolve(Trigger trigger) const {
   if (Forced(trigger) || trigger == Trigger::kSpecChanged || !current_) return true;
   return options_.introspect;
@@ -189,7 +288,9 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
     d.reason = std::string("no re-plan on ") + TriggerName(trigger);
     return d;
   }
-  RemainingProblem rp = BuildRemainingProblem(world, options_.switch_cost_s);
+  RemainingProblem rp =
+      BuildRemainingProblem(GangsAsWaiting(world, gangs_), options_.switch_cost_s);
+  std::vector<std::vector<int>> gangs;  // problem indices
   planner::Plan fresh;
   d.trigger = trigger;
   if (!rp.problem.tasks.empty()) {
@@ -208,7 +309,12 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
       d.warm = true;
       d.kept_running = po.keep_running;
     }
-    ORRERY_ASSIGN_OR_RETURN(fresh, planner_->Solve(rp.problem, po));
+    if (options_.interleave) {
+      ORRERY_ASSIGN_OR_RETURN(
+          fresh, SolveWithGangs(*planner_, rp.problem, po, options_.interleave_speedup, &gangs));
+    } else {
+      ORRERY_ASSIGN_OR_RETURN(fresh, planner_->Solve(rp.problem, po));
+    }
     d.solved = true;
     d.solver_seconds = fresh.solve_seconds;
     d.gap = fresh.gap;
@@ -231,7 +337,7 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
       choice[i] = a.config;
       planned_start[i] = a.start;
     }
-    if (!complete) {
+    if (!complete || WaitingGangStale(world)) {
       adopt = true;
     } else if (!rp.problem.tasks.empty()) {
       std::vector<int> order(choice.size());
@@ -267,6 +373,7 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
     if (adopting_gangs || !(fresh.objective < kept.objective * (1 - options_.adopt_gain))) {
       fresh = kept;
       d.new_objective = fresh.objective;
+      gangs.clear();  // list-scheduled one task per GPU
     }
   }
   // To world terms.
@@ -281,6 +388,10 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
   }
   world_plan.makespan += world.now;
   d.stops = RunningStops(world, world_plan, rp.task_index);
+  StopWholeGangs(world, gangs_, &d.stops);
+  d.gangs = GangsInWorld(gangs, rp.task_index);
+  gangs_ = d.gangs;
+  gangs_speedup_ = options_.interleave_speedup;
   current_ = world_plan;
   plan_nodes_.clear();
   for (const NodeView& n : world.nodes) plan_nodes_.push_back(n.name);
@@ -351,7 +462,8 @@ std::optional<Trigger> Engine::DetectTrigger(const StepInput& in) const {
 
 std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Plan& plan,
                                          const std::vector<std::string>& plan_nodes,
-                                         const std::vector<StopAction>& stops) {
+                                         const std::vector<StopAction>& stops,
+                                         const std::vector<std::vector<size_t>>& gangs) {
   const WorldView& w = in.world;
   std::map<std::string, size_t> node_of;  // current world index by name
   for (size_t n = 0; n < w.nodes.size(); ++n) node_of[w.nodes[n].name] = n;
@@ -388,10 +500,23 @@ std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Pla
   std::stable_sort(waiting.begin(), waiting.end(), [&](size_t a, size_t b) {
     return plan.assignments[a].start < plan.assignments[b].start;
   });
+  std::map<size_t, size_t> gang_of;  // task -> index into gangs
+  for (size_t g = 0; g < gangs.size(); ++g) {
+    for (size_t t : gangs[g]) gang_of[t] = g;
+  }
+  std::set<size_t> gangs_seen;
   std::vector<LaunchAction> out;
   for (size_t t : waiting) {
     const planner::Assignment& a = plan.assignments[t];
-    LaunchAction l{t, a.config, {}};
+    LaunchAction l{t, a.config, {}, {}};
+    if (auto it = gang_of.find(t); it != gang_of.end()) {
+      // The gang's first waiting member launches the waiting rest with it.
+      if (!gangs_seen.insert(it->second).second) continue;
+      for (size_t m : gangs[it->second]) {
+        if (m != t && std::find(waiting.begin(), waiting.end(), m) != waiting.end())
+          l.interleaved.push_back({m, plan.assignments[m].config, {}, {}});
+      }
+    }
     std::map<size_t, int> need;
     bool valid = !a.gpus.empty();
     for (const planner::GpuSlot& g : a.gpus) {
@@ -413,6 +538,7 @@ std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Pla
     for (const auto& [node, n] : need) free[node] -= n;  // claimed either way
     if (!fits) continue;
     std::sort(l.gpus.begin(), l.gpus.end());
+    for (LaunchAction& m : l.interleaved) m.gpus = l.gpus;
     out.push_back(std::move(l));
     if (budget >= 0) budget -= gpus;
   }
@@ -481,7 +607,7 @@ StepResult Engine::Step(const StepInput& in) {
   }
   if (r.trigger) solve(*r.trigger);
   AddSpecStops(w, &r.stops);
-  if (current_) r.launches = SelectLaunches(in, *current_, plan_nodes_, r.stops);
+  if (current_) r.launches = SelectLaunches(in, *current_, plan_nodes_, r.stops, gangs_);
   // A plan under which nothing runs and nothing can start is stale (made for
   // GPUs that are gone, or under a cap since lifted): plan again, once for
   // this capacity.
@@ -493,7 +619,7 @@ StepResult Engine::Step(const StepInput& in) {
       stale_resolved_at_ = nodes;
       r.trigger = Trigger::kCapacityChanged;
       solve(Trigger::kCapacityChanged);
-      if (current_) r.launches = SelectLaunches(in, *current_, plan_nodes_, r.stops);
+      if (current_) r.launches = SelectLaunches(in, *current_, plan_nodes_, r.stops, gangs_);
     }
   }
   if (options_.introspect && solved_ && any_waiting) {

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "operator/engine/journal.h"
+#include "operator/planner/interleave.h"
 #include "operator/planner/planner.h"
 #include "operator/planner/problem.h"
 
@@ -41,6 +42,12 @@ struct EngineOptions {
   // re-plans only what waits: running gangs keep their configuration and GPUs.
   bool warm_start = false;
   int seed = 1;
+  // Offer interleaved gangs of spilled tasks (planner/interleave.h): tasks that
+  // fit only spilled may share one GPU in one `orrery-worker gang` process,
+  // where that lowers the objective. `interleave_speedup` is the gang's speed
+  // over its members one after the other (measured by a world that ran one).
+  bool interleave = false;
+  double interleave_speedup = planner::kInterleaveSpeedup;
   bool operator==(const EngineOptions&) const = default;
 };
 
@@ -130,6 +137,10 @@ struct Decision {
   double current_objective = 0;  // the current plan re-timed, when there is one
   double new_objective = 0;
   planner::Plan plan;  // the adopted plan (absolute), when adopted
+  // The adopted plan's interleaved gangs (world task indices): each member's
+  // assignment is the gang's (same GPUs and times), its config its one-GPU
+  // spill configuration; the world runs them in one gang process.
+  std::vector<std::vector<size_t>> gangs;
   // The running tasks the adopted plan stops now: another configuration,
   // other GPUs, or a later start. Every world stops exactly these (and no
   // other running task) when it applies the plan.
@@ -172,6 +183,10 @@ struct LaunchAction {
   // One slot per rank, nodes as world indices of this step's view (the plan's
   // GPU indices; a world may give a rank any free GPU of that node).
   std::vector<planner::GpuSlot> gpus;
+  // An interleaved gang of the plan launching as one process: its other
+  // waiting members, each at its own config, sharing `gpus`. Empty: `task`
+  // runs alone.
+  std::vector<LaunchAction> interleaved;
 };
 
 struct StepResult {
@@ -196,9 +211,13 @@ struct StepResult {
 // for; the first task over the launch budget stops the launches, so later
 // tasks never overtake it on the quota. A task planned on a node that is gone
 // waits for the next plan.
+// Members of one of `gangs` (the plan's interleaved gangs) launch together as
+// one action on the first waiting member's GPUs; a gang with one member
+// waiting launches it alone.
 std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Plan& plan,
                                          const std::vector<std::string>& plan_nodes,
-                                         const std::vector<StopAction>& stops);
+                                         const std::vector<StopAction>& stops,
+                                         const std::vector<std::vector<size_t>>& gangs = {});
 
 class Engine {
  public:
@@ -235,6 +254,8 @@ class Engine {
   const std::optional<planner::Plan>& current_plan() const { return current_; }
   // Names of the nodes the current plan's node indices refer to.
   const std::vector<std::string>& plan_nodes() const { return plan_nodes_; }
+  // The current plan's interleaved gangs (Decision::gangs).
+  const std::vector<std::vector<size_t>>& gangs() const { return gangs_; }
   int solves() const { return solves_; }
   int adoptions() const { return adoptions_; }
   const EngineOptions& options() const { return options_; }
@@ -256,9 +277,16 @@ class Engine {
     double at = 0;
   };
   Snapshot Observe(const StepInput& in) const;
+  // Whether the current plan has a gang not yet started that was timed with
+  // another interleave_speedup than the options' now (a measured one): the
+  // re-timed current plan cannot show that (it runs gangs one task per GPU),
+  // so a solve adopts its plan.
+  bool WaitingGangStale(const WorldView& world) const;
 
   std::optional<planner::Plan> current_;
   std::vector<std::string> plan_nodes_;
+  std::vector<std::vector<size_t>> gangs_;
+  double gangs_speedup_ = 0;  // the interleave_speedup gangs_ were timed with
   std::optional<Snapshot> solved_;
   std::optional<Trigger> pending_;  // a StepInput::also not yet solved on
   // The node text at which a stale plan (nothing runs, nothing can start) was
@@ -268,6 +296,14 @@ class Engine {
   int adoptions_ = 0;
   ActionJournal journal_;
 };
+
+// `planner.Solve` and, where planner::SolveInterleaved finds it better, the
+// plan with interleaved gangs of spilled tasks, each member given its gang's
+// assignment at its own one-GPU spill configuration; `gangs`: the gangs'
+// members (problem indices), empty when the plan has none.
+StatusOr<planner::Plan> SolveWithGangs(planner::Planner& planner, const planner::Problem& problem,
+                                       const planner::PlanOptions& options, double speedup,
+                                       std::vector<std::vector<int>>* gangs);
 
 // The planner's problem for what remains: live nodes only (renumbered), arrived
 // unfinished tasks with their remaining work, speeds scaled by measured factors,

@@ -32,11 +32,22 @@ void ActionJournal::Issued(const StepResult& result, const WorldView& world) {
         {steps_, world.now, trigger, "stop", name(s.task), StopReasonName(s.reason)});
     owed_stop_.insert(name(s.task));
   }
-  for (const LaunchAction& l : result.launches) {
+  auto launch = [&](const LaunchAction& l, const std::string& gang) {
     const std::string detail =
-        l.task < world.tasks.size() ? ConfigText(world.tasks[l.task], l.config) : "?";
+        (l.task < world.tasks.size() ? ConfigText(world.tasks[l.task], l.config) : "?") + gang;
     entries_.push_back({steps_, world.now, trigger, "launch", name(l.task), detail});
     owed_launch_[name(l.task)] = l.config;
+  };
+  for (const LaunchAction& l : result.launches) {
+    // An interleaved gang: each member journaled, naming the gang.
+    std::string gang;
+    if (!l.interleaved.empty()) {
+      gang = " interleaved ";
+      gang += name(l.task);
+      for (const LaunchAction& m : l.interleaved) gang += "+" + name(m.task);
+    }
+    launch(l, gang);
+    for (const LaunchAction& m : l.interleaved) launch(m, gang);
   }
 }
 

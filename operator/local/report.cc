@@ -399,18 +399,33 @@ void GanttPanel(Page& p, const std::vector<ReportBar>& bars, const char* kind, c
           Duration(b.start_s) + " → " + Duration(b.end_s) + " (" + Duration(b.end_s - b.start_s) +
               ")",
           b.template_name, std::to_string(b.gpus) + " GPU, batch " + std::to_string(b.batch_size),
-          b.ended_by.empty() ? std::string() : "ended by " + b.ended_by}) {
+          b.ended_by.empty() ? std::string() : "ended by " + b.ended_by,
+          b.gang.empty() ? std::string() : "interleaved gang " + b.gang}) {
       if (line.empty()) continue;
       tip += '\n';
       tip += line;
     }
+    // A gang's members share their lanes: each draws its own band of them.
+    size_t band = 0, bands = 1;
+    if (!b.gang.empty()) {
+      std::vector<std::string> members;
+      std::stringstream names(b.gang);
+      for (std::string m; std::getline(names, m, '+');) members.push_back(m);
+      auto it = std::find(members.begin(), members.end(), b.task);
+      if (it != members.end()) {
+        band = static_cast<size_t>(it - members.begin());
+        bands = members.size();
+      }
+    }
     for (size_t i = 0; i < runs.size(); ++i) {
-      const double y = top + runs[i].first * kLane + kPad;
-      const double h = (runs[i].second - runs[i].first + 1) * kLane - 2 * kPad;
+      const double h =
+          ((runs[i].second - runs[i].first + 1) * kLane - 2 * kPad) / static_cast<double>(bands);
+      const double y = top + runs[i].first * kLane + kPad + static_cast<double>(band) * h;
       p << "<rect class=\"" << (i == 0 ? "bar " : "bar-part ") << kind << "\" data-task=\""
-        << Escape(b.task) << "\" data-ended-by=\"" << Escape(b.ended_by) << "\" x=\"" << Px(x0)
-        << "\" y=\"" << Px(y) << "\" width=\"" << Px(w) << "\" height=\"" << Px(h)
-        << "\" rx=\"3\" fill=\"" << fill << "\"><title>" << Escape(tip) << "</title></rect>";
+        << Escape(b.task) << "\" data-ended-by=\"" << Escape(b.ended_by) << "\" data-gang=\""
+        << Escape(b.gang) << "\" x=\"" << Px(x0) << "\" y=\"" << Px(y) << "\" width=\"" << Px(w)
+        << "\" height=\"" << Px(h) << "\" rx=\"3\" fill=\"" << fill << "\"><title>" << Escape(tip)
+        << "</title></rect>";
       if (*st.hatch) {
         p << "<rect x=\"" << Px(x0) << "\" y=\"" << Px(y) << "\" width=\"" << Px(w)
           << "\" height=\"" << Px(h) << "\" rx=\"3\" fill=\"url(#" << st.hatch
@@ -881,7 +896,8 @@ json BarFields(const ReportBar& b) {
           {"template", b.template_name},
           {"gpus", b.gpus},
           {"batch_size", b.batch_size},
-          {"ended_by", b.ended_by}};
+          {"ended_by", b.ended_by},
+          {"gang", b.gang}};
 }
 
 json BarJson(const ReportBar& b) {
@@ -900,7 +916,9 @@ Status ReadBar(const Reader& r, ReportBar* b) {
   ORRERY_RETURN_IF_ERROR(r.Get("batch_size", &b->batch_size));
   // Absent for untyped devices and in reports from before GPU types.
   if (r.Has("gpu_type")) ORRERY_RETURN_IF_ERROR(r.Get("gpu_type", &b->gpu_type));
-  return r.Get("ended_by", &b->ended_by);
+  ORRERY_RETURN_IF_ERROR(r.Get("ended_by", &b->ended_by));
+  // Reports written before interleaved gangs have no "gang".
+  return r.Has("gang") ? r.Get("gang", &b->gang) : OkStatus();
 }
 
 Status ReadLoss(const Reader& r, ReportLossPoint* l) {

@@ -29,6 +29,10 @@ struct ReportBar {
   // Planned bars: "".
   std::string ended_by;
   std::string gpu_type = {};  // its devices' GPU type; "" = untyped devices
+  // The interleaved gang it ran (or is planned to run) in, "a+b": one
+  // `orrery-worker gang` process on its device shared with the other members.
+  // Empty: it ran alone.
+  std::string gang = {};
 };
 
 struct ReportLossPoint {

@@ -24,6 +24,7 @@
 #include "operator/api/codec.h"
 #include "operator/api/defaults.h"
 #include "operator/engine/engine.h"
+#include "operator/engine/gang_command.h"
 #include "operator/engine/job_options.h"
 #include "operator/engine/profile_configs.h"
 #include "operator/engine/worker_command.h"
@@ -43,6 +44,10 @@ constexpr int kMaxFailures = 3;           // unexpected exits before a task is f
 constexpr double kStopGraceS = 120;       // a gang asked to stop must checkpoint by then
 constexpr double kProfileTimeoutS = 900;  // one profiling run
 constexpr double kGpuMemoryGib = 1e6;     // local devices: memory is not modelled
+// The device memory an interleaved gang's members share: the worker's own
+// spill budget for one task (worker/parallel/strategy.h), memory not being
+// modelled locally.
+constexpr int64_t kGangSpillBudgetBytes = int64_t{64} << 20;
 
 std::string Rfc3339Now() { return Rfc3339Utc(std::time(nullptr)); }
 
@@ -104,6 +109,23 @@ struct Gang {
   std::string layout;  // from its "start" line: what its saves are written in
   bool drift_reported = false;
   std::string log_prefix;
+  // The interleaved gang (Runner::igangs_) whose one process runs it; -1: its
+  // own ranks.
+  int interleaved = -1;
+};
+
+// One `orrery-worker gang` process running several tasks interleaved on one
+// device: its progress lines name their task; each member's Gang (ranks
+// empty) keeps its own steps, checkpoints and stop.
+struct InterleavedGang {
+  Process process;
+  std::vector<size_t> members;  // still in it (a finished member leaves)
+  std::string name;             // "a+b", every member's
+  std::string log_prefix;
+  std::string stop_reason;
+  double stop_requested = 0;
+  double started = 0;
+  bool speedup_reported = false;
 };
 
 struct TaskRun {
@@ -187,7 +209,25 @@ class Runner {
   // free device (the local node's devices are alike).
   std::vector<int> DevicesFor(const engine::LaunchAction& launch, std::set<int>& busy) const;
   Status Launch(size_t t, int config, const std::vector<int>& devices);
+  // The worker settings of task t's launch in `config`.
+  engine::LaunchConfig LaunchConfigFor(const TaskRun& task, int config) const;
+  // Task t's Gang for a launch in `config` on `devices` (no processes yet).
+  Gang NewGang(TaskRun& task, int config, const std::vector<int>& devices,
+               const engine::LaunchConfig& lc);
+  void Started(size_t t, const planner::Config& c);
+  // An interleaved gang of the plan (LaunchAction::interleaved): one
+  // `orrery-worker gang` process for its members on `devices`.
+  Status LaunchInterleaved(const engine::LaunchAction& l, const std::vector<int>& devices);
+  void ReadInterleaved(int id);
+  void ReapInterleaved(int id);
+  // The gang's measured speed over its members one after the other (their
+  // speeds in it over their profiled alone speeds, summed): the engine plans
+  // the next gangs with it.
+  void MeasureInterleaved(int id);
   void ReadProgress(size_t t);
+  void OnLine(size_t t, const Json& j);
+  // Task t's gang ended with exit `code`: its bar, and completed, stopped or failed.
+  void Ended(size_t t, int code);
   // ReadProgress's handling of one progress line of each kind.
   void OnStart(size_t t, const Json& j);
   void OnProgress(size_t t, const Json& j);
@@ -232,6 +272,8 @@ class Runner {
   int launch_counter_ = 0;
   double last_report_write_ = -1e9;
   int profile_max_gpus_ = 0;  // the GPUs profiles were taken for
+  std::map<int, InterleavedGang> igangs_;
+  int next_igang_ = 0;
 };
 
 Status Runner::Prepare() {
@@ -663,6 +705,21 @@ void Runner::Step() {
   for (const engine::LaunchAction& l : r.launches) {
     std::vector<int> devices = DevicesFor(l, busy);
     if (devices.size() != l.gpus.size()) continue;  // the engine counted the same devices
+    if (!l.interleaved.empty()) {
+      Status s = LaunchInterleaved(l, devices);
+      std::vector<const engine::LaunchAction*> all = {&l};
+      for (const engine::LaunchAction& m : l.interleaved) all.push_back(&m);
+      for (const engine::LaunchAction* a : all) {
+        if (s.ok()) {
+          engine_->journal().Launched(tasks_[a->task].spec.name, a->config);
+          continue;
+        }
+        Event("launch " + tasks_[a->task].spec.name + " failed: " + s.ToString());
+        tasks_[a->task].failed = true;
+        report_.tasks[a->task].state = "failed";
+      }
+      continue;
+    }
     Status s = Launch(l.task, l.config, devices);
     if (!s.ok()) {
       Event("launch " + tasks_[l.task].spec.name + " failed: " + s.ToString());
@@ -742,6 +799,13 @@ void Runner::ApplyPlan(const engine::Decision& d, engine::Trigger trigger) {
     bar.template_name = c.template_name;
     bar.gpus = c.gpus;
     bar.batch_size = c.batch_size;
+    for (const std::vector<size_t>& gang : d.gangs) {
+      if (std::find(gang.begin(), gang.end(), t) == gang.end()) continue;
+      std::vector<std::string> names;
+      names.reserve(gang.size());
+      for (size_t m : gang) names.push_back(tasks_[m].spec.name);
+      bar.gang = planner::GangName(names);
+    }
     report_.planned.push_back(bar);
     report_.tasks[t].template_name = c.template_name;
     report_.tasks[t].gpus = c.gpus;
@@ -754,11 +818,11 @@ std::string Runner::TaskConfigText(const TaskRun& t) const {
   if (!t.gang || t.gang->config < 0) return "";
   const planner::Config& c = t.configs[static_cast<size_t>(t.gang->config)];
   return ConfigText(c.template_name, c.gpus, c.batch_size, t.batch) +
-         (c.recompute == "unit" ? " recomputing" : "");
+         (c.recompute == "unit" ? " recomputing" : "") +
+         (t.gang->interleaved >= 0 ? " in gang " + igangs_.at(t.gang->interleaved).name : "");
 }
 
-Status Runner::Launch(size_t t, int config, const std::vector<int>& devices) {
-  TaskRun& task = tasks_[t];
+engine::LaunchConfig Runner::LaunchConfigFor(const TaskRun& task, int config) const {
   const planner::Config& c = task.configs[static_cast<size_t>(config)];
   const api::ModelSelectionJobSpec& spec = job_.job.spec;
   engine::LaunchConfig lc;
@@ -783,21 +847,47 @@ Status Runner::Launch(size_t t, int config, const std::vector<int>& devices) {
     lc.steps = engine::StepsForBudget(task.sample_budget, task.checkpoint_step,
                                       SamplesAtStep(task, task.checkpoint_step), batch);
   }
-  std::vector<std::string> argv = {opt_.worker, "train"};
-  for (auto& f : engine::TrainFlags(task.spec, lc)) argv.push_back(f);
+  return lc;
+}
+
+Gang Runner::NewGang(TaskRun& task, int config, const std::vector<int>& devices,
+                     const engine::LaunchConfig& lc) {
+  const planner::Config& c = task.configs[static_cast<size_t>(config)];
   Gang g;
   g.devices = devices;
   g.config = config;
   g.started = Now();
-  g.batch = batch;
+  g.batch = c.batch_size > 0 ? c.batch_size : task.batch;
   g.start_step = task.checkpoint_step;
   g.start_samples = SamplesAtStep(task, task.checkpoint_step);
   g.steps_from_budget = lc.steps > 0;
   g.launch = ++task.launches;
+  g.log_prefix = opt_.workdir + "/logs/" + task.spec.name + "." + std::to_string(g.launch);
+  return g;
+}
+
+void Runner::Started(size_t t, const planner::Config& c) {
+  tasks_[t].done_status.clear();
+  report_.tasks[t].state = "running";
+  report_.tasks[t].template_name = c.template_name;
+  report_.tasks[t].gpus = c.gpus;
+  report_.tasks[t].batch_size = c.batch_size;
+  if (!launched_any_) {
+    launched_any_ = true;
+    launch_time_ = Elapsed();
+  }
+}
+
+Status Runner::Launch(size_t t, int config, const std::vector<int>& devices) {
+  TaskRun& task = tasks_[t];
+  const planner::Config& c = task.configs[static_cast<size_t>(config)];
+  const engine::LaunchConfig lc = LaunchConfigFor(task, config);
+  std::vector<std::string> argv = {opt_.worker, "train"};
+  for (auto& f : engine::TrainFlags(task.spec, lc)) argv.push_back(f);
+  Gang g = NewGang(task, config, devices, lc);
   std::string store = opt_.workdir + "/rdv/" + task.spec.name + "-" + std::to_string(g.launch);
   std::error_code ec;
   fs::remove_all(store, ec);
-  g.log_prefix = opt_.workdir + "/logs/" + task.spec.name + "." + std::to_string(g.launch);
   for (int r = 0; r < c.gpus; ++r) {
     ORRERY_ASSIGN_OR_RETURN(
         Process p,
@@ -812,54 +902,93 @@ Status Runner::Launch(size_t t, int config, const std::vector<int>& devices) {
         ConfigText(c.template_name, c.gpus, c.batch_size, task.batch) + " on " + opt_.devices.kind +
         ":" + where + (task.step > 0 ? " from step " + std::to_string(task.step) : ""));
   task.gang = std::move(g);
-  task.done_status.clear();
-  report_.tasks[t].state = "running";
-  report_.tasks[t].template_name = c.template_name;
-  report_.tasks[t].gpus = c.gpus;
-  report_.tasks[t].batch_size = c.batch_size;
-  if (!launched_any_) {
-    launched_any_ = true;
-    launch_time_ = Elapsed();
+  Started(t, c);
+  return OkStatus();
+}
+
+Status Runner::LaunchInterleaved(const engine::LaunchAction& l, const std::vector<int>& devices) {
+  std::vector<const engine::LaunchAction*> actions = {&l};
+  for (const engine::LaunchAction& m : l.interleaved) actions.push_back(&m);
+  std::vector<engine::GangMember> members;
+  std::vector<engine::LaunchConfig> configs;
+  std::vector<std::string> names;
+  for (const engine::LaunchAction* a : actions) {
+    configs.push_back(LaunchConfigFor(tasks_[a->task], a->config));
+    names.push_back(tasks_[a->task].spec.name);
   }
+  for (size_t i = 0; i < actions.size(); ++i)
+    members.push_back({&tasks_[actions[i]->task].spec, configs[i]});
+  ORRERY_ASSIGN_OR_RETURN(std::vector<std::string> flags,
+                          engine::GangFlags(members, kGangSpillBudgetBytes));
+  std::vector<std::string> argv = {opt_.worker, "gang"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  const int id = next_igang_++;
+  const std::string name = planner::GangName(names);
+  const std::string log_prefix = opt_.workdir + "/logs/" + name + "." + std::to_string(id) + "-" +
+                                 std::to_string(launch_counter_++);
+  ORRERY_ASSIGN_OR_RETURN(Process p,
+                          Process::Spawn(argv, RankEnv(opt_.devices, devices[0], 0, 1, ""),
+                                         log_prefix + ".r0.log", true));
+  InterleavedGang ig{std::move(p), {}, name, log_prefix, "", 0, Now(), false};
+  std::string from;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const size_t t = actions[i]->task;
+    TaskRun& task = tasks_[t];
+    Gang g = NewGang(task, actions[i]->config, devices, configs[i]);
+    g.log_prefix = log_prefix;
+    g.interleaved = id;
+    if (task.step > 0) from += " " + task.spec.name + " from step " + std::to_string(task.step);
+    task.gang = std::move(g);
+    ig.members.push_back(t);
+    Started(t, task.configs[static_cast<size_t>(actions[i]->config)]);
+  }
+  Event("start " + name + " as an interleaved gang (spill, one process) on " + opt_.devices.kind +
+        ":" + std::to_string(devices[0]) + from);
+  igangs_.emplace(id, std::move(ig));
   return OkStatus();
 }
 
 void Runner::ReadProgress(size_t t) {
   TaskRun& task = tasks_[t];
-  if (!task.gang) return;
-  ReportTask& rt = report_.tasks[t];
+  if (!task.gang || task.gang->interleaved >= 0) return;  // its gang's process: ReadInterleaved
   for (const std::string& line : task.gang->ranks[0].ReadLines()) {
     Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) continue;
-    std::string ev = j.value("event", "");
-    if (ev == "start") {
-      OnStart(t, j);
-    } else if (ev == "progress") {
-      OnProgress(t, j);
-    } else if (ev == "restore") {
-      // Right after "start" on a resume: what the new layout read to get here.
-      if (std::optional<ReportStateIo> io = ParseStateIo(j, Now())) {
-        Event(RestoreEventText(task.spec.name, *io));
-        AppendStateIo(&rt.state_io, std::move(*io));
-      }
-    } else if (ev == "checkpoint") {
-      if (std::optional<ReportStateIo> io = ParseStateIo(j, Now())) {
-        if (io->layout.empty()) io->layout = task.gang->layout;
-        AppendStateIo(&rt.state_io, std::move(*io));
-      }
-      task.checkpoint_step = j.value("step", task.checkpoint_step);
-      // Each step of this run consumed its global batch (the worker's cursor).
-      task.checkpoint_samples[task.checkpoint_step] =
-          task.gang->start_samples +
-          (task.checkpoint_step - task.gang->start_step) * task.gang->batch;
-    } else if (ev == "export") {
-      OnExport(t, j);
-    } else if (ev == "done") {
-      task.done_status = j.value("status", "");
-      task.step = j.value("step", task.step);
-      if (j.contains("loss") && j["loss"].is_number()) task.loss = j["loss"].get<double>();
-      if (j.contains("export") && j["export"].is_string()) rt.export_path = j["export"];
+    OnLine(t, j);
+  }
+}
+
+void Runner::OnLine(size_t t, const Json& j) {
+  TaskRun& task = tasks_[t];
+  ReportTask& rt = report_.tasks[t];
+  const std::string ev = j.value("event", "");
+  if (ev == "start") {
+    OnStart(t, j);
+  } else if (ev == "progress") {
+    OnProgress(t, j);
+  } else if (ev == "restore") {
+    // Right after "start" on a resume: what the new layout read to get here.
+    if (std::optional<ReportStateIo> io = ParseStateIo(j, Now())) {
+      Event(RestoreEventText(task.spec.name, *io));
+      AppendStateIo(&rt.state_io, std::move(*io));
     }
+  } else if (ev == "checkpoint") {
+    if (std::optional<ReportStateIo> io = ParseStateIo(j, Now())) {
+      if (io->layout.empty()) io->layout = task.gang->layout;
+      AppendStateIo(&rt.state_io, std::move(*io));
+    }
+    task.checkpoint_step = j.value("step", task.checkpoint_step);
+    // Each step of this run consumed its global batch (the worker's cursor).
+    task.checkpoint_samples[task.checkpoint_step] =
+        task.gang->start_samples +
+        (task.checkpoint_step - task.gang->start_step) * task.gang->batch;
+  } else if (ev == "export") {
+    OnExport(t, j);
+  } else if (ev == "done") {
+    task.done_status = j.value("status", "");
+    task.step = j.value("step", task.step);
+    if (j.contains("loss") && j["loss"].is_number()) task.loss = j["loss"].get<double>();
+    if (j.contains("export") && j["export"].is_string()) rt.export_path = j["export"];
   }
   rt.steps_done = task.step;
   rt.final_loss = task.loss;
@@ -938,7 +1067,10 @@ void Runner::OnProgress(size_t t, const Json& j) {
   ++task.gang->progress_lines;
   // Measured over profiled throughput, once past the first report (warm-up).
   const planner::Config& c = task.configs[static_cast<size_t>(task.gang->config)];
-  if (task.gang->progress_lines >= 2 && c.throughput > 0 && task.samples_per_s > 0) {
+  // A member of an interleaved gang shares its device by design: its gang's
+  // speed is measured as a whole (MeasureInterleaved).
+  if (task.gang->interleaved < 0 && task.gang->progress_lines >= 2 && c.throughput > 0 &&
+      task.samples_per_s > 0) {
     task.speed_factor = task.samples_per_s / c.throughput;
     if (!task.gang->drift_reported &&
         std::abs(task.speed_factor - 1) > engine_->options().drift_tolerance) {
@@ -980,11 +1112,103 @@ void Runner::StopGang(size_t t, const std::string& reason, int signal) {
     task.gang->stop_requested = Elapsed();
   }
   for (Process& p : task.gang->ranks) p.Signal(signal);
+  if (task.gang->interleaved < 0) return;
+  // One process runs the whole interleaved gang: its members all stop with
+  // it (a SIGTERM checkpoints each in its own directory).
+  InterleavedGang& ig = igangs_.at(task.gang->interleaved);
+  if (!ig.stop_reason.empty() && signal != SIGKILL) return;  // asked already, once
+  if (ig.stop_reason.empty()) {
+    ig.stop_reason = reason;
+    ig.stop_requested = Elapsed();
+  }
+  for (size_t m : ig.members) {
+    Gang& mg = *tasks_[m].gang;
+    if (mg.stop_reason.empty() || signal == SIGKILL) {
+      mg.stop_reason = reason;
+      mg.stop_requested = Elapsed();
+    }
+  }
+  ig.process.Signal(signal);
+}
+
+void Runner::ReadInterleaved(int id) {
+  InterleavedGang& ig = igangs_.at(id);
+  for (const std::string& line : ig.process.ReadLines()) {
+    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    if (j.contains("task") && j["task"].is_string()) {
+      for (size_t m : ig.members) {
+        if (tasks_[m].spec.name == j["task"].get<std::string>()) OnLine(m, j);
+      }
+    } else if (j.value("event", "") == "gang_done" && j.contains("busy_fraction") &&
+               j["busy_fraction"].is_number()) {
+      char buf[200];
+      std::snprintf(buf, sizeof(buf), "interleaved gang %s: device busy %.0f%% of its run",
+                    ig.name.c_str(), 100 * j["busy_fraction"].get<double>());
+      Event(buf);
+    }
+  }
+  MeasureInterleaved(id);
+  // A member that completed leaves the gang; the others keep running in it.
+  std::vector<size_t> left;
+  for (size_t m : ig.members) {
+    if (tasks_[m].done_status == "completed") {
+      Ended(m, 0);
+    } else {
+      left.push_back(m);
+    }
+  }
+  ig.members = left;
+}
+
+void Runner::ReapInterleaved(int id) {
+  InterleavedGang& ig = igangs_.at(id);
+  if (ig.process.Running()) {
+    if (!ig.stop_reason.empty() && Elapsed() - ig.stop_requested > kStopGraceS) {
+      ig.process.Signal(SIGKILL);
+    }
+    return;
+  }
+  ReadInterleaved(id);
+  const int code = ig.process.WaitOrKill(30);
+  // The process's exit status is the gang's; each member's own is its "done"
+  // line's: preempted (stopped with a checkpoint) is clean, anything else
+  // (failed, or no "done" at all) is a failure of that member.
+  for (size_t m : ig.members) {
+    const std::string& status = tasks_[m].done_status;
+    Ended(m, status == "completed" || status == "preempted" ? 0 : std::max(code, 1));
+  }
+  igangs_.erase(id);
+}
+
+void Runner::MeasureInterleaved(int id) {
+  InterleavedGang& ig = igangs_.at(id);
+  if (ig.speedup_reported || ig.members.size() < 2) return;
+  double speedup = 0;
+  for (size_t m : ig.members) {
+    const TaskRun& task = tasks_[m];
+    const planner::Config& c = task.configs[static_cast<size_t>(task.gang->config)];
+    // Past the first report (warm-up), as OnProgress's drift.
+    if (task.gang->progress_lines < 2 || c.throughput <= 0) return;
+    speedup += task.samples_per_s / c.throughput;
+  }
+  ig.speedup_reported = true;
+  engine::EngineOptions o = engine_->options();
+  char buf[240];
+  std::snprintf(buf, sizeof(buf),
+                "interleaved gang %s runs at %.2fx its members one after the other (planned "
+                "with %.2fx)",
+                ig.name.c_str(), speedup, o.interleave_speedup);
+  Event(buf);
+  if (std::abs(speedup / o.interleave_speedup - 1) > o.drift_tolerance) {
+    o.interleave_speedup = speedup;  // the next plan's gangs are timed with it
+    engine_->UpdateOptions(o);
+  }
 }
 
 void Runner::Reap(size_t t) {
   TaskRun& task = tasks_[t];
-  if (!task.gang) return;
+  if (!task.gang || task.gang->interleaved >= 0) return;  // ReapInterleaved
   Gang& g = *task.gang;
   // A gang ends when its rank 0 ends; a rank that dies alone makes the others
   // fail fast (worker/dist), so waiting for rank 0 is enough.
@@ -997,6 +1221,12 @@ void Runner::Reap(size_t t) {
   ReadProgress(t);
   int code = 0;
   for (Process& p : g.ranks) code = std::max(code, p.WaitOrKill(30));
+  Ended(t, code);
+}
+
+void Runner::Ended(size_t t, int code) {
+  TaskRun& task = tasks_[t];
+  Gang& g = *task.gang;
   const planner::Config& c = task.configs[static_cast<size_t>(g.config)];
   ReportBar bar;
   bar.task = task.spec.name;
@@ -1008,6 +1238,7 @@ void Runner::Reap(size_t t) {
   bar.template_name = c.template_name;
   bar.gpus = c.gpus;
   bar.batch_size = c.batch_size;
+  if (g.interleaved >= 0) bar.gang = igangs_.at(g.interleaved).name;
   ReportTask& rt = report_.tasks[t];
   std::string reason = g.stop_reason;
   std::string log0 = g.log_prefix + ".r0.log";
@@ -1176,6 +1407,7 @@ void Runner::WriteReport() {
     bar.gpus = c.gpus;
     bar.batch_size = c.batch_size;
     bar.ended_by = "running";
+    if (task.gang->interleaved >= 0) bar.gang = igangs_.at(task.gang->interleaved).name;
     snapshot.actual.push_back(bar);
   }
   Status s = WriteFileAtomically(opt_.workdir + "/report.json", ReportJson(snapshot));
@@ -1236,8 +1468,11 @@ std::optional<int> Runner::Begin() {
   engine::EngineOptions world;
   world.switch_cost_s = opt_.switch_cost_s;
   world.solver_time_limit_s = 0;  // the spec's
-  engine_ = std::make_unique<engine::Engine>(
-      engine::JobEngineOptions(job_.job.spec.scheduling, world), nullptr);
+  // Spilled tasks may share a device as an interleaved gang (one
+  // `orrery-worker gang` process) where the plan finds that sooner.
+  engine::EngineOptions options = engine::JobEngineOptions(job_.job.spec.scheduling, world);
+  options.interleave = true;
+  engine_ = std::make_unique<engine::Engine>(options, nullptr);
   for (auto& rt : report_.tasks) {
     if (rt.state == "profiling") rt.state = "pending";
   }
@@ -1268,7 +1503,14 @@ bool Runner::Loop() {
       ReadProgress(t);
       Reap(t);
     }
+    std::vector<int> ids;
+    for (const auto& [id, ig] : igangs_) ids.push_back(id);
+    for (int id : ids) {
+      ReadInterleaved(id);
+      ReapInterleaved(id);
+    }
     bool running = false, left = false;
+    running = !igangs_.empty();
     for (const TaskRun& t : tasks_) {
       running = running || t.gang.has_value();
       left = left || !(t.done || t.failed);

@@ -16,7 +16,10 @@
 // device's planned order as devices free up; read progress; re-plan when a task
 // finishes, throughput drifts, the interval passes or devices are lost or come
 // back; rescale a running task (checkpoint, relaunch in its new configuration)
-// when an adopted plan changes it. A lost device kills its gang at once (what a
+// when an adopted plan changes it. Spilled tasks the plan puts in an
+// interleaved gang (engine::LaunchAction::interleaved) run in one
+// `orrery-worker gang` process on their device, each with its own progress
+// and checkpoints; one that completes leaves the others running. A lost device kills its gang at once (what a
 // dead GPU does); the task restarts from its last checkpoint on what remains.
 // Stop (Ctrl-C) asks every gang to checkpoint, waits, writes the report and
 // exits; the same command resumes from the work directory.

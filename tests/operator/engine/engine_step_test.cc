@@ -1,6 +1,8 @@
 // Engine::Step, the loop every world runs: which change triggers a plan, when
 // a step solves, and which tasks launch on which nodes, checked without any
 // world.
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "operator/engine/engine.h"
@@ -376,6 +378,134 @@ TEST(SelectLaunches, StopAtTheFirstTaskOverTheBudget) {
   EXPECT_EQ(SelectLaunches(in, plan, nodes, {}).size(), 3u);
   in.launch_budget = 0;
   EXPECT_TRUE(SelectLaunches(in, plan, nodes, {}).empty());
+}
+
+// ---- interleaved gangs (planner/interleave.h) ------------------------------------
+
+// One node of one GPU and `n` tasks that run only spilled on one GPU, each
+// 100 s alone.
+StepInput SpilledOnOneGpu(int n) {
+  StepInput in;
+  in.world.now = 0;
+  in.world.nodes.push_back({"n0", 1, 16, true});
+  for (int t = 0; t < n; ++t) {
+    TaskView v;
+    v.name = "t" + std::to_string(t);
+    v.remaining_work = 1000;
+    v.profile = {planner::Config{"spill", 1, 1, 8, 10, 12}};
+    in.world.tasks.push_back(v);
+  }
+  return in;
+}
+
+TEST(EngineStep, InterleavingLaunchesSpilledTasksAsOneGang) {
+  EngineOptions o = Options();
+  o.interleave = true;
+  Engine engine(o, nullptr);
+  StepInput in = SpilledOnOneGpu(3);
+  StepResult r = engine.Step(in);
+  ASSERT_TRUE(r.decision && r.decision->adopted) << r.error;
+  // Two of the three share the GPU (gangs of two); the third waits.
+  ASSERT_EQ(r.decision->gangs.size(), 1u);
+  const std::vector<size_t> gang = r.decision->gangs[0];
+  ASSERT_EQ(gang.size(), 2u);
+  const planner::Assignment& a = r.decision->plan.assignments[gang[0]];
+  const planner::Assignment& b = r.decision->plan.assignments[gang[1]];
+  EXPECT_EQ(a.gpus, b.gpus);
+  EXPECT_DOUBLE_EQ(a.start, b.start);
+  EXPECT_DOUBLE_EQ(a.end, b.end);
+  // 200 s of work together at 1.22x: 164 s, not 200.
+  EXPECT_NEAR(a.end - a.start, 200 / planner::kInterleaveSpeedup, 1e-6);
+  ASSERT_EQ(r.launches.size(), 1u);
+  const LaunchAction& l = r.launches[0];
+  ASSERT_EQ(l.interleaved.size(), 1u);
+  EXPECT_EQ(std::set<size_t>({l.task, l.interleaved[0].task}),
+            std::set<size_t>(gang.begin(), gang.end()));
+  EXPECT_EQ(l.interleaved[0].gpus, l.gpus);
+  EXPECT_EQ(l.interleaved[0].config, 0);
+  // Both journaled as launched, naming the gang.
+  int launches = 0;
+  for (const JournalEntry& e : engine.journal().entries()) {
+    if (e.kind != "launch") continue;
+    ++launches;
+    EXPECT_NE(e.detail.find("interleaved"), std::string::npos) << e.detail;
+  }
+  EXPECT_EQ(launches, 2);
+
+  // The gang runs; its first member finishes. The other keeps running where
+  // it is (no stop), and the third task waits for the GPU.
+  for (size_t t : gang) in.world.tasks[t].running = RunningView{0, l.gpus};
+  in.free_gpus = {0};
+  in.world.now = 60;
+  in.world.tasks[gang[0]].done = true;
+  in.world.tasks[gang[0]].running.reset();
+  in.world.tasks[gang[1]].remaining_work = 500;
+  StepResult next = engine.Step(in);
+  ASSERT_TRUE(next.trigger.has_value());
+  EXPECT_EQ(*next.trigger, Trigger::kTaskFinished);
+  EXPECT_TRUE(next.stops.empty());
+  EXPECT_TRUE(next.launches.empty());
+}
+
+TEST(EngineStep, WithoutInterleavingSpilledTasksRunOneAfterAnother) {
+  Engine engine(Options(), nullptr);  // interleave off: the other worlds' default
+  StepInput in = SpilledOnOneGpu(2);
+  StepResult r = engine.Step(in);
+  ASSERT_TRUE(r.decision && r.decision->adopted);
+  EXPECT_TRUE(r.decision->gangs.empty());
+  ASSERT_EQ(r.launches.size(), 1u);
+  EXPECT_TRUE(r.launches[0].interleaved.empty());
+  EXPECT_TRUE(engine.gangs().empty());
+}
+
+TEST(EngineStep, AGangThatGainsNothingIsNotPlanned) {
+  // A measured speedup of at most 1 (the gang no faster than its members one
+  // after the other) offers no gang.
+  EngineOptions o = Options();
+  o.interleave = true;
+  o.interleave_speedup = 0.8;
+  Engine engine(o, nullptr);
+  StepInput in = SpilledOnOneGpu(2);
+  StepResult r = engine.Step(in);
+  ASSERT_TRUE(r.decision && r.decision->adopted);
+  EXPECT_TRUE(r.decision->gangs.empty());
+  ASSERT_EQ(r.launches.size(), 1u);
+  EXPECT_TRUE(r.launches[0].interleaved.empty());
+}
+
+TEST(EngineStep, AMeasuredSpeedupBelowOneEndsTheGangs) {
+  EngineOptions o = Options();
+  o.interleave = true;
+  Engine engine(o, nullptr);
+  StepInput in = SpilledOnOneGpu(4);
+  StepResult r = engine.Step(in);
+  ASSERT_TRUE(r.decision && r.decision->adopted);
+  ASSERT_EQ(r.decision->gangs.size(), 2u);
+  ASSERT_EQ(r.launches.size(), 1u);
+  ASSERT_EQ(r.launches[0].interleaved.size(), 1u);
+  Apply(in, r);
+  in.world.tasks[r.launches[0].interleaved[0].task].running = {0, r.launches[0].gpus};
+  in.free_gpus = {0};
+  // The running gang measured 0.8x (slower than its members one after the
+  // other): the plan is made again without gangs; the running gang, whose
+  // members now run one after the other, stops as a whole (one process).
+  in.world.now = 30;
+  o.interleave_speedup = 0.8;
+  ASSERT_TRUE(engine.UpdateOptions(o));
+  StepResult next = engine.Step(in);
+  ASSERT_TRUE(next.trigger.has_value());
+  EXPECT_EQ(*next.trigger, Trigger::kSpecChanged);
+  ASSERT_TRUE(next.decision && next.decision->adopted) << next.decision->reason;
+  EXPECT_TRUE(next.decision->gangs.empty());
+  std::set<size_t> stopped;
+  for (const StopAction& s : next.stops) stopped.insert(s.task);
+  EXPECT_EQ(stopped, std::set<size_t>({r.launches[0].task, r.launches[0].interleaved[0].task}));
+  EXPECT_TRUE(engine.gangs().empty());
+  // The same speedup again changes nothing.
+  in.world.now = 40;
+  EXPECT_FALSE(engine.UpdateOptions(o));
+  StepResult same = engine.Step(in);
+  EXPECT_FALSE(same.decision && same.decision->adopted);
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ namespace orrery::local {
 bool operator==(const ReportBar& a, const ReportBar& b) {
   return a.task == b.task && a.devices == b.devices && a.start_s == b.start_s &&
          a.end_s == b.end_s && a.template_name == b.template_name && a.gpus == b.gpus &&
-         a.batch_size == b.batch_size && a.ended_by == b.ended_by;
+         a.batch_size == b.batch_size && a.ended_by == b.ended_by && a.gang == b.gang;
 }
 bool operator==(const ReportLossPoint& a, const ReportLossPoint& b) {
   return a.step == b.step && a.loss == b.loss && a.time_s == b.time_s;
@@ -87,7 +87,8 @@ RunReport FullReport() {
   b.state = "pending";
   r.tasks = {a, b};
   r.planned = {{"lr-3e-4", {0, 1}, 10, 20.5, "dp2", 2, 64, ""},
-               {"lr-1e-3", {2}, 0, 30, "single", 1, 32, ""}};
+               {"lr-1e-3", {2}, 0, 30, "single", 1, 32, ""},
+               {"lr-1e-3", {3}, 30, 40, "spill", 1, 32, "", "lr-1e-3+lr-3e-4"}};
   r.actual = {{"lr-3e-4", {0, 1}, 9.75, 19.125, "dp2", 2, 64, "device-lost"},
               {"lr-3e-4", {0}, 19.5, 25, "dp1", 1, 64, "running"}};
   r.profiles = {{"sig-abc", "lr-3e-4,lr-1e-3", "dp2", 2, 64, 123.456, 0.0421, 812.5, true},
@@ -284,6 +285,27 @@ TEST(ReportHtml, DrawsOneRectPerBar) {
   EXPECT_NE(html.find("fill=\"" + TaskColour(0) + "\""), std::string::npos);
   EXPECT_NE(html.find("background:" + TaskColour(1)), std::string::npos);
   EXPECT_NE(html.find("polyline class=\"loss-curve\" data-task=\"lr-3e-4\""), std::string::npos);
+}
+
+TEST(ReportHtml, AnInterleavedGangsMembersShareTheirLaneInBands) {
+  RunReport r = FullReport();
+  r.actual = {{"lr-3e-4", {1}, 0, 30, "spill", 1, 64, "completed", "lr-3e-4+lr-1e-3"},
+              {"lr-1e-3", {1}, 0, 20, "spill", 1, 32, "completed", "lr-3e-4+lr-1e-3"}};
+  const std::string html = ReportHtml(r);
+  EXPECT_EQ(Count(html, "class=\"bar actual\""), 2u);
+  EXPECT_EQ(Count(html, "data-gang=\"lr-3e-4+lr-1e-3\""), 2u);
+  EXPECT_NE(html.find("interleaved gang lr-3e-4+lr-1e-3"), std::string::npos);
+  // Each member draws half the lane, one above the other: the same height,
+  // different tops.
+  auto attribute = [&](const std::string& task, const std::string& name) {
+    size_t at = html.find("class=\"bar actual\" data-task=\"" + task + "\"");
+    at = html.find(" " + name + "=\"", at) + name.size() + 3;
+    return std::stod(html.substr(at, html.find('"', at) - at));
+  };
+  EXPECT_DOUBLE_EQ(attribute("lr-3e-4", "height"), attribute("lr-1e-3", "height"));
+  EXPECT_LT(attribute("lr-3e-4", "y"), attribute("lr-1e-3", "y"));
+  EXPECT_NEAR(attribute("lr-1e-3", "y") - attribute("lr-3e-4", "y"), attribute("lr-3e-4", "height"),
+              0.01);
 }
 
 TEST(ReportHtml, ListsEachTasksCheckpointsAndReshards) {

@@ -1,5 +1,5 @@
 // `orrery-worker gang` (worker/train/gang.h, worker/contract/gang_args.h): two
-// spilled tasks trained interleaved in one process each reach the losses of
+// (and three) spilled tasks trained interleaved in one process each reach the losses of
 // training it alone under spill with the same seed, write their own
 // checkpoints and progress lines, and a restarted gang resumes both from their
 // own newest checkpoints. The command line round-trips, and bad gangs are
@@ -60,19 +60,27 @@ int64_t Budget() {
                       testing_worker::LargestLayerBytes(MlpModel(96)));
 }
 
-std::vector<std::string> GangArgv(int64_t steps, const TempDir& dir) {
+using Member = std::tuple<std::string, int64_t, int64_t>;  // name, width, seed
+
+// A gang of `members`, each checkpointing in dir/NAME.
+std::vector<std::string> GangArgvOf(const std::vector<Member>& members, int64_t steps,
+                                    const TempDir& dir) {
   std::vector<std::string> argv = {"--spill-budget-bytes=" + std::to_string(Budget())};
-  for (const auto& [name, width, seed] :
-       {std::tuple<std::string, int64_t, int64_t>{"a", 64, 3}, {"b", 96, 5}}) {
+  for (const auto& [name, width, seed] : members) {
     argv.emplace_back("--");
     for (auto& a : MlpTask(name, width, seed, steps, dir.Sub(name))) argv.push_back(a);
   }
   return argv;
 }
 
-// The task alone under spill with the gang's budget, in its own directory.
-TrainResult Alone(const std::string& name, int64_t width, int64_t seed, const TempDir& dir) {
-  std::vector<std::string> argv = MlpTask(name, width, seed, 6, dir.Sub("alone-" + name));
+std::vector<std::string> GangArgv(int64_t steps, const TempDir& dir) {
+  return GangArgvOf({{"a", 64, 3}, {"b", 96, 5}}, steps, dir);
+}
+
+// The task alone (`train`) under spill with the gang's budget, for six steps,
+// checkpointing in `ckpt` (resuming from its newest checkpoint there).
+TrainResult AloneIn(const std::string& name, int64_t width, int64_t seed, const std::string& ckpt) {
+  std::vector<std::string> argv = MlpTask(name, width, seed, 6, ckpt);
   argv.push_back("--template=spill");
   argv.push_back("--spill-budget-bytes=" + std::to_string(Budget()));
   auto task = ParseTaskFlags(argv);
@@ -81,6 +89,11 @@ TrainResult Alone(const std::string& name, int64_t width, int64_t seed, const Te
   auto r = Train(*task, nullptr, sink, nullptr);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : TrainResult{};
+}
+
+// The task alone in its own directory.
+TrainResult Alone(const std::string& name, int64_t width, int64_t seed, const TempDir& dir) {
+  return AloneIn(name, width, seed, dir.Sub("alone-" + name));
 }
 
 // `got` is steps [from, from + 3) of `want`, within float tolerance.
@@ -144,6 +157,47 @@ TEST(GangTest, TwoTasksEqualEachAloneCheckpointApartAndResume) {
   }
   ExpectLosses(second->tasks[0]->losses, alone_a.losses, 3);
   ExpectLosses(second->tasks[1]->losses, alone_b.losses, 3);
+}
+
+// K = 3: three models interleaved each equal itself alone. Stopped after
+// three steps, one resumes alone (a plain `train` from its gang checkpoint),
+// the other two in another interleaved set (a gang of two), each equal to
+// itself alone again.
+TEST(GangTest, ThreeTasksEqualEachAloneAndResumeAloneOrInAnotherGang) {
+  at::set_num_threads(1);
+  TempDir dir;
+  const std::vector<Member> three = {{"a", 64, 3}, {"b", 96, 5}, {"c", 80, 7}};
+  std::vector<TrainResult> alone;
+  for (const auto& [name, width, seed] : three) {
+    alone.push_back(Alone(name, width, seed, dir));
+    ASSERT_EQ(alone.back().losses.size(), 6u) << name;
+  }
+  auto gang = ParseGangFlags(GangArgvOf(three, 3, dir));
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  std::ostringstream out;
+  auto first = TrainGang(*gang, out, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(first->ok());
+  ASSERT_EQ(first->tasks.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) ExpectLosses(first->tasks[i]->losses, alone[i].losses, 0);
+  EXPECT_GE(first->stats.turns, 3);
+
+  // c alone, from the checkpoint the gang wrote.
+  const TrainResult c = AloneIn("c", 80, 7, dir.Sub("c"));
+  EXPECT_EQ(c.resumed_from_step, 3);
+  EXPECT_EQ(c.step, 6);
+  ExpectLosses(c.losses, alone[2].losses, 3);
+  // a and b as a gang of two.
+  gang = ParseGangFlags(GangArgvOf({three[0], three[1]}, 6, dir));
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  std::ostringstream out2;
+  auto second = TrainGang(*gang, out2, nullptr);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(second->ok());
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(second->tasks[i]->resumed_from_step, 3);
+    ExpectLosses(second->tasks[i]->losses, alone[i].losses, 3);
+  }
 }
 
 TEST(GangTest, FailedTaskLeavesTheOtherRunning) {

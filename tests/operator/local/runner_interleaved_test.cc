@@ -1,0 +1,128 @@
+// `orrery run` measuring an interleaved gang's speed, through the runner with a
+// fake orrery-worker (a shell script speaking the worker's line protocol):
+// spilled tasks profile at 100 samples/s alone; in a gang each reports 40
+// samples/s, so the gang runs at 0.8x its members one after the other. The
+// runner measures that, the engine plans again with it, and the gang not yet
+// started is dropped: its tasks run alone.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sys/stat.h>
+
+#include "operator/api/load.h"
+#include "operator/local/runner.h"
+
+namespace orrery::local {
+namespace {
+
+namespace fs = std::filesystem;
+
+// profile: 100 samples/s. train: its --steps at 100 samples/s. gang: each
+// task (its part of the line after a "--", named by --task) reports twice at
+// 40 samples/s and completes.
+const char* kFakeWorker = R"sh(#!/bin/sh
+mode=$1
+shift
+if [ "$mode" = profile ]; then
+  echo "{\"event\":\"profile\",\"world_size\":1,\"global_batch\":8,\"samples_per_s\":100,\"step_time_s\":{\"median\":0.08,\"p90\":0.08}}"
+  exit 0
+fi
+task=
+steps=0
+tasks=
+for a in "$@" --; do
+  case $a in
+    --task=*) task=${a#--task=} ;;
+    --steps=*) steps=${a#--steps=} ;;
+    --) if [ "$steps" -gt 0 ]; then tasks="$tasks $task:$steps"; fi; task=; steps=0 ;;
+  esac
+done
+speed=100
+if [ "$mode" = gang ]; then speed=40; fi
+for t in $tasks; do
+  name=${t%%:*}
+  steps=${t##*:}
+  tag=
+  if [ -n "$name" ]; then tag="\"task\":\"$name\","; fi
+  echo "{${tag}\"event\":\"start\",\"steps\":$steps,\"global_batch\":8,\"resumed_from_step\":null}"
+  echo "{${tag}\"event\":\"progress\",\"step\":$((steps / 2)),\"steps\":$steps,\"loss\":1.5,\"samples_per_s\":$speed}"
+  echo "{${tag}\"event\":\"progress\",\"step\":$steps,\"steps\":$steps,\"loss\":1.5,\"samples_per_s\":$speed}"
+  echo "{${tag}\"event\":\"done\",\"status\":\"completed\",\"step\":$steps,\"loss\":1.5}"
+done
+)sh";
+
+// Four spilled tasks of the same size: two gangs of two on one device.
+const char* kJob = R"(
+apiVersion: orrery.dev/v1alpha1
+kind: ModelSelectionJob
+metadata: {name: interleaved-fake}
+spec:
+  tasks:
+  - name: mlp
+    model: {mlp: {layers: 2, hidden: 8, inputs: 4, outputs: 2}}
+    data: {synthetic: {seed: 1, samples: 1000}}
+    training: {steps: 100, batchSize: 8, optimizer: sgd, learningRate: 0.1}
+    searchSpace:
+      grid: {learningRate: [0.1, 0.2, 0.3, 0.4]}
+  resources:
+    templates: [spill]
+    gpusPerTask: {min: 1, max: 1}
+    gpuQuota: 1
+  profiling: {trialSteps: 3}
+)";
+
+TEST(RunnerInterleavedTest, AGangMeasuredSlowerThanAloneEndsTheGangsNotYetStarted) {
+  char pattern[] = "/tmp/orrery-runner-interleaved-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  const std::string worker = dir + "/fake-worker";
+  std::ofstream(worker) << kFakeWorker;
+  ASSERT_EQ(chmod(worker.c_str(), 0755), 0);
+  auto job = api::LoadJobText(kJob);
+  ASSERT_TRUE(job.ok()) << job.status();
+  RunOptions o;
+  auto devices = ParseDevices("cpu:1");
+  ASSERT_TRUE(devices.ok());
+  o.devices = *devices;
+  o.workdir = dir + "/work";
+  o.worker = worker;
+  o.profile_cache = dir + "/profiles.json";
+  o.job_dir = dir;
+  o.tick_s = 0.02;
+  std::ostringstream out, err;
+  ASSERT_EQ(RunJob(*job, o, out, err), 0) << out.str() << err.str();
+  EXPECT_NE(out.str().find("runs at 0.80x its members one after the other (planned with 1.22x)"),
+            std::string::npos)
+      << out.str();
+  std::stringstream text;
+  text << std::ifstream(o.workdir + "/report.json").rdbuf();
+  const nlohmann::json report = nlohmann::json::parse(text.str(), nullptr, false);
+  ASSERT_FALSE(report.is_discarded());
+  EXPECT_EQ(report["outcome"], "completed");
+  // The first plan had two gangs; one ran. After the measurement, the other
+  // two tasks ran alone.
+  ASSERT_GE(report["plans"].size(), 2u) << report["plans"].dump();
+  int in_gang = 0, alone = 0;
+  std::map<std::string, int> bars;
+  for (const auto& b : report["actual"]) {
+    EXPECT_EQ(b["ended_by"], "completed") << b.dump();
+    ++bars[b["task"]];
+    (b["gang"] == "" ? alone : in_gang) += 1;
+  }
+  EXPECT_EQ(in_gang, 2) << report["actual"].dump();
+  EXPECT_EQ(alone, 2) << report["actual"].dump();
+  EXPECT_EQ(bars.size(), 4u) << report["actual"].dump();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+}  // namespace
+}  // namespace orrery::local
