@@ -498,6 +498,8 @@ void DecodeSpec(const Json& j, const std::string& path, ModelSelectionJobSpec* s
     o.Integer("solverTimeLimitSeconds", &s->scheduling.solver_time_limit_seconds);
     o.Integer("replanIntervalSeconds", &s->scheduling.replan_interval_seconds);
     o.Number("minSwitchGain", &s->scheduling.min_switch_gain);
+    o.Integer("coalesceWindowSeconds", &s->scheduling.coalesce_window_seconds);
+    o.Bool("warmStart", &s->scheduling.warm_start);
   }
   if (const Json* v = r.Get("profiling")) {
     ObjectReader o(*v, r.Path("profiling"), errors);
@@ -730,7 +732,9 @@ Json EncodeSpec(const ModelSelectionJobSpec& s) {
   j["scheduling"] = {{"objective", EnumJson(s.scheduling.objective)},
                      {"solverTimeLimitSeconds", s.scheduling.solver_time_limit_seconds},
                      {"replanIntervalSeconds", s.scheduling.replan_interval_seconds},
-                     {"minSwitchGain", s.scheduling.min_switch_gain}};
+                     {"minSwitchGain", s.scheduling.min_switch_gain},
+                     {"coalesceWindowSeconds", s.scheduling.coalesce_window_seconds},
+                     {"warmStart", s.scheduling.warm_start}};
   Json prof = Json::object();
   prof["trialSteps"] = s.profiling.trial_steps;
   if (!s.profiling.gpu_counts.empty()) prof["gpuCounts"] = s.profiling.gpu_counts;
@@ -772,6 +776,7 @@ Json EncodeStatus(const ModelSelectionJobStatus& s) {
                  {"gap", s.plan->gap},
                  {"solveSeconds", s.plan->solve_seconds},
                  {"revision", s.plan->revision}};
+    if (!s.plan->trigger.empty()) j["plan"]["trigger"] = s.plan->trigger;
   }
   Json tasks = Json::array();
   for (const TaskStatus& t : s.tasks) {
@@ -847,6 +852,7 @@ void DecodeStatus(const Json& json, const std::string& path, ModelSelectionJobSt
     o.Number("gap", &p.gap);
     o.Number("solveSeconds", &p.solve_seconds);
     o.Integer("revision", &p.revision);
+    o.String("trigger", &p.trigger);
     s->plan = p;
   }
   r.List("tasks", [&](const Json& item, const std::string& p) {

@@ -239,6 +239,7 @@ inline constexpr Limit kLimits[] = {
     {"spec.scheduling.solverTimeLimitSeconds", LimitKind::kValue, 1, 3600},
     {"spec.scheduling.replanIntervalSeconds", LimitKind::kValue, 10, 86400},
     {"spec.scheduling.minSwitchGain", LimitKind::kValue, 0, 1},
+    {"spec.scheduling.coalesceWindowSeconds", LimitKind::kValue, 0, 3600},
     {"spec.profiling.trialSteps", LimitKind::kValue, 1, 10000},
     {"spec.profiling.gpuCounts", LimitKind::kItems, std::nullopt, 16},
     {"spec.elasticity.minBatchSize", LimitKind::kValue, 1, 1048576},

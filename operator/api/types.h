@@ -269,6 +269,12 @@ struct SchedulingSpec {
   int solver_time_limit_seconds = kDefaultSolverTimeLimitSeconds;
   int replan_interval_seconds = kDefaultReplanIntervalSeconds;
   double min_switch_gain = kDefaultMinSwitchGain;
+  // Re-planning within a budget (engine::EngineOptions): triggers within this
+  // many seconds of the last solve wait and are solved together (0: none
+  // wait); warm starts re-plan from the plan in force and, on an arrival or a
+  // finish, plan only what waits (running gangs keep their GPUs).
+  int coalesce_window_seconds = 0;
+  bool warm_start = false;
   bool operator==(const SchedulingSpec&) const = default;
 };
 
@@ -323,6 +329,10 @@ struct PlanStatus {
   double gap = 0;  // (makespan - lower bound) / makespan
   double solve_seconds = 0;
   int64_t revision = 0;
+  // Why the planner made this plan: the engine's trigger (engine::TriggerName:
+  // "start", "interval", "task-finished", "task-arrived", "capacity-changed",
+  // "throughput-drift", "quota-changed", "spec-changed"); "" = not recorded.
+  std::string trigger = {};
   bool operator==(const PlanStatus&) const = default;
 };
 

@@ -903,6 +903,8 @@ std::vector<FieldError> ValidateSpec(const ModelSelectionJobSpec& spec) {
   c.Value("spec.scheduling.replanIntervalSeconds", s + ".replanIntervalSeconds",
           spec.scheduling.replan_interval_seconds);
   c.Value("spec.scheduling.minSwitchGain", s + ".minSwitchGain", spec.scheduling.min_switch_gain);
+  c.Value("spec.scheduling.coalesceWindowSeconds", s + ".coalesceWindowSeconds",
+          spec.scheduling.coalesce_window_seconds);
 
   const std::string pr = "spec.profiling";
   c.Value("spec.profiling.trialSteps", pr + ".trialSteps", spec.profiling.trial_steps);

@@ -1825,6 +1825,7 @@ void Reconciler::StepEngine(JobContext& ctx) {
     ps.gap = d.plan.gap;
     ps.solve_seconds = d.solver_seconds;
     ps.revision = st.engine->adoptions();
+    ps.trigger = d.trigger ? engine::TriggerName(*d.trigger) : trigger;
     st.plan_status = ps;
     Log(LogLevel::kInfo, "Adopted plan",
         {{"job", key}, {"trigger", trigger}, {"planner", d.plan.planner}});

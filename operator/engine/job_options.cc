@@ -9,6 +9,8 @@ EngineOptions JobEngineOptions(const api::SchedulingSpec& scheduling, EngineOpti
   o.policy = "orrery";
   o.replan_interval_s = scheduling.replan_interval_seconds;
   o.adopt_gain = scheduling.min_switch_gain;
+  o.coalesce_window_s = scheduling.coalesce_window_seconds;
+  o.warm_start = scheduling.warm_start;
   const double spec_limit = scheduling.solver_time_limit_seconds;
   o.solver_time_limit_s =
       o.solver_time_limit_s > 0 ? std::min(o.solver_time_limit_s, spec_limit) : spec_limit;

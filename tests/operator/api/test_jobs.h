@@ -82,7 +82,7 @@ inline ModelSelectionJob FullJob() {
   r.node_selector = {{"pool", "a100"}};
   r.tolerations = {Toleration{"gpu", "Equal", "yes", "NoSchedule", 30}};
   r.image = "worker:dev";
-  job.spec.scheduling = {Objective::kWeightedCompletionTime, 60, 120, 0.2};
+  job.spec.scheduling = {Objective::kWeightedCompletionTime, 60, 120, 0.2, 90, true};
   job.spec.profiling = {5, {2, 4}, false};
   job.spec.elasticity = {true, 16, 256, LrScaling::kSqrt};
   job.spec.checkpoints = {"ckpt", "/ck", 50, 4};
@@ -93,7 +93,7 @@ inline ModelSelectionJob FullJob() {
   st.observed_generation = 3;
   st.conditions = {
       Condition{"Ready", "True", 3, "2026-01-01T00:00:00Z", "Planned", "plan adopted"}};
-  st.plan = PlanStatus{3600, 3000, 0.1667, 1.5, 2};
+  st.plan = PlanStatus{3600, 3000, 0.1667, 1.5, 2, "throughput-drift"};
   TaskStatus ts;
   ts.name = "gpt-r0";
   ts.state = TaskState::kRunning;

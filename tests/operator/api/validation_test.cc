@@ -472,6 +472,8 @@ const std::vector<Case>& Cases() {
        "spec.scheduling.replanIntervalSeconds", "must be at least 10"},
       {"min_switch_gain", [](auto& j) { j.spec.scheduling.min_switch_gain = 2; },
        "spec.scheduling.minSwitchGain", "must be at most 1"},
+      {"coalesce_window", [](auto& j) { j.spec.scheduling.coalesce_window_seconds = -1; },
+       "spec.scheduling.coalesceWindowSeconds", "must be at least 0"},
       {"trial_steps", [](auto& j) { j.spec.profiling.trial_steps = 0; },
        "spec.profiling.trialSteps", "must be at least 1"},
       {"gpu_counts_range",

@@ -212,7 +212,11 @@ TEST_F(ReconcilerIntegrationTest, GangsRunOnPlannedNodesAndTheJobSucceeds) {
     EXPECT_EQ(t.state, api::TaskState::kSucceeded) << t.name;
   }
   EXPECT_EQ(status.task_summary, "3/3");
-  EXPECT_TRUE(status.plan.has_value());
+  ASSERT_TRUE(status.plan.has_value());
+  // The status says why the plan in force was made (a re-plan on a finish or
+  // an interval, or the first plan).
+  EXPECT_FALSE(status.plan->trigger.empty());
+  EXPECT_GT(status.plan->revision, 0);
 
   // Once done, another pass changes nothing: no pod, no status write.
   size_t pods_before = ServerPods().size();

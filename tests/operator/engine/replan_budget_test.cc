@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "operator/engine/engine.h"
+#include "operator/engine/job_options.h"
 #include "tests/operator/engine/two_nodes.h"
 
 namespace orrery::engine {
@@ -118,6 +119,21 @@ TEST(ReplanBudget, WarmStartedReplanOnArrivalKeepsRunningGangs) {
       EXPECT_EQ(r.stops.size(), 1U);
     }
   }
+}
+
+// A job asks for the budget in its spec (spec.scheduling): every world's
+// engine gets the same window and warm starts, and the default is neither.
+TEST(ReplanBudget, TheJobSpecSetsTheWindowAndWarmStarts) {
+  api::SchedulingSpec spec;
+  EngineOptions defaults = JobEngineOptions(spec, {});
+  EXPECT_EQ(defaults.coalesce_window_s, 0);
+  EXPECT_FALSE(defaults.warm_start);
+  spec.coalesce_window_seconds = 120;
+  spec.warm_start = true;
+  EngineOptions o = JobEngineOptions(spec, {});
+  EXPECT_EQ(o.coalesce_window_s, 120);
+  EXPECT_TRUE(o.warm_start);
+  EXPECT_NE(o, defaults) << "an edit of either is a spec change the engine re-plans on";
 }
 
 }  // namespace
