@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "operator/api/types.h"
 #include "operator/engine/estimate.h"
+#include "worker/contract/templates.h"
 
 namespace orrery::memory_model {
 
@@ -65,7 +66,9 @@ inline std::optional<double> EstimateBytes(const Case& c) {
 inline std::string WorkerFlags(const Case& c) {
   std::string f = " --optimizer=adamw --threads=1 --profile-warmup=1 --profile-steps=2";
   f += " --batch=" + std::to_string(c.task.training.batch_size);
-  f += " --template=" + c.template_name + " --recompute=" + c.recompute;
+  // What the launchers run for the plan's template on this many ranks.
+  f += " --template=" + contract::WorkerTemplate(c.template_name, c.ranks) +
+       " --recompute=" + c.recompute;
   if (c.task.model.gpt) {
     const api::GptModel& g = *c.task.model.gpt;
     f += " --model=gpt --layers=" + std::to_string(g.layers) +
@@ -88,9 +91,17 @@ inline StatusOr<double> MeasureBytes(const std::string& worker, const Case& c,
   std::filesystem::create_directories(scratch);
   std::vector<FILE*> ranks;
   for (int r = 0; r < c.ranks; ++r) {
-    std::string cmd = "RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(c.ranks) +
-                      " ORRERY_STORE_PATH=" + scratch + "/store " + worker + " profile" +
-                      WorkerFlags(c) + " 2>" + scratch + "/rank" + std::to_string(r) + ".err";
+    std::string cmd = "RANK=" + std::to_string(r);
+    cmd += " WORLD_SIZE=" + std::to_string(c.ranks);
+    cmd += " ORRERY_STORE_PATH=";
+    cmd += scratch;
+    cmd += "/store ";
+    cmd += worker;
+    cmd += " profile";
+    cmd += WorkerFlags(c);
+    cmd += " 2>";
+    cmd += scratch;
+    cmd += "/rank" + std::to_string(r) + ".err";
     ranks.push_back(popen(cmd.c_str(), "r"));
     if (ranks.back() == nullptr) return InternalError("cannot start " + worker);
   }

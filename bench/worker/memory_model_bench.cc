@@ -34,6 +34,8 @@ std::vector<mm::Case> Cases(bool smoke) {
       for (int ranks : {1, 2}) {
         for (const char* recompute : {"none", "unit"}) {
           mm::Case c{s.label, s.task, tmpl, ranks, recompute};
+          // An MLP has no unit to recompute: the planner offers it "none" only.
+          if (s.task.model.mlp && std::string(recompute) == "unit") continue;
           if (!mm::EstimateBytes(c)) continue;  // the planner offers no such configuration
           out.push_back(c);
         }
@@ -74,13 +76,18 @@ int main(int argc, char** argv) {
       continue;
     }
     const double ratio = estimate / *measured;
+    // Spill's estimate is the device's working set; on the CPU the host's
+    // resident state is the same memory and is counted too: not comparable.
+    const bool comparable = c.template_name != "spill";
     const bool ok = ratio >= 1.0 && ratio <= 1.1;
-    outside += ok ? 0 : 1;
+    outside += ok || !comparable ? 0 : 1;
     std::printf("%-18s %-9s %5d %-9s %14.0f %14.0f %7.3f%s\n", c.model.c_str(),
                 c.template_name.c_str(), c.ranks, c.recompute.c_str(), estimate, *measured, ratio,
-                ok ? "" : "  outside [1.0, 1.1]");
+                !comparable ? "  (CPU: host-resident state counted too)"
+                : ok        ? ""
+                            : "  outside [1.0, 1.1]");
   }
   std::filesystem::remove_all(scratch);
-  std::printf("%d outside [1.0, 1.1], %d failed\n", outside, failed);
+  std::printf("%d comparable cases outside [1.0, 1.1], %d failed\n", outside, failed);
   return failed > 0 ? 1 : 0;
 }
