@@ -9,11 +9,18 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <ostream>
 #include <string>
 
 #include <gtest/gtest.h>
 
 namespace orrery::memory_model {
+
+// GoogleTest names a failing case by this.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.model << " " << c.template_name << " x" << c.ranks << " recompute=" << c.recompute;
+}
+
 namespace {
 
 class MemoryModelTest : public ::testing::TestWithParam<Case> {};
