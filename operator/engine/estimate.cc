@@ -195,6 +195,45 @@ ParameterCount Count(const Layers& l, const api::TaskSpec& task) {
   return c;
 }
 
+// The largest single parameter tensor and the largest fsdp unit (a layer: the
+// embedding, a block or the head; an MLP's linear layer), in parameters; 0
+// when the shape is unknown here.
+struct LargestParts {
+  double tensor = 0;
+  double unit = 0;
+};
+LargestParts Largest(const api::ModelSpec& m) {
+  LargestParts p;
+  if (m.gpt) {
+    const double h = m.gpt->hidden, v = m.gpt->vocab;
+    p.tensor = std::max(v * h, 4 * h * h);  // embedding or head; an MLP matrix
+    p.unit = std::max(v * h + m.gpt->seq_len * h, 12 * h * h + 13 * h);
+  } else if (m.mlp) {
+    const double h = m.mlp->hidden;
+    p.tensor = std::max({m.mlp->inputs * h, h * h, h * m.mlp->outputs});
+    p.unit = p.tensor + h;
+  }
+  return p;
+}
+
+// Device bytes a template holds beyond its share of the state, measured with
+// bench/worker/memory_model_bench: AdamW's per-tensor temporaries while it
+// steps (two of the largest tensor: LibTorch's C++ AdamW computes the moment's
+// square root and the update out of place); ddp's flat gradient buckets on
+// more than one rank (one float32 copy of every gradient: Li et al. 2020,
+// "PyTorch Distributed", sec. 3.2.3); fsdp's gathered unit, its gradients, the
+// reduce-scatter buffer and the prefetched next unit (four units: the
+// worker's own count, worker/parallel/sharded.cc).
+double BufferBytes(const api::TaskSpec& task, const contract::TemplateTraits& traits, int gpus,
+                   double stored_trainable) {
+  const LargestParts largest = Largest(task.model);
+  double bytes = 2 * 4 * largest.tensor;
+  if (gpus > 1 && traits.memory == contract::MemoryModel::kWhole) bytes += 4 * stored_trainable;
+  if (gpus > 1 && traits.memory == contract::MemoryModel::kShardedFlat)
+    bytes += 4 * 4 * largest.unit;
+  return bytes;
+}
+
 }  // namespace
 
 DeviceModel DefaultDevice(const std::string& kind) {
@@ -285,6 +324,11 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
   // come from the template table (worker/contract/templates.h).
   const contract::TemplateTraits* traits = contract::FindTemplate(template_name);
   if (traits == nullptr || !traits->plannable) return std::nullopt;
+  // What runs on `gpus` ranks: on one, every template but spill is the plain
+  // loop, and holds memory as it does.
+  const contract::TemplateTraits* runs =
+      contract::FindTemplate(contract::WorkerTemplate(template_name, gpus));
+  if (runs == nullptr) return std::nullopt;
   if (traits->memory == contract::MemoryModel::kSliced && (!transformer || !tensor_splits))
     return std::nullopt;
   if (traits->memory == contract::MemoryModel::kLayerRange && (!transformer || layers < gpus))
@@ -294,6 +338,7 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
   double bytes = (traits->frozen_bytes_per_parameter * (params.stored - params.stored_trainable) +
                   kTrainedBytesPerParameter * params.stored_trainable) /
                  contract::MemoryDivisor(*traits, gpus);
+  bytes += BufferBytes(task, *runs, gpus, params.stored_trainable);
   double spill_penalty = 1;
   if (traits->memory == contract::MemoryModel::kSpilled) {
     // Spilling keeps parameters in host memory and streams shards in: a device
@@ -313,8 +358,22 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
 
 std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::string& template_name,
                                       int gpus, int64_t batch, const std::string& recompute) {
-  const contract::TemplateTraits* traits = contract::FindTemplate(template_name);
-  if (!task.model.gpt || traits == nullptr || gpus < 1 || batch < 1) return std::nullopt;
+  // What runs on `gpus` ranks (one: the plain loop but for spill).
+  const contract::TemplateTraits* traits =
+      contract::FindTemplate(contract::WorkerTemplate(template_name, gpus));
+  if (traits == nullptr || gpus < 1 || batch < 1) return std::nullopt;
+  if (task.model.mlp && recompute == "none") {
+    // An MLP keeps each layer's input and its ReLU's output, float32, and the
+    // logits and their gradient; it has no unit worth recomputing.
+    const api::MlpModel& mlp = *task.model.mlp;
+    const double per_sample =
+        4.0 * (mlp.inputs + 2.0 * mlp.hidden * mlp.layers + 2.0 * mlp.outputs);
+    const bool split = traits->memory == contract::MemoryModel::kWhole ||
+                       traits->memory == contract::MemoryModel::kShardedFlat ||
+                       traits->memory == contract::MemoryModel::kSpilled;
+    return per_sample * static_cast<double>(batch) / (split ? gpus : 1);
+  }
+  if (!task.model.gpt) return std::nullopt;
   const api::GptModel& g = *task.model.gpt;
   const double s = g.seq_len, h = g.hidden, a = g.heads;
   // Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
@@ -323,30 +382,41 @@ std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::stri
   // without dropout and keeps float32 (bf16 autocast keeps a mix: counted as
   // float32, the larger), so 2·(32 + 4·a·s/h) per s·b·h. Recomputing per
   // block keeps only each block's float32 input (4·s·b·h) and, during one
-  // block's backward, that block's full activations.
-  const double full_block = s * h * 2 * (32 + 4 * a * s / h);
-  const double kept_block = recompute == "unit" ? 4 * s * h : full_block;
+  // block's backward, that block's full activations. Tensor parallelism
+  // (Megatron's, sec. 4.2.1) splits 24 + 5·a·s/h of the 34 over its t ranks;
+  // the layer norms' inputs and the block's input stay whole on every rank:
+  // 2·(8 + (24 + 4·a·s/h)/t) here.
+  double t = 1;  // tensor-parallel degree
   double samples = static_cast<double>(batch);
+  double recompute_samples = samples;  // those one block's recomputation holds at once
   double blocks = g.layers;
-  double tensor_split = 1;
   switch (traits->memory) {
     case contract::MemoryModel::kWhole:
     case contract::MemoryModel::kShardedFlat:
-    case contract::MemoryModel::kSpilled: samples /= gpus; break;
-    case contract::MemoryModel::kSliced: tensor_split = gpus; break;
+    case contract::MemoryModel::kSpilled:
+      samples /= gpus;
+      recompute_samples = samples;
+      break;
+    case contract::MemoryModel::kSliced: t = gpus; break;
     case contract::MemoryModel::kLayerRange:
     case contract::MemoryModel::kLayout:
-      // 1F1B (the launchers' schedule) with 2·pp micro-batches: the first
-      // stage holds at most pp of them, half the batch.
+      // GPipe (the worker's default schedule) keeps every micro-batch's
+      // activations until its backward: a stage holds its blocks' for the
+      // whole batch (1F1B would hold pp micro-batches; counted as GPipe, the
+      // larger). Recomputation runs one micro-batch's block at a time, of
+      // the default 2·pp micro-batches (hybrid's pp counted as its ranks:
+      // fewer samples, never more).
       blocks = std::ceil(blocks / gpus);
-      samples /= 2;
+      recompute_samples = samples / (2.0 * gpus);
       break;
   }
-  double per_sample = blocks * kept_block / tensor_split;
-  if (recompute == "unit") per_sample += full_block / tensor_split;
+  const double full_block = s * h * 2 * (8 + (24 + 4 * a * s / h) / t);
+  const double kept_block = recompute == "unit" ? 4 * s * h : full_block;
+  double bytes = blocks * kept_block * samples;
+  if (recompute == "unit") bytes += full_block * recompute_samples;
   // The logits and their gradient, float32 (the head's output and the loss's).
-  per_sample += 2 * s * g.vocab * 4.0;
-  return per_sample * samples;
+  bytes += 2 * s * g.vocab * 4.0 * samples;
+  return bytes;
 }
 
 std::vector<api::FieldError> CheckAgainstPretrained(const api::TaskSpec& task,

@@ -14,7 +14,9 @@
 //            moments; Rajbhandari et al. 2020, "ZeRO", §3.1, count the same 16
 //            for mixed precision), 4 per frozen one (its weight: see
 //            the template table's frozen_bytes_per_parameter), divided by the degree that shards
-//            it.
+//            it, plus the buffers a template holds beyond it (AdamW's temporaries,
+//            ddp's gradient buckets, fsdp's gathered units); docs/DESIGN.md, "The
+//            memory model", and bench/worker/memory_model_bench against measurement.
 // A pre-trained model's size comes from its config.json, which this file only
 // parses (ParsePretrainedConfig): the world that can read the file passes the
 // shape in. Pure: no I/O.
@@ -118,7 +120,8 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
 // Bytes of activations one device keeps from forward to backward when
 // `template_name` trains `task` at global `batch` on `gpus` devices with
 // activation recomputation `recompute` ("none" | "unit"); nullopt when the
-// model is not a spec-defined GPT (its shape is unknown here). Profiles on a
+// model is not a spec-defined GPT or MLP (its shape is unknown here), and for
+// an MLP recomputing (it has no unit to recompute). Profiles on a
 // CPU measure parameter and gradient bytes only, so a configuration's memory
 // is that plus this.
 std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::string& template_name,

@@ -2,9 +2,12 @@
 // their CUDA and NCCL versions come from the headers the build found.
 #include "worker/dist/device.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
 
 #include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
 #include <torch/cuda.h>
 
 #ifdef ORRERY_HAVE_CUDA
@@ -159,6 +162,71 @@ c10::DeviceIndex AllocatorIndex(c10::Device device) {
 #endif
 }  // namespace
 
+namespace {
+
+// Counts what LibTorch's CPU allocator hands out. LibTorch's raw_allocate
+// wants a DataPtr whose context is its data and a raw_deleter, so the size
+// rides in a header of kHeader bytes (LibTorch's own 64-byte alignment kept)
+// in front of the block the tensor sees. The peak is a running maximum
+// (atomic, lock-free: every tensor passes here).
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit CountingCpuAllocator(c10::Allocator* base) {
+    base_ = base;
+    base_deleter_ = base->raw_deleter();
+  }
+  // Whether LibTorch's allocator is one this can wrap (a raw deleter).
+  static bool CanWrap(c10::Allocator* base) { return base->raw_deleter() != nullptr; }
+
+  c10::DataPtr allocate(size_t n) const override {
+    auto* block = static_cast<char*>(base_->raw_allocate(n + kHeader));
+    *reinterpret_cast<int64_t*>(block) = static_cast<int64_t>(n);
+    const int64_t now = current_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed) +
+                        static_cast<int64_t>(n);
+    int64_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+    void* data = block + kHeader;
+    return {data, data, &Release, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &Release; }
+
+  static int64_t current() { return current_.load(std::memory_order_relaxed); }
+  static int64_t peak() { return peak_.load(std::memory_order_relaxed); }
+  static void ResetPeak() { peak_.store(current(), std::memory_order_relaxed); }
+
+ private:
+  static constexpr size_t kHeader = 64;
+  static void Release(void* data) {
+    if (data == nullptr) return;
+    char* block = static_cast<char*>(data) - kHeader;
+    current_.fetch_sub(*reinterpret_cast<int64_t*>(block), std::memory_order_relaxed);
+    base_deleter_(block);
+  }
+
+  static inline c10::Allocator* base_ = nullptr;
+  static inline c10::DeleterFnPtr base_deleter_ = nullptr;
+  static inline std::atomic<int64_t> current_{0};
+  static inline std::atomic<int64_t> peak_{0};
+};
+
+CountingCpuAllocator* cpu_counter = nullptr;
+std::once_flag cpu_counter_once;
+
+}  // namespace
+
+void InstallCpuMemoryCounter() {
+  std::call_once(cpu_counter_once, [] {
+    c10::Allocator* base = c10::GetAllocator(c10::kCPU);
+    if (!CountingCpuAllocator::CanWrap(base)) return;  // no CPU peak then (-1)
+    // Leaked on purpose: tensors freed during static destruction still call it.
+    cpu_counter = new CountingCpuAllocator(base);
+    c10::SetAllocator(c10::kCPU, cpu_counter, /*priority=*/1);
+  });
+}
+
+int64_t CpuAllocatedBytes() { return cpu_counter != nullptr ? cpu_counter->current() : 0; }
+
 int64_t PeakDeviceMemory(c10::Device device) {
 #ifdef ORRERY_HAVE_CUDA
   if (device.is_cuda()) {
@@ -169,7 +237,7 @@ int64_t PeakDeviceMemory(c10::Device device) {
         .peak;
   }
 #endif
-  (void)device;
+  if (device.is_cpu() && cpu_counter != nullptr) return cpu_counter->peak();
   return -1;
 }
 
@@ -180,7 +248,7 @@ void ResetPeakDeviceMemory(c10::Device device) {
     if (index >= 0) c10::cuda::CUDACachingAllocator::resetPeakStats(index);
   }
 #endif
-  (void)device;
+  if (device.is_cpu() && cpu_counter != nullptr) cpu_counter->ResetPeak();
 }
 
 }  // namespace orrery::dist

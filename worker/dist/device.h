@@ -56,9 +56,20 @@ Status UseDevice(c10::Device device);
 void SynchronizeDevice(c10::Device device);
 
 // The most bytes of tensors the CUDA caching allocator had allocated on `device`
-// since the last ResetPeakDeviceMemory (torch.cuda.max_memory_allocated); -1 for
-// CPU, which has no such pool.
+// since the last ResetPeakDeviceMemory (torch.cuda.max_memory_allocated). On the
+// CPU the same figure from the counting allocator InstallCpuMemoryCounter puts
+// in front of LibTorch's own: the bytes CPU tensors held at once, requested
+// sizes as the CUDA figure counts them; -1 until it is installed. The count is
+// the process's: one rank's where ranks are processes (the worker's case), the
+// sum of all where ranks are threads of one process (tests).
 int64_t PeakDeviceMemory(c10::Device device);
 void ResetPeakDeviceMemory(c10::Device device);
+
+// Puts a counting allocator in front of LibTorch's CPU allocator (idempotent,
+// thread-safe). Tensors allocated before it are freed by their own deleter and
+// never counted. orrery-worker installs it at start.
+void InstallCpuMemoryCounter();
+// The bytes CPU tensors hold now, counted since the install (0 before).
+int64_t CpuAllocatedBytes();
 
 }  // namespace orrery::dist

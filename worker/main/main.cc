@@ -59,6 +59,8 @@ void Usage(std::ostream& os) {
 }
 
 int RunTask(const std::string& mode, std::vector<std::string> args) {
+  // Before any tensor, so the profiler's CPU peak counts them all.
+  orrery::dist::InstallCpuMemoryCounter();
   auto device = orrery::dist::TakeDeviceFlag(args);
   if (!device.ok()) {
     std::cerr << "orrery-worker " << mode << ": " << device.status() << "\n";

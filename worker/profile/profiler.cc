@@ -41,6 +41,8 @@ class Profiler {
 
   StatusOr<ProfileSummary> Go(std::ostream& out) {
     at::set_num_threads(task_.threads);
+    // The CPU's device_allocated (orrery-worker installed it already).
+    dist::InstallCpuMemoryCounter();
     ORRERY_ASSIGN_OR_RETURN(batches_, train::MakeBatchSource(task_));
     if (world_ > 1) {
       std::vector<int> all;
@@ -87,7 +89,8 @@ class Profiler {
                     {"step_time_s", t},
                     {"samples_per_s", t > 0 ? static_cast<double>(task_.global_batch) / t : 0.0},
                     {"wait_fraction", m->info.wait_fraction}};
-        if (c.device.is_cuda()) row["device_allocated"] = dist::PeakDeviceMemory(c.device);
+        if (const int64_t peak = dist::PeakDeviceMemory(c.device); peak >= 0)
+          row["device_allocated"] = peak;
         recompute_modes.push_back(row);
       }
     }
@@ -135,7 +138,7 @@ class Profiler {
                       ? 0.0
                       : *std::min_element(m.step_times.begin(), m.step_times.end())}}},
         {"samples_per_s", summary.samples_per_s},
-        {"peak_memory_bytes", PeakMemory(peaks, device)},
+        {"peak_memory_bytes", PeakMemory(peaks)},
         {"knobs", KnobsOf(m.info)},
         {"tuning", tuning},
         {"recompute_modes", recompute_modes},
@@ -152,12 +155,16 @@ class Profiler {
 
  private:
   // The largest over ranks of: parameter (and gradient) bytes the template held
-  // on the device, the process's peak resident set, and on CUDA the caching
-  // allocator's peak of allocated bytes (torch.cuda.max_memory_allocated).
-  static Json PeakMemory(const at::Tensor& peaks, c10::Device device) {
+  // on the device, the process's peak resident set, and the peak of tensor
+  // bytes allocated during the measured steps: on CUDA the caching allocator's
+  // (torch.cuda.max_memory_allocated), on the CPU the counting allocator's
+  // (dist::InstallCpuMemoryCounter), the figure the planner's memory model
+  // predicts (bench/worker/memory_model_bench.cc).
+  static Json PeakMemory(const at::Tensor& peaks) {
     Json j = {{"device_parameters", static_cast<int64_t>(peaks[0].item<double>())},
               {"host_rss", static_cast<int64_t>(peaks[1].item<double>())}};
-    if (device.is_cuda()) j["device_allocated"] = static_cast<int64_t>(peaks[2].item<double>());
+    if (peaks[2].item<double>() >= 0)
+      j["device_allocated"] = static_cast<int64_t>(peaks[2].item<double>());
     return j;
   }
 

@@ -1,0 +1,93 @@
+// memory_model_bench: the planner's per-device memory estimate against the peak
+// `orrery-worker profile` measures (device_allocated), for every plannable
+// template in both recomputation modes on GPT-like and MLP shapes, and the
+// ratio. The goal (issue 26): every ratio within [1.0, 1.1], estimates over
+// rather than under. Usage: memory_model_bench [--smoke] [--worker PATH].
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/worker/memory_model.h"
+
+namespace mm = orrery::memory_model;
+
+namespace {
+
+std::vector<mm::Case> Cases(bool smoke) {
+  struct Shape {
+    std::string label;
+    orrery::api::TaskSpec task;
+  };
+  std::vector<Shape> shapes = {
+      {"gpt-2L-h64-s32", mm::Gpt(2, 64, 4, 32, 128, 8)},
+      {"mlp-3L-h256", mm::Mlp(3, 256, 64, 10, 32)},
+  };
+  if (!smoke) {
+    shapes.push_back({"gpt-4L-h128-s64", mm::Gpt(4, 128, 4, 64, 256, 8)});
+    shapes.push_back({"gpt-2L-h256-s128", mm::Gpt(2, 256, 8, 128, 512, 4)});
+    shapes.push_back({"mlp-4L-h1024", mm::Mlp(4, 1024, 256, 16, 64)});
+  }
+  std::vector<mm::Case> out;
+  for (const Shape& s : shapes) {
+    for (const char* tmpl : {"ddp", "fsdp", "tensor", "pipeline", "spill"}) {
+      for (int ranks : {1, 2}) {
+        for (const char* recompute : {"none", "unit"}) {
+          mm::Case c{s.label, s.task, tmpl, ranks, recompute};
+          // An MLP has no unit to recompute: the planner offers it "none" only.
+          if (s.task.model.mlp && std::string(recompute) == "unit") continue;
+          if (!mm::EstimateBytes(c)) continue;  // the planner offers no such configuration
+          out.push_back(c);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool smoke = false;
+  std::string worker = std::string(ORRERY_BINARY_DIR) + "/bin/orrery-worker";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--smoke") {
+      smoke = true;
+    } else if (a == "--worker" && i + 1 < argc) {
+      worker = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: memory_model_bench [--smoke] [--worker PATH]\n");
+      return 2;
+    }
+  }
+  const std::string scratch =
+      std::filesystem::temp_directory_path().string() + "/orrery-memory-model-bench";
+  std::printf("%-18s %-9s %5s %-9s %14s %14s %7s\n", "model", "template", "ranks", "recompute",
+              "estimate_B", "measured_B", "ratio");
+  int outside = 0, failed = 0;
+  for (const mm::Case& c : Cases(smoke)) {
+    const double estimate = *mm::EstimateBytes(c);
+    auto measured = mm::MeasureBytes(worker, c, scratch);
+    if (!measured.ok()) {
+      std::printf("%-18s %-9s %5d %-9s error: %s\n", c.model.c_str(), c.template_name.c_str(),
+                  c.ranks, c.recompute.c_str(), measured.status().ToString().c_str());
+      ++failed;
+      continue;
+    }
+    const double ratio = estimate / *measured;
+    // Spill's estimate is the device's working set; on the CPU the host's
+    // resident state is the same memory and is counted too: not comparable.
+    const bool comparable = c.template_name != "spill";
+    const bool ok = ratio >= 1.0 && ratio <= 1.1;
+    outside += ok || !comparable ? 0 : 1;
+    std::printf("%-18s %-9s %5d %-9s %14.0f %14.0f %7.3f%s\n", c.model.c_str(),
+                c.template_name.c_str(), c.ranks, c.recompute.c_str(), estimate, *measured, ratio,
+                !comparable ? "  (CPU: host-resident state counted too)"
+                : ok        ? ""
+                            : "  outside [1.0, 1.1]");
+  }
+  std::filesystem::remove_all(scratch);
+  std::printf("%d comparable cases outside [1.0, 1.1], %d failed\n", outside, failed);
+  return failed > 0 ? 1 : 0;
+}
