@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
 #include <torch/cuda.h>
+#include <torch/version.h>
 
 #ifdef ORRERY_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -178,7 +179,12 @@ class CountingCpuAllocator final : public c10::Allocator {
   // Whether LibTorch's allocator is one this can wrap (a raw deleter).
   static bool CanWrap(c10::Allocator* base) { return base->raw_deleter() != nullptr; }
 
+  // LibTorch 2.3 made allocate non-const and added copy_data (pure virtual).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(size_t n) override {
+#else
   c10::DataPtr allocate(size_t n) const override {
+#endif
     auto* block = static_cast<char*>(base_->raw_allocate(n + kHeader));
     *reinterpret_cast<int64_t*>(block) = static_cast<int64_t>(n);
     const int64_t now = current_.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed) +
@@ -190,6 +196,11 @@ class CountingCpuAllocator final : public c10::Allocator {
     return {data, data, &Release, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &Release; }
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
 
   static int64_t current() { return current_.load(std::memory_order_relaxed); }
   static int64_t peak() { return peak_.load(std::memory_order_relaxed); }
