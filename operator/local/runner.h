@@ -19,10 +19,11 @@
 // when an adopted plan changes it. Spilled tasks the plan puts in an
 // interleaved gang (engine::LaunchAction::interleaved) run in one
 // `orrery-worker gang` process on their device, each with its own progress
-// and checkpoints; one that completes leaves the others running. A lost device kills its gang at once (what a
-// dead GPU does); the task restarts from its last checkpoint on what remains.
-// Stop (Ctrl-C) asks every gang to checkpoint, waits, writes the report and
-// exits; the same command resumes from the work directory.
+// and checkpoints; one that completes leaves the others running. A lost
+// device kills its gang at once (what a dead GPU does); the task restarts
+// from its last checkpoint on what remains. Stop (Ctrl-C) asks every gang to
+// checkpoint, waits, writes the report and exits; the same command resumes
+// from the work directory.
 #pragma once
 
 #include <atomic>
