@@ -335,7 +335,10 @@ TEST(Estimate, ScalesWithDevicesAndRespectsTemplateLimits) {
   EXPECT_NEAR(one->throughput, gpu.flops / (6 * ModelParameters(gpt) * 32), 1e-6 * one->throughput);
   auto fsdp = EstimateConfig(gpt, "fsdp", 2, gpu);
   ASSERT_TRUE(fsdp);
-  EXPECT_NEAR(fsdp->memory_gib, two->memory_gib / 2, 1e-12);
+  // fsdp shards the state ddp replicates; its few gathered units and the
+  // optimizer's temporaries stay whole (estimate.h), so it is over half.
+  EXPECT_LT(fsdp->memory_gib, two->memory_gib);
+  EXPECT_GT(fsdp->memory_gib, two->memory_gib / 2);
   EXPECT_FALSE(EstimateConfig(gpt, "tensor", 8, gpu));    // 4 heads do not split 8 ways
   EXPECT_FALSE(EstimateConfig(gpt, "pipeline", 4, gpu));  // 2 layers, 4 stages
   EXPECT_FALSE(EstimateConfig(gpt, "zero", 2, gpu));

@@ -17,7 +17,8 @@ namespace orrery::local {
 bool operator==(const ReportBar& a, const ReportBar& b) {
   return a.task == b.task && a.devices == b.devices && a.start_s == b.start_s &&
          a.end_s == b.end_s && a.template_name == b.template_name && a.gpus == b.gpus &&
-         a.batch_size == b.batch_size && a.ended_by == b.ended_by && a.gang == b.gang;
+         a.batch_size == b.batch_size && a.ended_by == b.ended_by && a.gpu_type == b.gpu_type &&
+         a.gang == b.gang;
 }
 bool operator==(const ReportLossPoint& a, const ReportLossPoint& b) {
   return a.step == b.step && a.loss == b.loss && a.time_s == b.time_s;
@@ -88,7 +89,7 @@ RunReport FullReport() {
   r.tasks = {a, b};
   r.planned = {{"lr-3e-4", {0, 1}, 10, 20.5, "dp2", 2, 64, ""},
                {"lr-1e-3", {2}, 0, 30, "single", 1, 32, ""},
-               {"lr-1e-3", {3}, 30, 40, "spill", 1, 32, "", "lr-1e-3+lr-3e-4"}};
+               {"lr-1e-3", {3}, 30, 40, "spill", 1, 32, "", "", "lr-1e-3+lr-3e-4"}};
   r.actual = {{"lr-3e-4", {0, 1}, 9.75, 19.125, "dp2", 2, 64, "device-lost"},
               {"lr-3e-4", {0}, 19.5, 25, "dp1", 1, 64, "running"}};
   r.profiles = {{"sig-abc", "lr-3e-4,lr-1e-3", "dp2", 2, 64, 123.456, 0.0421, 812.5, true},
@@ -289,8 +290,9 @@ TEST(ReportHtml, DrawsOneRectPerBar) {
 
 TEST(ReportHtml, AnInterleavedGangsMembersShareTheirLaneInBands) {
   RunReport r = FullReport();
-  r.actual = {{"lr-3e-4", {1}, 0, 30, "spill", 1, 64, "completed", "lr-3e-4+lr-1e-3"},
-              {"lr-1e-3", {1}, 0, 20, "spill", 1, 32, "completed", "lr-3e-4+lr-1e-3"}};
+  // Untyped devices (gpu_type ""), one gang.
+  r.actual = {{"lr-3e-4", {1}, 0, 30, "spill", 1, 64, "completed", "", "lr-3e-4+lr-1e-3"},
+              {"lr-1e-3", {1}, 0, 20, "spill", 1, 32, "completed", "", "lr-3e-4+lr-1e-3"}};
   const std::string html = ReportHtml(r);
   EXPECT_EQ(Count(html, "class=\"bar actual\""), 2u);
   EXPECT_EQ(Count(html, "data-gang=\"lr-3e-4+lr-1e-3\""), 2u);
