@@ -17,9 +17,9 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
 
 #include "operator/local/report.h"
+#include "tests/operator/local/shell.h"
 #include "tests/testing/png.h"
 #include "worker/checkpoint/io.h"
 #include "worker/checkpoint/reader.h"
@@ -32,23 +32,8 @@ using Json = nlohmann::json;
 const std::string kBin = std::string(ORRERY_BINARY_DIR) + "/bin";
 const std::string kCorpus = std::string(ORRERY_SOURCE_DIR) + "/data/corpus/quickstart.txt";
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
-// Runs a command line in a shell, stdout and stderr captured together.
-Result Shell(const std::string& command) {
-  Result r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using orrery::local::testing::Result;
+using orrery::local::testing::Shell;
 
 std::string Job(const std::string& name, int steps, int min_gpus, int max_gpus) {
   std::ostringstream os;

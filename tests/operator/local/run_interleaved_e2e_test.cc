@@ -17,7 +17,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
+
+#include "tests/operator/local/shell.h"
 
 namespace {
 
@@ -27,22 +28,8 @@ using Json = nlohmann::json;
 const std::string kBin = std::string(ORRERY_BINARY_DIR) + "/bin";
 const std::string kCorpus = std::string(ORRERY_SOURCE_DIR) + "/data/corpus/quickstart.txt";
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
-Result Shell(const std::string& command) {
-  Result r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using orrery::local::testing::Result;
+using orrery::local::testing::Shell;
 
 // Two tasks whose only template is spill: "short" (40 steps) and "long" (120).
 std::string Job() {
