@@ -154,6 +154,7 @@ struct TaskRun {
   int failures = 0;
   int launches = 0;
   std::string done_status;  // the worker's "done" status of the current gang
+  std::string done_error;   // and its "error", when it gave one
 };
 
 class Runner {
@@ -868,6 +869,7 @@ Gang Runner::NewGang(TaskRun& task, int config, const std::vector<int>& devices,
 
 void Runner::Started(size_t t, const planner::Config& c) {
   tasks_[t].done_status.clear();
+  tasks_[t].done_error.clear();
   report_.tasks[t].state = "running";
   report_.tasks[t].template_name = c.template_name;
   report_.tasks[t].gpus = c.gpus;
@@ -986,6 +988,7 @@ void Runner::OnLine(size_t t, const Json& j) {
     OnExport(t, j);
   } else if (ev == "done") {
     task.done_status = j.value("status", "");
+    if (j.contains("error") && j["error"].is_string()) task.done_error = j["error"];
     task.step = j.value("step", task.step);
     if (j.contains("loss") && j["loss"].is_number()) task.loss = j["loss"].get<double>();
     if (j.contains("export") && j["export"].is_string()) rt.export_path = j["export"];
@@ -1285,7 +1288,9 @@ void Runner::Ended(size_t t, int code) {
   ++task.failures;
   task.step = task.checkpoint_step;
   task.samples = SamplesAtStep(task, task.checkpoint_step);
-  std::string why = LastLine(log0);
+  // The worker's own error for this task when its "done" line gave one (in
+  // a gang the log's last line may be another member's), else the log's.
+  std::string why = task.done_error.empty() ? LastLine(log0) : task.done_error;
   if (task.failures >= kMaxFailures) {
     task.failed = true;
     rt.state = "failed";

@@ -1,6 +1,9 @@
 // Byte-level tokenization (see tokenizer.h).
 #include "worker/data/tokenizer.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -26,7 +29,12 @@ StatusOr<int64_t> EncodeTextFile(const std::string& text_path, const std::string
   if (!in) return NotFoundError("cannot open text " + text_path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::vector<uint16_t> tokens = EncodeBytes(text);
-  const std::string tmp = token_path + ".tmp";
+  // Named for this process and call: two tasks of one gang (worker/train/gang.h)
+  // tokenize on threads of one process, and a shared name would let one
+  // truncate or rename the other's half-written file.
+  static std::atomic<uint64_t> calls{0};
+  const std::string tmp =
+      token_path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(calls.fetch_add(1));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return InternalError("cannot create token file " + tmp);
@@ -35,8 +43,10 @@ StatusOr<int64_t> EncodeTextFile(const std::string& text_path, const std::string
               static_cast<std::streamsize>(tokens.size() * 2));
     if (!out) return InternalError("cannot write token file " + tmp);
   }
-  if (std::rename(tmp.c_str(), token_path.c_str()) != 0)
+  if (std::rename(tmp.c_str(), token_path.c_str()) != 0) {
+    std::remove(tmp.c_str());
     return InternalError("cannot rename " + tmp + " to " + token_path);
+  }
   return static_cast<int64_t>(tokens.size());
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -394,10 +395,15 @@ StatusOr<std::unique_ptr<BatchSource>> MakeBatchSource(TaskConfig& task) {
     } else if (task.data.kind == "text") {
       // Byte-level tokens: vocabulary 256 whatever the flags said.
       task.model.gpt.vocab = static_cast<int>(data::kByteVocabSize);
-      token_path = (std::filesystem::temp_directory_path() /
-                    ("orrery-text-" + std::to_string(::getpid()) + "-" +
-                     std::to_string(std::hash<std::string>{}(task.data.path)) + ".bin"))
-                       .string();
+      // Named for this process and call, not only the process: the tasks of
+      // a gang (gang.h) build theirs on threads of one process, and each
+      // removes its file once mapped.
+      static std::atomic<uint64_t> calls{0};
+      token_path =
+          (std::filesystem::temp_directory_path() /
+           ("orrery-text-" + std::to_string(::getpid()) + "-" + std::to_string(calls.fetch_add(1)) +
+            "-" + std::to_string(std::hash<std::string>{}(task.data.path)) + ".bin"))
+              .string();
       auto n = data::EncodeTextFile(task.data.path, token_path);
       if (!n.ok()) return n.status().WithContext("tokenizing " + task.data.path);
       token_bytes = 2;

@@ -6,6 +6,7 @@
 // refused naming the flag and the task.
 #include "worker/train/gang.h"
 
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -197,6 +198,55 @@ TEST(GangTest, ThreeTasksEqualEachAloneAndResumeAloneOrInAnotherGang) {
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(second->tasks[i]->resumed_from_step, 3);
     ExpectLosses(second->tasks[i]->losses, alone[i].losses, 3);
+  }
+}
+
+// Tasks of one gang reading one text corpus: each tokenizes it on its own
+// thread of the one process, and each trains as it does alone (a shared
+// temporary token file once failed one task and fed another a torn file).
+TEST(GangTest, TasksOnOneTextCorpusEachTrainAsAlone) {
+  at::set_num_threads(1);
+  TempDir dir;
+  const std::string corpus = dir.Sub("corpus.txt");
+  {
+    std::ofstream txt(corpus);
+    for (int i = 0; i < 4000; ++i) txt << "sentence " << i << " of a small text corpus.\n";
+  }
+  auto gpt = [&](const std::string& name, const std::string& lr) {
+    return std::vector<std::string>{
+        "--task=" + name,  "--model=gpt", "--layers=1",       "--hidden=16",           "--heads=2",
+        "--seq=16",        "--vocab=256", "--data=text",      "--data-path=" + corpus, "--seed=0",
+        "--batch=4",       "--steps=4",   "--report-every=1", "--optimizer=adamw",     "--lr=" + lr,
+        "--decay=constant"};
+  };
+  const std::vector<std::pair<std::string, std::string>> members = {
+      {"a", "1e-3"}, {"b", "3e-3"}, {"c", "1e-2"}, {"d", "3e-2"}};
+  const std::string budget = "--spill-budget-bytes=" + std::to_string(int64_t{64} << 20);
+  std::vector<std::string> argv = {budget};
+  std::vector<std::vector<double>> alone;
+  for (const auto& [name, lr] : members) {
+    argv.emplace_back("--");
+    for (auto& a : gpt(name, lr)) argv.push_back(a);
+    std::vector<std::string> one = gpt(name, lr);
+    one.emplace_back("--template=spill");
+    one.push_back(budget);
+    auto task = ParseTaskFlags(one);
+    ASSERT_TRUE(task.ok()) << task.status();
+    std::ostringstream sink;
+    auto r = Train(*task, nullptr, sink, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    alone.push_back(r->losses);
+  }
+  auto gang = ParseGangFlags(argv);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  std::ostringstream out;
+  auto r = TrainGang(*gang, out, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (size_t i = 0; i < members.size(); ++i) {
+    ASSERT_TRUE(r->tasks[i].ok()) << members[i].first << ": " << r->tasks[i].status();
+    ASSERT_EQ(r->tasks[i]->losses.size(), alone[i].size()) << members[i].first;
+    for (size_t s = 0; s < alone[i].size(); ++s)
+      EXPECT_DOUBLE_EQ(r->tasks[i]->losses[s], alone[i][s]) << members[i].first << " step " << s;
   }
 }
 
