@@ -470,9 +470,11 @@ std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Pla
   std::vector<int> free = in.free_gpus;
   if (free.empty()) {
     for (const NodeView& n : w.nodes) free.push_back(n.alive ? n.gpus : 0);
+    std::set<planner::GpuSlot> held;  // an interleaved gang's members share theirs
     for (const TaskView& v : w.tasks) {
       if (!v.running || v.done) continue;
       for (const planner::GpuSlot& g : v.running->gpus) {
+        if (!held.insert(g).second) continue;
         if (g.node >= 0 && static_cast<size_t>(g.node) < free.size()) --free[g.node];
       }
     }
@@ -481,10 +483,12 @@ std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Pla
   int budget = in.launch_budget;
   std::set<size_t> stopped;
   if (in.stops_free_at_once) {
+    std::set<planner::GpuSlot> freed;  // an interleaved gang's members share theirs
     for (const StopAction& s : stops) {
       if (s.task >= w.tasks.size() || !w.tasks[s.task].running) continue;
       stopped.insert(s.task);
       for (const planner::GpuSlot& g : w.tasks[s.task].running->gpus) {
+        if (!freed.insert(g).second) continue;
         if (g.node >= 0 && static_cast<size_t>(g.node) < free.size()) ++free[g.node];
         if (budget >= 0) ++budget;
       }

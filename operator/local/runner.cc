@@ -1470,14 +1470,7 @@ std::optional<int> Runner::Begin() {
       return 1;
     }
   }
-  engine::EngineOptions world;
-  world.switch_cost_s = opt_.switch_cost_s;
-  world.solver_time_limit_s = 0;  // the spec's
-  // Spilled tasks may share a device as an interleaved gang (one
-  // `orrery-worker gang` process) where the plan finds that sooner.
-  engine::EngineOptions options = engine::JobEngineOptions(job_.job.spec.scheduling, world);
-  options.interleave = true;
-  engine_ = std::make_unique<engine::Engine>(options, nullptr);
+  engine_ = std::make_unique<engine::Engine>(RunEngineOptions(job_, opt_), nullptr);
   for (auto& rt : report_.tasks) {
     if (rt.state == "profiling") rt.state = "pending";
   }
@@ -1690,6 +1683,17 @@ StatusOr<DeviceEvent> ParseFailDevice(const std::string& text) {
                                 "the first task starts)");
   }
   return e;
+}
+
+engine::EngineOptions RunEngineOptions(const api::LoadedJob& job, const RunOptions& options) {
+  engine::EngineOptions world;
+  world.switch_cost_s = options.switch_cost_s;
+  world.solver_time_limit_s = 0;  // the spec's
+  // Spilled tasks may share a device as an interleaved gang (one
+  // `orrery-worker gang` process) where the plan finds that sooner.
+  engine::EngineOptions out = engine::JobEngineOptions(job.job.spec.scheduling, world);
+  out.interleave = true;
+  return out;
 }
 
 int RunJob(const api::LoadedJob& job, const RunOptions& options, std::ostream& out,

@@ -33,6 +33,7 @@
 
 #include "common/status.h"
 #include "operator/api/load.h"
+#include "operator/engine/engine.h"
 
 namespace orrery::local {
 
@@ -78,6 +79,12 @@ struct RunOptions {
   int64_t stop_at_step = -1;
   const std::atomic<bool>* stop = nullptr;  // set by the caller's signal handler
 };
+
+// The engine's options `orrery run` runs `job` under: the job's
+// spec.scheduling over this world's own (its switch cost), with interleaved
+// gangs of spilled tasks offered where the plan finds them sooner. The
+// simulator takes these to decide as `orrery run` does.
+engine::EngineOptions RunEngineOptions(const api::LoadedJob& job, const RunOptions& options);
 
 // Exit codes: 0 every task completed; 1 a task failed or the input is wrong;
 // 130 interrupted (resumable).

@@ -37,15 +37,13 @@ Task GangTask(const Problem& problem, const std::vector<int>& members, double sp
   gang.gpu_types = problem.tasks[static_cast<size_t>(members.front())].gpu_types;
   for (const auto& [type, configs] : by_type) {
     if (configs.size() != members.size()) continue;
-    double sum = 0, longest = 0, memory = 0;
+    double memory = 0;
+    std::vector<double> alone;
     for (size_t i = 0; i < members.size(); ++i) {
-      const double alone =
-          problem.tasks[static_cast<size_t>(members[i])].work / configs[i]->throughput;
-      sum += alone;
-      longest = std::max(longest, alone);
+      alone.push_back(problem.tasks[static_cast<size_t>(members[i])].work / configs[i]->throughput);
       memory = std::max(memory, configs[i]->memory_gib);
     }
-    const double seconds = std::max(sum / speedup, longest);
+    const double seconds = GangSeconds(alone, speedup);
     Config c = *configs.front();
     c.template_name = kInterleavedTemplate;
     c.throughput = gang.work / seconds;
@@ -64,6 +62,24 @@ double AloneSeconds(const Problem& problem, int t) {
 }
 
 }  // namespace
+
+double GangSeconds(const std::vector<double>& alone_seconds, double speedup) {
+  double sum = 0, longest = 0;
+  for (double t : alone_seconds) {
+    sum += t;
+    longest = std::max(longest, t);
+  }
+  if (alone_seconds.size() <= 1 || speedup <= 0) return longest;
+  return std::max(sum / speedup, longest);
+}
+
+std::vector<double> GangShares(const std::vector<double>& alone_seconds, double speedup) {
+  const double g = GangSeconds(alone_seconds, speedup);
+  std::vector<double> out;
+  out.reserve(alone_seconds.size());
+  for (double t : alone_seconds) out.push_back(g > 0 ? t / g : 1.0);
+  return out;
+}
 
 std::string GangName(const std::vector<std::string>& tasks) {
   std::string out;

@@ -58,6 +58,20 @@ struct GangedProblem {
 };
 GangedProblem GroupInterleaved(const Problem& problem, const InterleaveOptions& options = {});
 
+// The gang's seconds from its members' alone seconds T_i (work over their
+// one-GPU spill throughput) and the interleaving speedup s:
+//   G = max(sum_i T_i / s, max_i T_i);
+// one member alone runs as alone (G = T). The planner's gang time and the
+// simulator's gang progress (GangShares) both come from here.
+double GangSeconds(const std::vector<double>& alone_seconds, double speedup);
+
+// Each member's speed in the gang as a fraction of its speed alone, T_i / G:
+// the shares of the device under which every member finishes at GangSeconds
+// together (they sum to s where the longest member does not bound G). Where
+// a member leaves (it finished, or its true speed differed from the
+// profile's), the rest share again on what each has left.
+std::vector<double> GangShares(const std::vector<double>& alone_seconds, double speedup);
+
 // The name of a gang of these tasks: "a+b".
 std::string GangName(const std::vector<std::string>& tasks);
 

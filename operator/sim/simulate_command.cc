@@ -1,10 +1,12 @@
 // The simulate command: argument parsing and file I/O around Simulate().
 #include "operator/sim/simulate_command.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "common/clock.h"
+#include "operator/planner/interleave.h"
 #include "operator/sim/elastic_sim.h"
 #include "operator/sim/simulator.h"
 
@@ -137,7 +139,9 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
   std::string path, policy = "orrery", json_path, svg_path;
   int seed = 1;
   double interval = -1, limit = -1, gain = -1, switch_cost = -1, coalesce = -1;
-  bool warm_start = false, replan_lines = false;
+  double interleave_speedup = planner::kInterleaveSpeedup;
+  // Interleaved gangs of spilled tasks, on as in `orrery run`.
+  bool warm_start = false, replan_lines = false, interleave = true;
   const char* usage =
       "usage: orrery simulate WORKLOAD.yaml [--policy "
       "orrery|saturn|greedy|current-practice[-static]] [--seed S]\n"
@@ -145,6 +149,7 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
       "[--solver-time-limit S]\n"
       "                       [--adopt-gain FRACTION] [--switch-cost S]\n"
       "                       [--coalesce-window S] [--warm-start] [--replans]\n"
+      "                       [--no-interleave] [--interleave-speedup X]\n"
       "       orrery simulate --elastic TRACE.yaml [--policy elastic|gpu-only|static|optimum|all] "
       "...\n";
   for (size_t i = 0; i < args.size(); ++i) {
@@ -184,6 +189,21 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
         err << "--coalesce-window: must be seconds >= 0, got " << v << "\n";
         return 2;
       }
+      continue;
+    }
+    if (a == "--interleave-speedup" && value(&v)) {
+      char* end = nullptr;
+      interleave_speedup = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(interleave_speedup > 0)) {
+        err << "--interleave-speedup: must be a number > 0 (an interleaved gang's speed over "
+               "its members one after the other, e.g. 1.22), got "
+            << v << "\n";
+        return 2;
+      }
+      continue;
+    }
+    if (a == "--no-interleave") {
+      interleave = false;
       continue;
     }
     if (a == "--warm-start") {
@@ -232,6 +252,10 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
   if (switch_cost >= 0) options.engine.switch_cost_s = switch_cost;
   if (coalesce >= 0) options.engine.coalesce_window_s = coalesce;
   options.engine.warm_start = warm_start;
+  options.engine.interleave = interleave;
+  // What gangs run at in this world and what the engine plans them with.
+  options.engine.interleave_speedup = interleave_speedup;
+  options.gang_speedup = interleave_speedup;
   auto planner = planner::MakePlanner(policy);
   if (!planner.ok()) {
     err << planner.status() << "\n";

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <queue>
 #include <set>
@@ -11,10 +12,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "operator/planner/interleave.h"
+
 namespace orrery::sim {
 namespace {
 
-enum class Kind { kArrival, kNodeLost, kNodeJoined, kPoolLost, kQuota, kFinish, kMeasure, kTick };
+enum class Kind {
+  kArrival,
+  kNodeLost,
+  kNodeJoined,
+  kPoolLost,
+  kQuota,
+  kFinish,
+  kMeasure,
+  kGangMeasure,  // index: the gang
+  kTick,
+};
 
 struct Event {
   double time;
@@ -42,12 +55,28 @@ struct SimTask {
   bool measured = false;
   double speed_factor = 1;  // what the engine knows
   double completion = 0;
+  int gang = -1;          // the interleaved gang it runs in (Sim::gangs_); -1: alone
+  std::string gang_name;  // that gang's name, for its intervals
+  double share = 1;       // its speed in the gang over its speed alone
+};
+
+// An interleaved gang: one process on its GPUs running its members, each at
+// its share of the device (planner::GangShares); a member that finishes or
+// stops leaves it, and the rest share the device again.
+struct SimGang {
+  std::string name;
+  std::vector<size_t> members;  // those still in it
+  std::vector<planner::GpuSlot> gpus;
+  bool measured = false;
 };
 
 class Sim {
  public:
   Sim(const planner::Workload& w, const SimOptions& o, const Clock* clock)
-      : w_(w), o_(o), engine_(o.engine, clock) {}
+      : w_(w),
+        o_(o),
+        engine_(o.engine, clock),
+        gang_speedup_(o.gang_speedup > 0 ? o.gang_speedup : o.engine.interleave_speedup) {}
 
   StatusOr<SimResult> Run();
   void Init();                  // tasks, arrivals and the workload's cluster events
@@ -59,15 +88,19 @@ class Sim {
   void Push(double t, Kind k, int index, int epoch = 0) {
     queue_.push({t, seq_++, k, index, epoch});
   }
+  // Its speed alone (its configuration's profiled throughput times its true speed).
   double TrueThroughput(const SimTask& t) const {
     return t.spec->configs[static_cast<size_t>(t.config)].throughput * t.true_speed;
   }
+  // Its speed now: alone, or its share of its gang's device.
+  double Rate(const SimTask& t) const { return TrueThroughput(t) * t.share; }
   void Advance(SimTask& t) {
     if (!t.running) return;
     double from = std::max(t.last_advance, t.progress_from);
-    if (now_ > from) t.remaining -= (now_ - from) * TrueThroughput(t);
+    if (now_ > from) t.remaining -= (now_ - from) * Rate(t);
     t.last_advance = std::max(t.last_advance, now_);
-    if (t.remaining < 0) t.remaining = 0;
+    // What rounding leaves of a task that finishes now.
+    if (t.remaining < 1e-9 * t.spec->work) t.remaining = 0;
   }
   void Stop(size_t i, const std::string& why) {
     SimTask& t = tasks_[i];
@@ -76,25 +109,38 @@ class Sim {
       // Lose what was done since the last periodic checkpoint.
       double ran = now_ - t.progress_from;
       double lost = std::fmod(ran, o_.checkpoint_interval_s);
-      t.remaining = std::min(t.spec->work, t.remaining + lost * TrueThroughput(t));
+      t.remaining = std::min(t.spec->work, t.remaining + lost * Rate(t));
     }
     Record(i, why);
-    for (const planner::GpuSlot& g : t.gpus) owner_[g] = -1;
     t.running = false;
     ++t.epoch;
+    Release(i);
   }
   void Record(size_t i, const std::string& why) {
     const SimTask& t = tasks_[i];
     if (now_ <= t.start) return;
     const planner::Config& c = t.spec->configs[static_cast<size_t>(t.config)];
-    result_.intervals.push_back(
-        {t.spec->name, t.start, now_, c.template_name, c.gpus, c.batch_size, t.gpus, why});
+    result_.intervals.push_back({t.spec->name, t.start, now_, c.template_name, c.gpus, c.batch_size,
+                                 t.gpus, why, t.gang_name});
   }
+  // Task i no longer runs: its GPUs are free, unless its gang's other members
+  // still run on them (they share the device again).
+  void Release(size_t i);
+  // The members of gang `id` share its device on what each has left, and
+  // finish by their new speeds.
+  void Reshare(int id);
+  void ScheduleFinish(size_t i);
+  void MeasureGang(int id);  // as `orrery run`'s Runner::MeasureInterleaved
   engine::WorldView View() const;
   // Observe, step, apply: the engine's stops and launches, and a wake-up for
   // its next periodic re-plan. The simulator decides nothing itself.
   Status Step();
   void Start(const engine::LaunchAction& launch);
+  // Task `task` runs from now in `config` on `gpus` (alone or in gang `gang`).
+  void StartOne(size_t task, int config, const std::vector<planner::GpuSlot>& gpus, int gang,
+                double progress_from);
+  // The planned GPUs where they are free, else any free GPU of the same node.
+  std::vector<planner::GpuSlot> PickGpus(const std::vector<planner::GpuSlot>& planned) const;
   bool GpuUsable(const planner::GpuSlot& g) const {
     if (g.node < 0 || g.node >= static_cast<int>(alive_.size()) ||
         !alive_[static_cast<size_t>(g.node)])
@@ -113,7 +159,10 @@ class Sim {
   std::vector<bool> alive_;
   std::vector<planner::Node> nodes_;
   std::map<planner::GpuSlot, int> owner_;
-  double tick_at_ = -1;  // the wake-up already queued for the engine
+  std::map<int, SimGang> gangs_;  // running interleaved gangs by id
+  int next_gang_ = 0;
+  double gang_speedup_ = 1;  // what gangs truly run at (SimOptions::gang_speedup)
+  double tick_at_ = -1;      // the wake-up already queued for the engine
   SimResult result_;
   // GPU-seconds alive, integrated as nodes come and go.
   double alive_gpu_seconds_ = 0;
@@ -160,7 +209,12 @@ Status Sim::Step() {
       if (GpuUsable({static_cast<int>(n), g})) ++in.free_gpus[n];
     }
   }
-  for (const SimTask& t : tasks_) held += t.running ? static_cast<int>(t.gpus.size()) : 0;
+  // The GPUs the job holds (a gang's members share theirs).
+  std::set<planner::GpuSlot> held_slots;
+  for (const SimTask& t : tasks_) {
+    if (t.running) held_slots.insert(t.gpus.begin(), t.gpus.end());
+  }
+  held = static_cast<int>(held_slots.size());
   if (cap_ > 0) in.launch_budget = std::max(0, cap_ - held);
   engine::StepResult r = engine_.Step(in);
   ORRERY_RETURN_IF_ERROR(r.error);
@@ -186,16 +240,13 @@ Status Sim::Step() {
   return OkStatus();
 }
 
-void Sim::Start(const engine::LaunchAction& l) {
-  SimTask& t = tasks_[l.task];
-  engine_.journal().Launched(t.spec->name, l.config);
-  // The planned GPUs where they are free, else any free GPU of the same node.
+std::vector<planner::GpuSlot> Sim::PickGpus(const std::vector<planner::GpuSlot>& planned) const {
   std::vector<planner::GpuSlot> gpus;
   std::set<planner::GpuSlot> taken;
-  for (const planner::GpuSlot& g : l.gpus) {
+  for (const planner::GpuSlot& g : planned) {
     if (GpuUsable(g) && taken.insert(g).second) gpus.push_back(g);
   }
-  for (const planner::GpuSlot& g : l.gpus) {
+  for (const planner::GpuSlot& g : planned) {
     if (std::find(gpus.begin(), gpus.end(), g) != gpus.end()) continue;
     for (int k = 0; k < nodes_[static_cast<size_t>(g.node)].gpus; ++k) {
       planner::GpuSlot other{g.node, k};
@@ -205,19 +256,125 @@ void Sim::Start(const engine::LaunchAction& l) {
       }
     }
   }
+  return gpus;
+}
+
+void Sim::Start(const engine::LaunchAction& l) {
+  const std::vector<planner::GpuSlot> gpus = PickGpus(l.gpus);
+  std::vector<const engine::LaunchAction*> all = {&l};
+  for (const engine::LaunchAction& m : l.interleaved) all.push_back(&m);
+  // A gang's process restores every member before any trains: it pays the
+  // switch once, when one of them ran before.
+  bool restarted = false;
+  for (const engine::LaunchAction* a : all) restarted = restarted || tasks_[a->task].ever_started;
+  const double progress_from = now_ + (restarted ? o_.engine.switch_cost_s : 0);
+  if (l.interleaved.empty()) {
+    StartOne(l.task, l.config, gpus, -1, progress_from);
+    ScheduleFinish(l.task);
+    Push(progress_from + o_.measure_after_s, Kind::kMeasure, static_cast<int>(l.task),
+         tasks_[l.task].epoch);
+    return;
+  }
+  const int id = next_gang_++;
+  SimGang& gang = gangs_[id];
+  std::vector<std::string> names;
+  for (const engine::LaunchAction* a : all) {
+    names.push_back(tasks_[a->task].spec->name);
+    gang.members.push_back(a->task);
+  }
+  gang.name = planner::GangName(names);
+  gang.gpus = gpus;
+  for (const engine::LaunchAction* a : all) StartOne(a->task, a->config, gpus, id, progress_from);
+  ++result_.gangs;
+  Reshare(id);
+  Push(progress_from + o_.measure_after_s, Kind::kGangMeasure, id);
+}
+
+void Sim::StartOne(size_t i, int config, const std::vector<planner::GpuSlot>& gpus, int gang,
+                   double progress_from) {
+  SimTask& t = tasks_[i];
+  engine_.journal().Launched(t.spec->name, config);
   t.running = true;
-  t.config = l.config;
+  t.config = config;
   t.gpus = gpus;
   t.start = now_;
-  t.progress_from = now_ + (t.ever_started ? o_.engine.switch_cost_s : 0);
+  t.progress_from = progress_from;
   t.last_advance = now_;
   t.ever_started = true;
+  t.gang = gang;
+  t.gang_name = gang >= 0 ? gangs_.at(gang).name : std::string();
+  t.share = 1;
+  for (const planner::GpuSlot& g : t.gpus) owner_[g] = static_cast<int>(i);
+}
+
+void Sim::ScheduleFinish(size_t i) {
+  SimTask& t = tasks_[i];
   ++t.epoch;
-  for (const planner::GpuSlot& g : t.gpus) owner_[g] = static_cast<int>(l.task);
-  Push(t.progress_from + t.remaining / TrueThroughput(t), Kind::kFinish, static_cast<int>(l.task),
-       t.epoch);
-  if (!t.measured)
-    Push(t.progress_from + o_.measure_after_s, Kind::kMeasure, static_cast<int>(l.task), t.epoch);
+  const double rate = Rate(t);
+  const double from = std::max(now_, t.progress_from);
+  Push(rate > 0 ? from + t.remaining / rate : from, Kind::kFinish, static_cast<int>(i), t.epoch);
+}
+
+void Sim::Reshare(int id) {
+  SimGang& gang = gangs_.at(id);
+  // The device is shared as the plan timed the gang: on each member's alone
+  // seconds left by what the engine knows of its speed (the planner's own
+  // model, interleave.h), at the speedup gangs truly run at. A member truly
+  // faster than its profile finishes first and leaves the rest the device.
+  std::vector<double> alone;
+  for (size_t m : gang.members) {
+    SimTask& t = tasks_[m];
+    Advance(t);
+    const double known = t.spec->configs[static_cast<size_t>(t.config)].throughput * t.speed_factor;
+    alone.push_back(known > 0 ? t.remaining / known : 0);
+  }
+  const std::vector<double> shares = planner::GangShares(alone, gang_speedup_);
+  for (size_t k = 0; k < gang.members.size(); ++k) {
+    tasks_[gang.members[k]].share = shares[k];
+    ScheduleFinish(gang.members[k]);
+  }
+}
+
+void Sim::Release(size_t i) {
+  SimTask& t = tasks_[i];
+  const int id = t.gang;
+  if (id >= 0) {
+    // A gang whose first member completes before its measuring time is
+    // measured then, as `orrery run` measures it from the members' reports.
+    if (t.done) MeasureGang(id);
+    SimGang& gang = gangs_.at(id);
+    gang.members.erase(std::remove(gang.members.begin(), gang.members.end(), i),
+                       gang.members.end());
+    t.gang = -1;
+    t.share = 1;
+    if (!gang.members.empty()) {
+      for (const planner::GpuSlot& g : gang.gpus) owner_[g] = static_cast<int>(gang.members[0]);
+      Reshare(id);
+      return;
+    }
+    gangs_.erase(id);
+  }
+  for (const planner::GpuSlot& g : t.gpus) owner_[g] = -1;
+}
+
+void Sim::MeasureGang(int id) {
+  auto it = gangs_.find(id);
+  if (it == gangs_.end() || it->second.measured || it->second.members.size() < 2) return;
+  it->second.measured = true;
+  // Each member's speed over its profiled speed alone, summed: the gang's
+  // speed over its members one after the other.
+  double speedup = 0;
+  for (size_t m : it->second.members) {
+    const SimTask& t = tasks_[m];
+    speedup += Rate(t) / t.spec->configs[static_cast<size_t>(t.config)].throughput;
+  }
+  result_.gang_speedups.push_back(speedup);
+  engine::EngineOptions o = engine_.options();
+  if (o.interleave_speedup > 0 &&
+      std::abs(speedup / o.interleave_speedup - 1) > o.drift_tolerance) {
+    o.interleave_speedup = speedup;  // the next plan's gangs are timed with it
+    engine_.UpdateOptions(o);
+  }
 }
 
 void Sim::Init() {
@@ -278,20 +435,22 @@ bool Sim::Handle(const Event& e) {
       if (!t.running || e.epoch != t.epoch) break;
       Advance(t);
       Record(i, "finished");
-      for (const planner::GpuSlot& g : t.gpus) owner_[g] = -1;
       t.running = false;
       t.done = true;
       t.remaining = 0;
       t.completion = now_;
+      Release(i);  // a gang's other members share its device again
       return true;
     }
     case Kind::kMeasure: {
       SimTask& t = tasks_[i];
-      if (!t.running || e.epoch != t.epoch || t.measured) break;
+      // A gang member's speed is its gang's, measured as a whole (kGangMeasure).
+      if (!t.running || e.epoch != t.epoch || t.measured || t.gang >= 0) break;
       t.measured = true;
       t.speed_factor = t.true_speed;
       break;
     }
+    case Kind::kGangMeasure: MeasureGang(e.index); break;
     case Kind::kNodeLost: NodeLost(i); break;
     case Kind::kNodeJoined: {
       alive_gpu_seconds_ += alive_gpus_ * (now_ - alive_since_);
@@ -351,8 +510,21 @@ void Sim::Summarize() {
     ct.push_back(t.completion - t.spec->arrival);
   }
   alive_gpu_seconds_ += alive_gpus_ * (result_.makespan - alive_since_);
+  // GPU-seconds held: each GPU's busy time once, though a gang's members
+  // share it.
+  std::map<planner::GpuSlot, std::vector<std::pair<double, double>>> busy;
+  for (const RunInterval& r : result_.intervals) {
+    for (const planner::GpuSlot& g : r.slots) busy[g].push_back({r.start, r.end});
+  }
   double used = 0;
-  for (const RunInterval& r : result_.intervals) used += r.gpus * (r.end - r.start);
+  for (auto& [slot, spans] : busy) {
+    std::sort(spans.begin(), spans.end());
+    double until = -std::numeric_limits<double>::infinity();
+    for (const auto& [from, to] : spans) {
+      if (to > until) used += to - std::max(from, until);
+      until = std::max(until, to);
+    }
+  }
   result_.gpu_utilisation = alive_gpu_seconds_ > 0 ? used / alive_gpu_seconds_ : 0;
   std::sort(ct.begin(), ct.end());
   double sum = 0;
@@ -393,6 +565,8 @@ std::string ResultJson(const SimResult& r) {
   j["adoptions"] = r.adoptions;
   j["switches"] = r.switches;
   j["coalescedSteps"] = r.coalesced;
+  j["gangs"] = r.gangs;
+  j["gangSpeedups"] = r.gang_speedups;
   nlohmann::json log = nlohmann::json::array();
   for (const Replan& p : r.replan_log)
     log.push_back({{"time", p.time},
@@ -417,7 +591,8 @@ std::string ResultJson(const SimResult& r) {
                          {"gpus", iv.gpus},
                          {"batchSize", iv.batch_size},
                          {"slots", slots},
-                         {"endedBy", iv.ended_by}});
+                         {"endedBy", iv.ended_by},
+                         {"gang", iv.gang}});
   }
   j["intervals"] = intervals;
   return j.dump(2) + "\n";
@@ -435,6 +610,13 @@ std::string ResultTable(const SimResult& r) {
   out << "  re-plans / adopted  " << r.replans << " / " << r.adoptions << "\n";
   out << "  switches            " << r.switches << "\n";
   out << "  coalesced steps     " << r.coalesced << "\n";
+  if (r.gangs > 0) {
+    out << "  interleaved gangs   " << r.gangs;
+    if (!r.gang_speedups.empty()) out << " (measured";
+    for (double s : r.gang_speedups) out << " " << s << "x";
+    if (!r.gang_speedups.empty()) out << ")";
+    out << "\n";
+  }
   // Per trigger: solves, solver seconds (total and most), mean and worst gap.
   struct Row {
     int n = 0;
@@ -467,6 +649,20 @@ std::string ReplanTable(const SimResult& r) {
         << (p.warm ? "yes" : "no") << " " << (p.kept_running ? "yes" : "no") << "\n";
   return out.str();
 }
+
+namespace {
+// The band of its lanes an interval draws and how many there are: a gang
+// member's place in the gang's name ("a+b") and the gang's size; (0, 1) alone.
+std::pair<int, int> GangBand(const RunInterval& iv) {
+  if (iv.gang.empty()) return {0, 1};
+  std::vector<std::string> names;
+  std::stringstream in(iv.gang);
+  for (std::string n; std::getline(in, n, '+');) names.push_back(n);
+  const auto it = std::find(names.begin(), names.end(), iv.task);
+  if (names.empty() || it == names.end()) return {0, 1};
+  return {static_cast<int>(it - names.begin()), static_cast<int>(names.size())};
+}
+}  // namespace
 
 std::string GanttSvg(const SimResult& r) {
   // One lane per GPU, grouped by node; a time axis in hours; every interval a bar
@@ -526,18 +722,23 @@ std::string GanttSvg(const SimResult& r) {
     const std::string title =
         escape(iv.task) + " " + iv.template_name + " x" + std::to_string(iv.gpus) + ", batch " +
         std::to_string(iv.batch_size) + ", " + std::to_string(static_cast<int>(iv.start)) + "-" +
-        std::to_string(static_cast<int>(iv.end)) + " s, ended by " + iv.ended_by;
+        std::to_string(static_cast<int>(iv.end)) + " s, ended by " + iv.ended_by +
+        (iv.gang.empty() ? "" : ", interleaved gang " + escape(iv.gang));
+    // A gang's members share their lanes, as in `orrery run`'s report: each
+    // draws its own band of them, in the gang's order, outlined in black.
+    auto [band, bands] = GangBand(iv);
+    const double band_h = (lane - 1) / bands;
     double first_y = 1e300;
     for (const planner::GpuSlot& g : iv.slots) {
-      const double y = lane_y(g);
+      const double y = lane_y(g) + band * band_h;
       first_y = std::min(first_y, y);
-      svg << "<rect class=\"bar\" x=\"" << x << "\" y=\"" << y << "\" width=\"" << w
-          << "\" height=\"" << lane - 1 << "\" fill=\"hsl(" << hue
-          << ",60%,60%)\" stroke=\"white\" stroke-width=\"0.3\"><title>" << title
-          << "</title></rect>\n";
+      svg << "<rect class=\"bar\" data-gang=\"" << escape(iv.gang) << "\" x=\"" << x << "\" y=\""
+          << y << "\" width=\"" << w << "\" height=\"" << band_h << "\" fill=\"hsl(" << hue
+          << ",60%,60%)\" stroke=\"" << (iv.gang.empty() ? "white" : "black")
+          << "\" stroke-width=\"0.3\"><title>" << title << "</title></rect>\n";
     }
     // Label the bar when the name fits (about 6 px per character at 10 px).
-    if (!iv.slots.empty() && w > 6.0 * static_cast<double>(iv.task.size()) + 4) {
+    if (!iv.slots.empty() && bands == 1 && w > 6.0 * static_cast<double>(iv.task.size()) + 4) {
       svg << "<text x=\"" << x + 2 << "\" y=\"" << first_y + 9 << "\" font-size=\"9\">"
           << escape(iv.task) << " " << iv.template_name << "</text>\n";
     }

@@ -20,7 +20,15 @@
 namespace orrery::sim {
 
 struct SimOptions {
+  // engine.interleave offers interleaved gangs of spilled tasks (`orrery run`
+  // offers them; `orrery simulate` by default, --no-interleave not).
   engine::EngineOptions engine;
+  // The speedup gangs truly run at in this world (planner::GangShares of it,
+  // the planner's own gang time), as true_speed is a task's: <= 0, the
+  // engine's interleave_speedup. The engine plans with its own until a gang
+  // has run measure_after_s; then, as `orrery run` does, the measured
+  // speedup goes back to the engine where it drifted past its tolerance.
+  double gang_speedup = 0;
   double measure_after_s = 600;         // running time before throughput is known
   double checkpoint_interval_s = 1800;  // progress since the last checkpoint is lost with a node
   double max_time_s = 1e8;              // safety stop
@@ -35,6 +43,9 @@ struct RunInterval {
   int batch_size = 0;
   std::vector<planner::GpuSlot> slots;  // node and GPU indices
   std::string ended_by;                 // finished, preempted, node-lost
+  // The interleaved gang it ran in ("a+b": one process on its GPU shared
+  // with the other members, local::ReportBar::gang); empty: alone.
+  std::string gang = {};
 };
 
 // One solve of the engine: when, why (the trigger), the solver's seconds, the
@@ -67,6 +78,10 @@ struct SimResult {
   int coalesced = 0;               // steps whose trigger waited for a later solve
   int adoptions = 0;
   int switches = 0;  // running tasks checkpointed and moved by an adopted plan
+  int gangs = 0;     // interleaved gangs launched
+  // Each gang's measured speedup over its members one after the other, in
+  // order of measurement (fed back to the engine as `orrery run` does).
+  std::vector<double> gang_speedups;
   int tasks = 0;
   int node_events = 0;
   std::vector<RunInterval> intervals;

@@ -86,6 +86,40 @@ TEST_F(SimulateCommandTest, ReportsBadInput) {
   EXPECT_EQ(Run({good, "--policy", "gurobi"}), 2);
 }
 
+// Four tasks that fit only spilled (ddp needs 90 GiB of 40), an hour each
+// alone, on two GPUs: `orrery run`'s interleaved gangs are on by default.
+constexpr const char* kSpilled = R"(
+name: spilled
+cluster: {nodes: 1, gpusPerNode: 2, gpuMemoryGiB: 40}
+tasks:
+  - {name: a, work: 3600, profiles: [{template: spill, gpus: 1, batchSize: 8, throughput: 1, memoryGiB: 30}, {template: ddp, gpus: 1, batchSize: 8, throughput: 3, memoryGiB: 90}]}
+  - {name: b, work: 3600, profiles: [{template: spill, gpus: 1, batchSize: 8, throughput: 1, memoryGiB: 30}]}
+  - {name: c, work: 3600, profiles: [{template: spill, gpus: 1, batchSize: 8, throughput: 1, memoryGiB: 30}]}
+  - {name: d, work: 3600, profiles: [{template: spill, gpus: 1, batchSize: 8, throughput: 1, memoryGiB: 30}]}
+)";
+
+TEST_F(SimulateCommandTest, InterleavedGangsByDefaultAndTheirFlags) {
+  std::string path = Write("spilled.yaml", kSpilled);
+  std::string svg = (dir_ / "g.svg").string();
+  ASSERT_EQ(Run({path, "--json", "-", "--svg", svg}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("interleaved gangs   2"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("\"gang\": \"a+b\""), std::string::npos) << out_.str();
+  std::stringstream chart;
+  chart << std::ifstream(svg).rdbuf();
+  EXPECT_NE(chart.str().find("interleaved gang "), std::string::npos);
+  // 1.5x: two hours of a gang's work in 4800 s (1.33 h) against 2 h alone.
+  ASSERT_EQ(Run({path, "--interleave-speedup", "1.5"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("makespan            1.33 h"), std::string::npos) << out_.str();
+  ASSERT_EQ(Run({path, "--no-interleave"}), 0) << err_.str();
+  EXPECT_EQ(out_.str().find("interleaved gangs"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("makespan            2.00 h"), std::string::npos) << out_.str();
+  for (const char* bad : {"0", "-1", "fast", "1.5x"}) {
+    EXPECT_EQ(Run({path, "--interleave-speedup", bad}), 2) << bad;
+    EXPECT_NE(err_.str().find("--interleave-speedup: must be a number > 0"), std::string::npos)
+        << err_.str();
+  }
+}
+
 constexpr const char* kElasticTrace = R"(
 name: cmd-elastic
 cluster: {nodes: 1, gpusPerNode: 4}
