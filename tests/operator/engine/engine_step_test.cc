@@ -298,6 +298,29 @@ TEST(SelectLaunches, StopsFreeTheirGpusAtOnceOnlyWhenTheWorldSaysSo) {
   ASSERT_EQ(l.size(), 2u);  // t0 again on one GPU, t1 on the other
 }
 
+// An interleaved gang's members all run on its one GPU: it is held, and
+// freed by their stops, once.
+TEST(SelectLaunches, AGangsSharedGpuCountsOnce) {
+  StepInput in = TwoNodes();
+  in.world.tasks[0].running = RunningView{0, {{0, 0}}};
+  in.world.tasks[1].running = RunningView{0, {{0, 0}}};
+  planner::Plan plan = PlanOf({{0, {{0, 0}}}, {0, {{0, 0}}}, {0, {{0, 1}}}});
+  const std::vector<std::vector<size_t>> gangs = {{0, 1}};
+  auto l = SelectLaunches(in, plan, {"a", "b"}, {}, gangs);
+  ASSERT_EQ(l.size(), 1u);  // node a's other GPU is free
+  EXPECT_EQ(l[0].task, 2u);
+  // The gang stopped, node a otherwise full (t2 on its other GPU): one GPU
+  // comes free, for one of the members launching again as one gang.
+  in.world.tasks[2].running = RunningView{0, {{0, 1}}};
+  in.free_gpus = {0, 2};
+  in.stops_free_at_once = true;
+  plan = PlanOf({{0, {{0, 0}}}, {0, {{0, 1}}}, {0, {{0, 1}}}});
+  std::vector<StopAction> stops = {{0, StopReason::kReplan}, {1, StopReason::kReplan}};
+  l = SelectLaunches(in, plan, {"a", "b"}, stops);
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0].task, 0u);
+}
+
 TEST(EngineStep, AStalePlanIsReplannedOncePerCapacity) {
   Engine engine(Options(), nullptr);
   StepInput in = TwoNodes();

@@ -3,9 +3,11 @@
 // it by the planner's gang model (planner::GangShares), a member that
 // finishes leaves the rest the device, and a gang's measured speedup goes
 // back to the engine.
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -52,6 +54,21 @@ SimResult Simulated(const planner::Workload& w, const SimOptions& o) {
   return *r;
 }
 
+// No GPU runs two things at once but the members of one gang.
+void ExpectGpusSharedOnlyInGangs(const SimResult& r) {
+  for (size_t i = 0; i < r.intervals.size(); ++i) {
+    for (size_t j = i + 1; j < r.intervals.size(); ++j) {
+      const RunInterval &a = r.intervals[i], &b = r.intervals[j];
+      if (a.end <= b.start + 1e-9 || b.end <= a.start + 1e-9) continue;
+      for (const planner::GpuSlot& g : a.slots) {
+        if (std::find(b.slots.begin(), b.slots.end(), g) == b.slots.end()) continue;
+        EXPECT_TRUE(!a.gang.empty() && a.gang == b.gang)
+            << a.task << " and " << b.task << " share a GPU at " << b.start;
+      }
+    }
+  }
+}
+
 TEST(SimulatorGangsTest, SpilledTasksShareGpusInGangsAndFinishSooner) {
   const planner::Workload w = Spilled(2, 4);
   const SimResult with = Simulated(w, Options(true, 1.5, 1.5));
@@ -63,6 +80,7 @@ TEST(SimulatorGangsTest, SpilledTasksShareGpusInGangsAndFinishSooner) {
   EXPECT_EQ(with.gangs, 2);
   EXPECT_NEAR(with.makespan, 7200 / 1.5, 1e-6);
   EXPECT_LT(with.makespan, without.makespan);
+  ExpectGpusSharedOnlyInGangs(with);
   // Each gang's members on one GPU, together, to the end; every bar marked.
   std::map<std::string, std::set<planner::GpuSlot>> slots;
   ASSERT_EQ(with.intervals.size(), 4u);
@@ -145,6 +163,37 @@ TEST(SimulatorGangsTest, AGangMeasuredSlowerThanPlannedEndsTheGangs) {
   // restarts' switch cost at most.
   EXPECT_GT(r.makespan, 4 * 3600 - 1e-6);
   EXPECT_LT(r.makespan, 4 * 3600 + 300 + 2 * 120 + 1e-6);
+  ExpectGpusSharedOnlyInGangs(r);
+}
+
+// A lost node takes its gang's members down together; they run again on
+// what is left.
+TEST(SimulatorGangsTest, ALostNodeStopsItsGangsMembersTogether) {
+  planner::Workload w = Spilled(1, 4);
+  w.problem.nodes.push_back({"extra", 1, 40});
+  planner::ClusterEvent lost;
+  lost.time = 1000;
+  lost.kind = planner::ClusterEvent::Kind::kNodeLost;
+  lost.node = 1;
+  w.events.push_back(lost);
+  const SimResult r = Simulated(w, Options(true, 1.5, 1.5));
+  std::set<std::string> lost_members, finished;
+  std::string lost_gang;
+  for (const RunInterval& iv : r.intervals) {
+    if (iv.ended_by == "finished") finished.insert(iv.task);
+    if (iv.ended_by != "node-lost") continue;
+    lost_members.insert(iv.task);
+    EXPECT_FALSE(iv.gang.empty()) << iv.task;
+    EXPECT_NEAR(iv.end, 1000, 1e-9);
+    EXPECT_EQ(iv.slots, (std::vector<planner::GpuSlot>{{1, 0}}));
+    lost_gang = iv.gang;
+  }
+  EXPECT_EQ(lost_members.size(), 2u) << lost_gang;
+  EXPECT_EQ(finished.size(), 4u);
+  ExpectGpusSharedOnlyInGangs(r);
+  // Both gangs' work at 1.5x on the one GPU left, and the lost gang's first
+  // 1000 s again: later than all of it at 1.5x.
+  EXPECT_GT(r.makespan, 4 * 3600 / 1.5);
 }
 
 }  // namespace
