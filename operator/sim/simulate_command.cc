@@ -133,15 +133,51 @@ int ElasticCommand(const std::vector<std::string>& args, std::ostream& out, std:
 
 }  // namespace
 
+namespace {
+
+// Reads the workload, simulates it and prints the table, the --replans
+// lines, --json and --svg.
+int SimulateWorkload(const std::string& path, const SimOptions& options, bool replan_lines,
+                     const std::string& json_path, const std::string& svg_path, std::ostream& out,
+                     std::ostream& err) {
+  std::string text;
+  if (!ReadText(path, &text)) {
+    err << "cannot read " << path << "\n";
+    return 1;
+  }
+  auto workload = planner::ParseWorkload(text);
+  if (!workload.ok()) {
+    err << path << ": " << workload.status() << "\n";
+    return 1;
+  }
+  auto result = Simulate(*workload, options, SystemClock::Get());
+  if (!result.ok()) {
+    err << "simulation failed: " << result.status() << "\n";
+    return 1;
+  }
+  out << ResultTable(*result);
+  if (replan_lines) out << ReplanTable(*result);
+  if (json_path == "-")
+    out << ResultJson(*result);
+  else if (!json_path.empty())
+    std::ofstream(json_path) << ResultJson(*result);
+  if (!svg_path.empty()) std::ofstream(svg_path) << GanttSvg(*result);
+  return 0;
+}
+
+}  // namespace
+
 int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   for (const std::string& a : args)
     if (a == "--elastic") return ElasticCommand(args, out, err);
   std::string path, policy = "orrery", json_path, svg_path;
-  int seed = 1;
-  double interval = -1, limit = -1, gain = -1, switch_cost = -1, coalesce = -1;
-  double interleave_speedup = planner::kInterleaveSpeedup;
-  // Interleaved gangs of spilled tasks, on as in `orrery run`.
-  bool warm_start = false, replan_lines = false, interleave = true;
+  bool replan_lines = false;
+  SimOptions options;
+  engine::EngineOptions& eo = options.engine;
+  // Interleaved gangs of spilled tasks, on as in `orrery run`, at the
+  // speedup gangs run at in this world and the engine plans them with.
+  eo.interleave = true;
+  eo.interleave_speedup = planner::kInterleaveSpeedup;
   const char* usage =
       "usage: orrery simulate WORKLOAD.yaml [--policy "
       "orrery|saturn|greedy|current-practice[-static]] [--seed S]\n"
@@ -160,32 +196,33 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
       return true;
     };
     std::string v;
+    double x = 0;
     if (a == "--policy" && value(&policy)) continue;
     if (a == "--json" && value(&json_path)) continue;
     if (a == "--svg" && value(&svg_path)) continue;
     if (a == "--seed" && value(&v)) {
-      seed = std::stoi(v);
+      eo.seed = std::stoi(v);
       continue;
     }
     if (a == "--replan-interval" && value(&v)) {
-      interval = std::stod(v);
+      if ((x = std::stod(v)) > 0) eo.replan_interval_s = x;
       continue;
     }
     if (a == "--solver-time-limit" && value(&v)) {
-      limit = std::stod(v);
+      if ((x = std::stod(v)) > 0) eo.solver_time_limit_s = x;
       continue;
     }
     if (a == "--adopt-gain" && value(&v)) {
-      gain = std::stod(v);
+      if ((x = std::stod(v)) >= 0) eo.adopt_gain = x;
       continue;
     }
     if (a == "--switch-cost" && value(&v)) {
-      switch_cost = std::stod(v);
+      if ((x = std::stod(v)) >= 0) eo.switch_cost_s = x;
       continue;
     }
     if (a == "--coalesce-window" && value(&v)) {
-      coalesce = std::stod(v);
-      if (!(coalesce >= 0)) {
+      eo.coalesce_window_s = std::stod(v);
+      if (!(eo.coalesce_window_s >= 0)) {
         err << "--coalesce-window: must be seconds >= 0, got " << v << "\n";
         return 2;
       }
@@ -193,8 +230,8 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
     }
     if (a == "--interleave-speedup" && value(&v)) {
       char* end = nullptr;
-      interleave_speedup = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(interleave_speedup > 0)) {
+      eo.interleave_speedup = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(eo.interleave_speedup > 0)) {
         err << "--interleave-speedup: must be a number > 0 (an interleaved gang's speed over "
                "its members one after the other, e.g. 1.22), got "
             << v << "\n";
@@ -202,16 +239,10 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
       }
       continue;
     }
-    if (a == "--no-interleave") {
-      interleave = false;
-      continue;
-    }
-    if (a == "--warm-start") {
-      warm_start = true;
-      continue;
-    }
-    if (a == "--replans") {
-      replan_lines = true;
+    if (a == "--no-interleave" || a == "--warm-start" || a == "--replans") {
+      eo.interleave = eo.interleave && a != "--no-interleave";
+      eo.warm_start = eo.warm_start || a == "--warm-start";
+      replan_lines = replan_lines || a == "--replans";
       continue;
     }
     if (!a.empty() && a[0] != '-' && path.empty()) {
@@ -225,55 +256,20 @@ int SimulateCommand(const std::vector<std::string>& args, std::ostream& out, std
     err << usage;
     return 2;
   }
-  std::ifstream in(path);
-  if (!in) {
-    err << "cannot read " << path << "\n";
-    return 1;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  auto workload = planner::ParseWorkload(text.str());
-  if (!workload.ok()) {
-    err << path << ": " << workload.status() << "\n";
-    return 1;
-  }
-  SimOptions options;
+  options.gang_speedup = eo.interleave_speedup;
   const std::string kStatic = "-static";
   if (policy.size() > kStatic.size() &&
       policy.compare(policy.size() - kStatic.size(), kStatic.size(), kStatic) == 0) {
-    options.engine.introspect = false;
+    eo.introspect = false;
     policy.resize(policy.size() - kStatic.size());
   }
-  options.engine.policy = policy;
-  options.engine.seed = seed;
-  if (interval > 0) options.engine.replan_interval_s = interval;
-  if (limit > 0) options.engine.solver_time_limit_s = limit;
-  if (gain >= 0) options.engine.adopt_gain = gain;
-  if (switch_cost >= 0) options.engine.switch_cost_s = switch_cost;
-  if (coalesce >= 0) options.engine.coalesce_window_s = coalesce;
-  options.engine.warm_start = warm_start;
-  options.engine.interleave = interleave;
-  // What gangs run at in this world and what the engine plans them with.
-  options.engine.interleave_speedup = interleave_speedup;
-  options.gang_speedup = interleave_speedup;
+  eo.policy = policy;
   auto planner = planner::MakePlanner(policy);
   if (!planner.ok()) {
     err << planner.status() << "\n";
     return 2;
   }
-  auto result = Simulate(*workload, options, SystemClock::Get());
-  if (!result.ok()) {
-    err << "simulation failed: " << result.status() << "\n";
-    return 1;
-  }
-  out << ResultTable(*result);
-  if (replan_lines) out << ReplanTable(*result);
-  if (json_path == "-")
-    out << ResultJson(*result);
-  else if (!json_path.empty())
-    std::ofstream(json_path) << ResultJson(*result);
-  if (!svg_path.empty()) std::ofstream(svg_path) << GanttSvg(*result);
-  return 0;
+  return SimulateWorkload(path, options, replan_lines, json_path, svg_path, out, err);
 }
 
 }  // namespace orrery::sim

@@ -714,6 +714,8 @@ std::string GanttSvg(const SimResult& r) {
     svg << "<text x=\"" << x << "\" y=\"" << axis_y + 12
         << "\" font-size=\"10\" text-anchor=\"middle\">" << h << " h</text>\n";
   }
+  std::ostringstream labels;  // over every bar: a gang's later bands do not hide its name
+  labels << std::fixed << std::setprecision(1);
   for (const RunInterval& iv : r.intervals) {
     const size_t hash = std::hash<std::string>{}(iv.task);
     const int hue = static_cast<int>(hash % 360);
@@ -737,13 +739,16 @@ std::string GanttSvg(const SimResult& r) {
           << ",60%,60%)\" stroke=\"" << (iv.gang.empty() ? "white" : "black")
           << "\" stroke-width=\"0.3\"><title>" << title << "</title></rect>\n";
     }
-    // Label the bar when the name fits (about 6 px per character at 10 px).
-    if (!iv.slots.empty() && bands == 1 && w > 6.0 * static_cast<double>(iv.task.size()) + 4) {
-      svg << "<text x=\"" << x + 2 << "\" y=\"" << first_y + 9 << "\" font-size=\"9\">"
-          << escape(iv.task) << " " << iv.template_name << "</text>\n";
+    // Label the bar when the name fits (about 6 px per character at 10 px);
+    // a gang once, over its members' bands, by its name.
+    const std::string label = bands == 1 ? iv.task : iv.gang;
+    if (!iv.slots.empty() && band == 0 && w > 6.0 * static_cast<double>(label.size()) + 4) {
+      labels << "<text x=\"" << x + 2 << "\" y=\"" << first_y + 9 << "\" font-size=\"9\">"
+             << escape(label) << " " << (bands == 1 ? iv.template_name : "interleaved")
+             << "</text>\n";
     }
   }
-  svg << "</svg>\n";
+  svg << labels.str() << "</svg>\n";
   return svg.str();
 }
 
