@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "operator/planner/list_scheduler.h"
 
@@ -63,13 +64,14 @@ planner::Plan KeepRunning(const planner::Problem& problem, const planner::Plan& 
   planner::Summarize(problem, kept);
   return kept;
 }
-// Whether the job's running tasks hold more GPUs than its cap.
+// Whether the job's running tasks hold more GPUs than its cap. A GPU the
+// members of an interleaved gang share counts once.
 bool OverCap(const WorldView& world) {
-  int running_gpus = 0;
+  std::set<planner::GpuSlot> held;
   for (const TaskView& v : world.tasks) {
-    if (v.running && !v.done) running_gpus += static_cast<int>(v.running->gpus.size());
+    if (v.running && !v.done) held.insert(v.running->gpus.begin(), v.running->gpus.end());
   }
-  return world.gpu_cap > 0 && running_gpus > world.gpu_cap;
+  return world.gpu_cap > 0 && static_cast<int>(held.size()) > world.gpu_cap;
 }
 
 // The running tasks `plan` (in world terms) does not keep running as they are,

@@ -496,6 +496,31 @@ TEST(EngineStep, AGangThatGainsNothingIsNotPlanned) {
   EXPECT_TRUE(r.launches[0].interleaved.empty());
 }
 
+// A gang's members share one GPU: under a cap of one GPU the running gang is
+// within it, and a re-plan that ends the gang stops its members for the
+// re-plan, not for a quota they never exceeded.
+TEST(EngineStep, AGangsSharedGpuCountsOnceAgainstTheCap) {
+  EngineOptions o = Options();
+  o.interleave = true;
+  Engine engine(o, nullptr);
+  StepInput in = SpilledOnOneGpu(4);
+  in.world.gpu_cap = 1;
+  StepResult r = engine.Step(in);
+  ASSERT_TRUE(r.decision && r.decision->adopted);
+  ASSERT_EQ(r.launches.size(), 1u);
+  ASSERT_EQ(r.launches[0].interleaved.size(), 1u);
+  Apply(in, r);
+  in.world.tasks[r.launches[0].interleaved[0].task].running = {0, r.launches[0].gpus};
+  in.free_gpus = {0};
+  in.world.now = 30;
+  o.interleave_speedup = 0.8;
+  ASSERT_TRUE(engine.UpdateOptions(o));
+  StepResult next = engine.Step(in);
+  ASSERT_TRUE(next.decision && next.decision->adopted) << next.decision->reason;
+  ASSERT_EQ(next.stops.size(), 2u);
+  for (const StopAction& s : next.stops) EXPECT_EQ(s.reason, StopReason::kReplan) << s.task;
+}
+
 TEST(EngineStep, AMeasuredSpeedupBelowOneEndsTheGangs) {
   EngineOptions o = Options();
   o.interleave = true;
