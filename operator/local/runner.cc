@@ -8,6 +8,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -80,6 +81,22 @@ std::string LastLine(const std::string& path) {
   std::string line = nl == std::string::npos ? text : text.substr(nl + 1);
   if (line.size() > 300) line = line.substr(0, 300) + "...";
   return line;
+}
+
+// How a worker ended, for people: "exited with 1" or, for a process a signal
+// ended (Process's 128 + signal), "was killed by signal 9 (Killed)"; then the
+// worker's own reason when there is one. A clean exit ends a task only with
+// its "done" line saying completed or preempted.
+std::string EndedText(int code, const std::string& why) {
+  std::string text = "exited with " + std::to_string(code);
+  if (code > 128 && code < 128 + NSIG) {
+    const int sig = code - 128;
+    const char* name = strsignal(sig);
+    text = "was killed by signal " + std::to_string(sig) +
+           (name != nullptr ? " (" + std::string(name) + ")" : "");
+  }
+  if (code == 0 && why.empty()) text += " without finishing its steps";
+  return why.empty() ? text : text + ": " + why;
 }
 
 std::string ConfigText(const std::string& template_name, int gpus) {
@@ -1294,13 +1311,13 @@ void Runner::Ended(size_t t, int code) {
   if (task.failures >= kMaxFailures) {
     task.failed = true;
     rt.state = "failed";
-    Event(task.spec.name + " failed " + std::to_string(task.failures) + " times (exit " +
-          std::to_string(code) + "), giving up: " + why + " (logs: " + log0 + ")");
+    Event(task.spec.name + " failed " + std::to_string(task.failures) + " times, giving up: it " +
+          EndedText(code, why) + " (logs: " + log0 + ")");
   } else {
     ++rt.restarts;
     rt.state = "pending";
-    Event(task.spec.name + " exited with " + std::to_string(code) + ": " + why +
-          "; restarting from step " + std::to_string(task.checkpoint_step));
+    Event(task.spec.name + " " + EndedText(code, why) + "; restarting from step " +
+          std::to_string(task.checkpoint_step));
   }
 }
 

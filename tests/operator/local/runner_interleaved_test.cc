@@ -3,7 +3,9 @@
 // spilled tasks profile at 100 samples/s alone; in a gang each reports 40
 // samples/s, so the gang runs at 0.8x its members one after the other. The
 // runner measures that, the engine plans again with it, and the gang not yet
-// started is dropped: its tasks run alone.
+// started is dropped: its tasks run alone. A gang member that fails is named
+// with its own error (not another member's log line), and a worker a signal
+// killed is said to be so.
 #include <unistd.h>
 
 #include <filesystem>
@@ -122,6 +124,88 @@ TEST(RunnerInterleavedTest, AGangMeasuredSlowerThanAloneEndsTheGangsNotYetStarte
   EXPECT_EQ(bars.size(), 4u) << report["actual"].dump();
   std::error_code ec;
   fs::remove_all(dir, ec);
+}
+
+// The first gang of each test run fails as `$FAKE_FAILURE` says ("member": the
+// first task's "done" says failed with its own error, the process's last
+// stderr line is another's, it exits 1; "kill": the process kills itself with
+// SIGKILL); every later gang completes.
+const char* kFailingWorker = R"sh(#!/bin/sh
+mode=$1
+shift
+if [ "$mode" = profile ]; then
+  echo "{\"event\":\"profile\",\"world_size\":1,\"global_batch\":8,\"samples_per_s\":100,\"step_time_s\":{\"median\":0.08,\"p90\":0.08}}"
+  exit 0
+fi
+tasks=
+for a in "$@"; do
+  case $a in --task=*) tasks="$tasks ${a#--task=}" ;; esac
+done
+if [ -z "$tasks" ]; then tasks=-; fi  # train: one task, its lines untagged
+first=true
+if [ -e "$0.ran" ]; then first=false; fi
+touch "$0.ran"
+code=0
+for name in $tasks; do
+  tag="\"task\":\"$name\","
+  if [ "$name" = - ]; then tag=; fi
+  echo "{${tag}\"event\":\"start\",\"steps\":100,\"global_batch\":8,\"resumed_from_step\":null}"
+  if [ $first = true ] && [ "$FAKE_FAILURE" = kill ]; then kill -9 $$; fi
+  if [ $first = true ] && [ "$FAKE_FAILURE" = member ]; then
+    echo "{${tag}\"event\":\"done\",\"status\":\"failed\",\"error\":\"INTERNAL: $name's own error\"}"
+    first=done
+    code=1
+    continue
+  fi
+  echo "{${tag}\"event\":\"progress\",\"step\":100,\"steps\":100,\"loss\":1.5,\"samples_per_s\":100}"
+  echo "{${tag}\"event\":\"done\",\"status\":\"completed\",\"step\":100,\"loss\":1.5}"
+done
+if [ $code -ne 0 ]; then echo "another member's last line" >&2; fi
+exit $code
+)sh";
+
+// Runs a gang of two with kFailingWorker under `failure`; the runner's output.
+std::string RunFailingGang(const std::string& failure) {
+  char pattern[] = "/tmp/orrery-runner-interleaved-XXXXXX";
+  EXPECT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  const std::string worker = dir + "/fake-worker";
+  std::ofstream(worker) << kFailingWorker;
+  EXPECT_EQ(chmod(worker.c_str(), 0755), 0);
+  std::string text = kJob;
+  text.replace(text.find("[0.1, 0.2, 0.3, 0.4]"), 20, "[0.1, 0.2]");
+  auto job = api::LoadJobText(text);
+  EXPECT_TRUE(job.ok()) << job.status();
+  setenv("FAKE_FAILURE", failure.c_str(), 1);
+  RunOptions o;
+  o.devices = *ParseDevices("cpu:1");
+  o.workdir = dir + "/work";
+  o.worker = worker;
+  o.profile_cache = dir + "/profiles.json";
+  o.job_dir = dir;
+  o.tick_s = 0.02;
+  std::ostringstream out, err;
+  EXPECT_EQ(RunJob(*job, o, out, err), 0) << out.str() << err.str();
+  unsetenv("FAKE_FAILURE");
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return out.str();
+}
+
+TEST(RunnerInterleavedTest, AFailedMemberIsNamedWithItsOwnError) {
+  const std::string out = RunFailingGang("member");
+  EXPECT_NE(out.find("exited with 1: INTERNAL: mlp-lr-1e-1's own error; restarting from step 0"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("another member's last line"), std::string::npos) << out;
+  EXPECT_NE(out.find("all tasks completed"), std::string::npos) << out;
+}
+
+TEST(RunnerInterleavedTest, AKilledGangSaysBySignal) {
+  const std::string out = RunFailingGang("kill");
+  EXPECT_NE(out.find("was killed by signal 9"), std::string::npos) << out;
+  EXPECT_EQ(out.find("exited with 137"), std::string::npos) << out;
+  EXPECT_NE(out.find("all tasks completed"), std::string::npos) << out;
 }
 
 }  // namespace
