@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "operator/api/defaults.h"
@@ -42,6 +43,38 @@ std::optional<std::pair<int, int>> ParseShape(const std::string& s) {
   int n = std::stoi(a), g = std::stoi(b);
   if (n < 1 || g < 1) return std::nullopt;
   return std::make_pair(n, g);
+}
+
+// A configuration not offered to the planner: its memory per GPU exceeds the device's.
+struct Refused {
+  std::string task;
+  planner::Config config;
+  std::string basis;  // engine::TaskConfigs::memory_basis
+};
+
+// The configurations refused for memory, those resting on a measured peak one
+// a line (a profile said so: worth seeing), the modelled ones counted.
+void PrintRefused(std::ostream& o, const std::vector<Refused>& refused, double device_gib) {
+  if (refused.empty()) return;
+  int modelled = 0;
+  std::ostringstream lines;
+  for (const Refused& r : refused) {
+    if (r.basis == "modelled" || r.basis == "as profiled") {
+      ++modelled;
+      continue;
+    }
+    const planner::Config& c = r.config;
+    lines << "  " << r.task << ": " << c.template_name << " x" << c.gpus << ", batch "
+          << c.batch_size << ", recompute " << c.recompute << ": " << std::fixed
+          << std::setprecision(2) << c.memory_gib << " GiB (" << r.basis << ")\n";
+  }
+  o << "\nnot offered, over the device's " << std::fixed << std::setprecision(1) << device_gib
+    << " GiB per GPU (--gpu-memory-gib):";
+  if (modelled > 0) {
+    o << " " << modelled << " configuration" << (modelled == 1 ? "" : "s")
+      << " by the memory model";
+  }
+  o << "\n" << lines.str();
 }
 
 int RunPlan(Invocation& in) {
@@ -172,6 +205,7 @@ int RunPlan(Invocation& in) {
   const int max_gpus = std::min({spec.resources.gpu_quota, per_node, nodes * per_node});
   int measured = 0, estimated = 0;
   std::vector<std::set<size_t>> estimated_configs(a.tasks.size());
+  std::vector<Refused> refused;
   for (size_t t = 0; t < a.tasks.size(); ++t) {
     const api::ExpandedTask& e = a.tasks[t];
     planner::Task task;
@@ -192,10 +226,7 @@ int RunPlan(Invocation& in) {
       engine::ProfilePoint p;
       if (const contract::ProfileEntry* hit = cache->Find(key)) {
         from_cache.insert({name, g, batch});
-        p.state = engine::ProfilePoint::State::kMeasured;
-        p.samples_per_s = hit->samples_per_s;
-        p.memory_gib = hit->peak_memory_bytes / (1024.0 * 1024.0 * 1024.0);
-        return p;
+        return engine::PointFromProfile(*hit);
       }
       if (auto c =
               engine::EstimateConfig(at_batch, name, g, dm, shapes[t] ? &*shapes[t] : nullptr)) {
@@ -209,8 +240,13 @@ int RunPlan(Invocation& in) {
     };
     engine::TaskConfigs built =
         engine::BuildTaskConfigs(spec, e.task, lookup, max_gpus, /*recompute_modes=*/true);
-    for (const planner::Config& c : built.configs) {
-      if (c.memory_gib > dm.memory_gib) continue;
+    for (size_t k = 0; k < built.configs.size(); ++k) {
+      const planner::Config& c = built.configs[k];
+      if (c.memory_gib > dm.memory_gib) {
+        // Not offered: the planner must not pick what would run out of memory.
+        refused.push_back({e.name, c, built.memory_basis[k]});
+        continue;
+      }
       if (from_cache.count({c.template_name, c.gpus, c.batch_size}) > 0) {
         ++measured;
       } else {
@@ -232,6 +268,7 @@ int RunPlan(Invocation& in) {
         in.err << " has no configuration that fits (memory or devices); allow more templates "
                   "(spec.resources.templates), more GPUs per task, or profile it with orrery "
                   "run\n";
+        PrintRefused(in.err, refused, dm.memory_gib);
       }
       return kExitInvalid;
     }
@@ -297,6 +334,7 @@ int RunPlan(Invocation& in) {
     o << "\nestimated '~' from (profiles alone where the size is unknown):\n";
     for (const std::string& n : notes) o << "  " << n << "\n";
   }
+  PrintRefused(o, refused, dm.memory_gib);
   o << std::right << "\nmakespan " << local::FormatDuration(plan->makespan) << ", lower bound "
     << local::FormatDuration(plan->lower_bound) << ", gap " << std::fixed << std::setprecision(1)
     << 100 * plan->gap << "%, solved in " << std::setprecision(2) << plan->solve_seconds << " s ("

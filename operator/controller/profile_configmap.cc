@@ -69,6 +69,8 @@ bool DecodeCachedProfile(const Json& j, const std::string& path, CachedProfile* 
                                  "stepTimeSeconds",
                                  "stepTimeP90Seconds",
                                  "peakMemoryBytes",
+                                 "deviceAllocatedBytes",
+                                 "recompute",
                                  "measuredAt",
                                  "infeasible",
                                  "reason"};
@@ -91,11 +93,22 @@ bool DecodeCachedProfile(const Json& j, const std::string& path, CachedProfile* 
   Field(j, "stepTimeSeconds", path, false, &e.step_time_s, errors);
   Field(j, "stepTimeP90Seconds", path, false, &e.step_time_p90_s, errors);
   Field(j, "peakMemoryBytes", path, false, &e.peak_memory_bytes, errors);
+  // The measured peak and its recomputation mode: absent from entries written
+  // before they were recorded (the planner models activations then).
+  Field(j, "deviceAllocatedBytes", path, false, &e.device_allocated_bytes, errors);
+  Field(j, "recompute", path, false, &e.recompute, errors);
   Field(j, "measuredAt", path, false, &e.measured_at, errors);
   Field(j, "infeasible", path, false, &p.infeasible, errors);
   Field(j, "reason", path, false, &p.reason, errors);
   if (errors->size() == before) {
     if (e.gpus < 1) errors->push_back({api::ChildPath(path, "gpus"), "must be at least 1", ""});
+    if (e.device_allocated_bytes < 0) {
+      errors->push_back({api::ChildPath(path, "deviceAllocatedBytes"),
+                         "must not be negative (omit it when the peak was not measured)", ""});
+    }
+    if (!e.recompute.empty() && e.recompute != "none" && e.recompute != "unit") {
+      errors->push_back({api::ChildPath(path, "recompute"), "must be none or unit", ""});
+    }
     if (!p.infeasible && e.samples_per_s <= 0) {
       errors->push_back(
           {api::ChildPath(path, "samplesPerSecond"), "must be positive for a feasible entry", ""});

@@ -309,6 +309,7 @@ void EstimateOtherTypes(TaskConfigs& tc, const std::string& profiled,
   problem.tasks.push_back(std::move(task));
   planner::EstimateMissingTypes(problem, speed);
   tc.configs = problem.tasks.front().configs;
+  tc.memory_basis.clear();
   tc.templates.clear();
   for (const planner::Config& c : tc.configs)
     tc.templates.push_back(
@@ -340,10 +341,7 @@ TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
       p.state = engine::ProfilePoint::State::kInfeasible;
       return p;
     }
-    p.state = engine::ProfilePoint::State::kMeasured;
-    p.samples_per_s = it->second.entry.samples_per_s;
-    p.memory_gib = it->second.entry.peak_memory_bytes / (1024.0 * 1024.0 * 1024.0);
-    return p;
+    return engine::PointFromProfile(it->second.entry);
   };
   // Each point in every recomputation mode worth planning (as the local runner
   // and `orrery plan` offer them): a model that fits keeping its activations

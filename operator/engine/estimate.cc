@@ -234,6 +234,14 @@ double BufferBytes(const api::TaskSpec& task, const contract::TemplateTraits& tr
   return bytes;
 }
 
+// Weights, gradients and optimizer moments one device holds (fp32 Adam), as
+// `traits` divides them over `gpus` ranks.
+double StateBytes(const contract::TemplateTraits& traits, const ParameterCount& params, int gpus) {
+  return (traits.frozen_bytes_per_parameter * (params.stored - params.stored_trainable) +
+          kTrainedBytesPerParameter * params.stored_trainable) /
+         contract::MemoryDivisor(traits, gpus);
+}
+
 }  // namespace
 
 DeviceModel DefaultDevice(const std::string& kind) {
@@ -335,9 +343,7 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
     return std::nullopt;
   double efficiency =
       std::pow(traits->efficiency_per_doubling, std::log2(static_cast<double>(gpus)));
-  double bytes = (traits->frozen_bytes_per_parameter * (params.stored - params.stored_trainable) +
-                  kTrainedBytesPerParameter * params.stored_trainable) /
-                 contract::MemoryDivisor(*traits, gpus);
+  double bytes = StateBytes(*traits, params, gpus);
   bytes += BufferBytes(task, *runs, gpus, params.stored_trainable);
   double spill_penalty = 1;
   if (traits->memory == contract::MemoryModel::kSpilled) {
@@ -354,6 +360,17 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
   c.throughput = device.flops * gpus * efficiency * spill_penalty / flops_per_sample;
   c.memory_gib = bytes / (1ull << 30);
   return c;
+}
+
+std::optional<double> ParameterStateBytes(const api::TaskSpec& task,
+                                          const std::string& template_name, int gpus,
+                                          const PretrainedShape* pretrained) {
+  const ParameterCount params = CountParameters(task, pretrained);
+  const contract::TemplateTraits* traits = contract::FindTemplate(template_name);
+  if (params.total <= 0 || gpus < 1 || traits == nullptr ||
+      traits->memory == contract::MemoryModel::kSpilled)
+    return std::nullopt;
+  return StateBytes(*traits, params, gpus);
 }
 
 std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::string& template_name,

@@ -117,6 +117,14 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
                                               const DeviceModel& device,
                                               const PretrainedShape* pretrained = nullptr);
 
+// The weights, gradients and optimizer moments one device holds when
+// `template_name` trains `task` on `gpus` devices (no buffers, no
+// activations): a floor under any peak the device reaches. nullopt when the
+// model's size is unknown, and for spill, whose state lives on the host.
+std::optional<double> ParameterStateBytes(const api::TaskSpec& task,
+                                          const std::string& template_name, int gpus,
+                                          const PretrainedShape* pretrained = nullptr);
+
 // Bytes of activations one device keeps from forward to backward when
 // `template_name` trains `task` at global `batch` on `gpus` devices with
 // activation recomputation `recompute` ("none" | "unit"); nullopt when the

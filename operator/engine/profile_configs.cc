@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "operator/api/defaults.h"
 #include "operator/engine/estimate.h"
@@ -45,35 +46,73 @@ std::vector<int> ProfileGpuCounts(const api::ModelSelectionJobSpec& spec, int ma
 
 namespace {
 
-// `c` (a profile's or an estimate's figures: parameter and gradient memory, in
-// the template's default recomputation mode) in each mode worth planning, with
-// the activations each keeps added to its memory. A template that keeps
-// activations by default is offered recomputing too (slower, smaller), so a
-// model that fits without recomputation runs without it and one that does not
-// still runs. Spill recomputes always: its point is the device's small memory.
-// Without a known shape (not a spec GPT) only the default mode is offered, as
-// measured.
+constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
+
+// The memory per GPU of a configuration on `gpus` built from point `p`
+// (profiled on `point_gpus`) in recomputation mode `mode`, and what it rests
+// on (TaskConfigs::memory_basis); see BuildTaskConfigs. A measured peak is
+// adjusted by activations on the GPUs it was measured on; without one the
+// configuration's own activations are added, as before peaks were recorded.
+std::pair<double, std::string> ModeMemory(const api::TaskSpec& task, const std::string& name,
+                                          const ProfilePoint& p, int point_gpus, int gpus,
+                                          int64_t batch, const std::string& mode) {
+  if (p.measured_peak_gib > 0) {
+    const auto activations = ActivationBytes(task, name, point_gpus, batch, mode);
+    const std::string measured =
+        p.measured_recompute.empty() ? DefaultRecompute(name) : p.measured_recompute;
+    if (measured == mode) return {p.measured_peak_gib, "measured"};
+    const auto at_measured = ActivationBytes(task, name, point_gpus, batch, measured);
+    if (activations && at_measured) {
+      double floor = p.memory_gib;
+      if (auto state = ParameterStateBytes(task, name, point_gpus))
+        floor = std::max(floor, *state / kGib);
+      const double derived = p.measured_peak_gib + (*activations - *at_measured) / kGib;
+      return {std::max(floor, derived), "from the measured " + measured + " peak"};
+    }
+  }
+  const auto activations = ActivationBytes(task, name, gpus, batch, mode);
+  return {p.memory_gib + activations.value_or(0) / kGib, "modelled"};
+}
+
+// `c` (a point's throughput, on c.gpus; `p` profiled on `point_gpus`) in each
+// recomputation mode worth planning, with its memory in that mode
+// (ModeMemory). A template that keeps activations by default is offered
+// recomputing too (slower, smaller), so a model that fits without
+// recomputation runs without it and one that does not still runs. Spill
+// recomputes always: its point is the device's small memory. Without a known
+// shape (not a spec GPT) only the default mode is offered, as measured.
 void AddRecomputeModes(const api::TaskSpec& task, api::Template tmpl, planner::Config c,
-                       TaskConfigs& out) {
+                       const ProfilePoint& p, int point_gpus, TaskConfigs& out) {
   c.recompute = DefaultRecompute(c.template_name);
-  const double params_gib = c.memory_gib;
-  auto with_activations = [&](planner::Config x) {
-    if (auto bytes = ActivationBytes(task, x.template_name, x.gpus, x.batch_size, x.recompute))
-      x.memory_gib = params_gib + *bytes / (1024.0 * 1024.0 * 1024.0);
+  auto add = [&](planner::Config x) {
+    auto [gib, basis] =
+        ModeMemory(task, x.template_name, p, point_gpus, x.gpus, x.batch_size, x.recompute);
+    x.memory_gib = gib;
     out.configs.push_back(x);
     out.templates.push_back(tmpl);
+    out.memory_basis.push_back(std::move(basis));
   };
-  with_activations(c);
+  add(c);
   if (c.recompute != "none" ||
       !ActivationBytes(task, c.template_name, c.gpus, c.batch_size, "unit"))
     return;
   planner::Config unit = c;
   unit.recompute = "unit";
   unit.throughput = c.throughput * kRecomputeThroughput;
-  with_activations(unit);
+  add(unit);
 }
 
 }  // namespace
+
+ProfilePoint PointFromProfile(const contract::ProfileEntry& entry) {
+  ProfilePoint p;
+  p.state = ProfilePoint::State::kMeasured;
+  p.samples_per_s = entry.samples_per_s;
+  p.memory_gib = entry.peak_memory_bytes / kGib;
+  p.measured_peak_gib = entry.device_allocated_bytes / kGib;
+  p.measured_recompute = entry.recompute;
+  return p;
+}
 
 std::string DefaultRecompute(const std::string& template_name) {
   const contract::TemplateTraits* traits = contract::FindTemplate(template_name);
@@ -83,12 +122,16 @@ std::string DefaultRecompute(const std::string& template_name) {
 TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::TaskSpec& task,
                              const ProfileLookup& lookup, int max_gpus, bool recompute_modes) {
   TaskConfigs out;
-  auto add = [&](api::Template tmpl, const planner::Config& c) {
+  auto add = [&](api::Template tmpl, const planner::Config& c, const ProfilePoint& p,
+                 int point_gpus) {
     if (recompute_modes) {
-      AddRecomputeModes(task, tmpl, c, out);
+      AddRecomputeModes(task, tmpl, c, p, point_gpus, out);
     } else {
-      out.configs.push_back(c);
+      planner::Config x = c;
+      if (p.measured_peak_gib > 0) x.memory_gib = p.measured_peak_gib;
+      out.configs.push_back(x);
       out.templates.push_back(tmpl);
+      out.memory_basis.emplace_back(p.measured_peak_gib > 0 ? "measured" : "as profiled");
     }
   };
   max_gpus = std::min({max_gpus, spec.resources.gpus_per_task.max, spec.resources.gpu_quota});
@@ -117,7 +160,7 @@ TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::
         c.batch_size = static_cast<int>(batch);
         c.throughput = it->second.samples_per_s;
         c.memory_gib = it->second.memory_gib;
-        add(tmpl, c);
+        add(tmpl, c, it->second, it->first);
         auto next = std::next(it);
         if (next == points.end()) continue;
         // Linear interpolation of throughput between profiled GPU counts; no
@@ -131,7 +174,7 @@ TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::
           planner::Config fit = c;
           fit.gpus = g;
           fit.throughput = c.throughput + f * (next->second.samples_per_s - c.throughput);
-          add(tmpl, fit);
+          add(tmpl, fit, it->second, it->first);
         }
       }
     }

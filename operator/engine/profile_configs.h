@@ -18,6 +18,7 @@
 
 #include "operator/api/types.h"
 #include "operator/planner/problem.h"
+#include "worker/contract/profile_record.h"
 
 namespace orrery::engine {
 
@@ -45,8 +46,18 @@ struct ProfilePoint {
   enum class State { kMissing, kInfeasible, kMeasured };
   State state = State::kMissing;
   double samples_per_s = 0;
-  double memory_gib = 0;  // peak per GPU
+  // Per GPU: the parameter (and gradient) state a profile measured, or an
+  // estimate's state and buffers; activations are modelled over it.
+  double memory_gib = 0;
+  // The measured peak of all allocated bytes per GPU and the recomputation
+  // mode it was measured in ("" = the template's default); 0 where nothing
+  // was measured or the profile predates the field. With it, the planner's
+  // memory is this peak (see BuildTaskConfigs).
+  double measured_peak_gib = 0;
+  std::string measured_recompute = {};
 };
+// A profile's point (kMeasured): its throughput, parameter state and measured peak.
+ProfilePoint PointFromProfile(const contract::ProfileEntry& entry);
 using ProfileLookup = std::function<ProfilePoint(api::Template, int gpus, int64_t batch)>;
 
 struct ProfileKeyRef {
@@ -62,6 +73,12 @@ struct TaskConfigs {
   // Keys the store lacks, in the order configurations are built (template, then
   // batch, then GPUs); infeasible keys are not missing.
   std::vector<ProfileKeyRef> missing;
+  // By config, what its memory_gib rests on: "measured" (the profile's peak),
+  // "from the measured <mode> peak" (the other recomputation mode's peak
+  // plus the modelled difference in activations), or "modelled" (the
+  // parameter state plus modelled activations). Only BuildTaskConfigs fills
+  // it; a caller that rewrites `configs` clears it.
+  std::vector<std::string> memory_basis;
 };
 
 // Configurations for `task` on at most `max_gpus` GPUs (capped further by
@@ -70,9 +87,17 @@ struct TaskConfigs {
 // over the GPUs are neither offered nor missing; when it is not, every
 // configuration carries the task's own batch and nothing else changes.
 // With `recompute_modes`, each point is offered in every activation-
-// recomputation mode worth planning, its memory counting the activations that
-// mode keeps (engine::ActivationBytes): `orrery plan`, `orrery run` and the
-// operator do.
+// recomputation mode worth planning (`orrery plan`, `orrery run` and the
+// operator do). A configuration's memory is then, per GPU:
+//  - in the mode a profile measured a peak in (ProfilePoint::measured_peak_gib),
+//    that peak;
+//  - in the other mode, that peak plus the difference in activations the
+//    model gives the two modes (engine::ActivationBytes), never below the
+//    parameter state (the point's memory_gib, engine::ParameterStateBytes);
+//  - without a measured peak (an estimate, or a profile from before peaks
+//    were recorded), the point's memory_gib plus the mode's activations.
+// A GPU count interpolated between two profiled ones keeps the smaller
+// count's memory.
 TaskConfigs BuildTaskConfigs(const api::ModelSelectionJobSpec& spec, const api::TaskSpec& task,
                              const ProfileLookup& lookup, int max_gpus,
                              bool recompute_modes = false);

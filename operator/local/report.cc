@@ -726,6 +726,15 @@ void PlansTable(Page& p, const RunReport& r) {
   p << "</tbody></table></section>\n";
 }
 
+// A profile's measured peak and the mode it was measured in, what the planner
+// fits to a device ("not measured" in a profile from before peaks: the
+// planner models activations over the parameter memory then).
+std::string PeakText(const ReportProfile& pr) {
+  if (pr.device_allocated_mib <= 0) return "not measured";
+  return Fmt("%.0f MiB", pr.device_allocated_mib) +
+         (pr.recompute.empty() ? std::string() : " (recompute " + Escape(pr.recompute) + ")");
+}
+
 void ProfileTable(Page& p, const RunReport& r) {
   p << "<section><h2>Profiling</h2>";
   if (r.profiles.empty()) {
@@ -734,16 +743,16 @@ void ProfileTable(Page& p, const RunReport& r) {
   }
   p << "<table><thead><tr><th>Signature</th><th>Tasks</th><th>Template</th>"
        "<th class=\"num\">GPUs</th><th class=\"num\">Batch</th><th class=\"num\">Samples/s</th>"
-       "<th class=\"num\">Step time</th><th class=\"num\">Peak memory</th><th>Source</th>"
-       "</tr></thead><tbody>";
+       "<th class=\"num\">Step time</th><th class=\"num\">Parameter memory</th>"
+       "<th class=\"num\">Peak memory</th><th>Source</th></tr></thead><tbody>";
   for (const auto& pr : r.profiles) {
     p << "<tr><td><code>" << Escape(pr.signature) << "</code></td><td>" << Escape(pr.tasks)
       << "</td><td>" << Escape(pr.template_name) << "</td><td class=\"num\">"
       << std::to_string(pr.gpus) << "</td><td class=\"num\">" << std::to_string(pr.batch_size)
       << "</td><td class=\"num\">" << Number(pr.samples_per_s) << "</td><td class=\"num\">"
       << Fmt("%.3g s", pr.step_time_s) << "</td><td class=\"num\">"
-      << Fmt("%.0f MiB", pr.peak_memory_mib) << "</td><td>"
-      << (pr.from_cache ? "cache" : "measured") << "</td></tr>";
+      << Fmt("%.0f MiB", pr.peak_memory_mib) << "</td><td class=\"num\">" << PeakText(pr)
+      << "</td><td>" << (pr.from_cache ? "cache" : "measured") << "</td></tr>";
   }
   p << "</tbody></table></section>\n";
 }
@@ -986,6 +995,10 @@ Status ReadProfile(const Reader& r, ReportProfile* p) {
   ORRERY_RETURN_IF_ERROR(r.Get("samples_per_s", &p->samples_per_s));
   ORRERY_RETURN_IF_ERROR(r.Get("step_time_s", &p->step_time_s));
   ORRERY_RETURN_IF_ERROR(r.Get("peak_memory_mib", &p->peak_memory_mib));
+  // Absent in the report of an Orrery from before measured peaks.
+  if (r.Has("device_allocated_mib"))
+    ORRERY_RETURN_IF_ERROR(r.Get("device_allocated_mib", &p->device_allocated_mib));
+  if (r.Has("recompute")) ORRERY_RETURN_IF_ERROR(r.Get("recompute", &p->recompute));
   return r.Get("from_cache", &p->from_cache);
 }
 
@@ -1106,6 +1119,8 @@ std::string ReportJson(const RunReport& r) {
                         {"samples_per_s", Num(p.samples_per_s)},
                         {"step_time_s", Num(p.step_time_s)},
                         {"peak_memory_mib", Num(p.peak_memory_mib)},
+                        {"device_allocated_mib", Num(p.device_allocated_mib)},
+                        {"recompute", p.recompute},
                         {"from_cache", p.from_cache}});
   }
   json plans = json::array();

@@ -91,8 +91,13 @@ struct ReportProfile {
   int batch_size = 0;
   double samples_per_s = 0;
   double step_time_s = 0;
-  double peak_memory_mib = 0;
-  bool from_cache = false;  // reused, not measured in this run
+  double peak_memory_mib = 0;  // parameter (and gradient) state per GPU
+  bool from_cache = false;     // reused, not measured in this run
+  // The measured peak of all allocated bytes per GPU and the recomputation
+  // mode it was measured in (contract::ProfileEntry); 0 and "" where the
+  // profile predates them (report.json "device_allocated_mib", "recompute").
+  double device_allocated_mib = 0;
+  std::string recompute = {};
 };
 
 struct ReportPlan {

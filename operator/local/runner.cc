@@ -572,7 +572,12 @@ Status Runner::ProfileAll() {
         char buf[160];
         std::snprintf(buf, sizeof(buf), "  %.1f samples/s, step %.3f s (p90 %.3f s)",
                       e.samples_per_s, e.step_time_s, e.step_time_p90_s);
-        Event("profiled " + text + ":" + buf);
+        std::string line = "profiled " + text + ":" + buf;
+        if (e.device_allocated_bytes > 0) {  // what the planner fits to a device
+          std::snprintf(buf, sizeof(buf), ", peak %.0f MiB", e.device_allocated_bytes / 1048576.0);
+          line += buf + (e.recompute.empty() ? "" : " (recompute " + e.recompute + ")");
+        }
+        Event(line);
       }
       ReportProfile rp;
       rp.signature = task.signature;
@@ -583,6 +588,8 @@ Status Runner::ProfileAll() {
       rp.samples_per_s = e.samples_per_s;
       rp.step_time_s = e.step_time_s;
       rp.peak_memory_mib = e.peak_memory_bytes / (1024.0 * 1024.0);
+      rp.device_allocated_mib = e.device_allocated_bytes / (1024.0 * 1024.0);
+      rp.recompute = e.recompute;
       rp.from_cache = cached;
       report_.profiles.push_back(rp);
     }
@@ -606,7 +613,8 @@ void Runner::BuildConfigs() {
         if (p.signature == task.signature && p.template_name == name && p.gpus == gpus &&
             p.batch_size == batch) {
           return engine::ProfilePoint{engine::ProfilePoint::State::kMeasured, p.samples_per_s,
-                                      p.peak_memory_mib / 1024.0};
+                                      p.peak_memory_mib / 1024.0, p.device_allocated_mib / 1024.0,
+                                      p.recompute};
         }
       }
       return engine::ProfilePoint{};

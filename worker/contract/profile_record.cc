@@ -1,6 +1,8 @@
 // The profiler's record, in and out of JSON. See profile_record.h.
 #include "worker/contract/profile_record.h"
 
+#include <algorithm>
+
 namespace orrery::contract {
 
 using Json = nlohmann::json;
@@ -26,6 +28,8 @@ StatusOr<ProfileEntry> ProfileEntryFromJson(const Json& j, const std::string& wh
     e.step_time_s = j.value("stepTimeSeconds", 0.0);
     e.step_time_p90_s = j.value("stepTimeP90Seconds", 0.0);
     e.peak_memory_bytes = j.value("peakMemoryBytes", 0.0);
+    e.device_allocated_bytes = j.value("deviceAllocatedBytes", 0.0);
+    e.recompute = j.value("recompute", std::string());
     e.measured_at = j.value("measuredAt", std::string());
   } catch (const Json::exception& ex) {
     return InvalidArgumentError(where + ": " + ex.what());
@@ -33,20 +37,28 @@ StatusOr<ProfileEntry> ProfileEntryFromJson(const Json& j, const std::string& wh
   if (e.gpus < 1 || e.samples_per_s <= 0) {
     return InvalidArgumentError(where + ": gpus and samplesPerSecond must be positive");
   }
+  if (e.device_allocated_bytes < 0) {
+    return InvalidArgumentError(where +
+                                ": deviceAllocatedBytes must not be negative (omit it when the "
+                                "peak was not measured)");
+  }
   return e;
 }
 
 Json ProfileEntryToJson(const ProfileEntry& e) {
-  return Json{{"signature", e.signature},
-              {"template", e.template_name},
-              {"gpus", e.gpus},
-              {"batchSize", e.batch_size},
-              {"device", e.device},
-              {"samplesPerSecond", e.samples_per_s},
-              {"stepTimeSeconds", e.step_time_s},
-              {"stepTimeP90Seconds", e.step_time_p90_s},
-              {"peakMemoryBytes", e.peak_memory_bytes},
-              {"measuredAt", e.measured_at}};
+  Json j{{"signature", e.signature},
+         {"template", e.template_name},
+         {"gpus", e.gpus},
+         {"batchSize", e.batch_size},
+         {"device", e.device},
+         {"samplesPerSecond", e.samples_per_s},
+         {"stepTimeSeconds", e.step_time_s},
+         {"stepTimeP90Seconds", e.step_time_p90_s},
+         {"peakMemoryBytes", e.peak_memory_bytes},
+         {"measuredAt", e.measured_at}};
+  if (e.device_allocated_bytes > 0) j["deviceAllocatedBytes"] = e.device_allocated_bytes;
+  if (!e.recompute.empty()) j["recompute"] = e.recompute;
+  return j;
 }
 
 std::string ProfileEntry::Key() const {
@@ -70,7 +82,10 @@ StatusOr<ProfileEntry> ParseProfileDocument(const std::string& json) {
     if (j.contains("peak_memory_bytes")) {
       const Json& m = j["peak_memory_bytes"];
       e.peak_memory_bytes = m.value("device_parameters", 0.0);
+      e.device_allocated_bytes = std::max(0.0, m.value("device_allocated", 0.0));
     }
+    if (j.contains("knobs") && j["knobs"].is_object())
+      e.recompute = j["knobs"].value("recompute", std::string());
   } catch (const Json::exception& ex) {
     return InvalidArgumentError(std::string("profile document: ") + ex.what());
   }

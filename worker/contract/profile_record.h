@@ -23,15 +23,26 @@ struct ProfileEntry {
   double samples_per_s = 0;
   double step_time_s = 0;      // median
   double step_time_p90_s = 0;  // 90th percentile
+  // The parameter (and gradient) bytes the template held on a device: the
+  // profile document's peak_memory_bytes.device_parameters.
   double peak_memory_bytes = 0;
   std::string measured_at;  // RFC 3339
+  // The peak of all bytes a device had allocated over the measured steps, the
+  // largest over ranks (peak_memory_bytes.device_allocated: what the planner
+  // must fit), and the activation-recomputation mode it was measured in
+  // (knobs.recompute). 0 and "" in a profile from before they were recorded:
+  // the planner models activations over peak_memory_bytes then.
+  double device_allocated_bytes = 0;
+  std::string recompute = {};
   // What a cache is keyed by: what changes a step's time.
   std::string Key() const;
 };
 
 // An entry as JSON, the form both caches store:
 // {"signature", "template", "gpus", "batchSize", "device", "samplesPerSecond",
-//  "stepTimeSeconds", "stepTimeP90Seconds", "peakMemoryBytes", "measuredAt"}.
+//  "stepTimeSeconds", "stepTimeP90Seconds", "peakMemoryBytes",
+//  "deviceAllocatedBytes", "recompute", "measuredAt"}; the two measured-peak
+//  fields only when the profile has them, and an entry without them reads.
 nlohmann::json ProfileEntryToJson(const ProfileEntry& entry);
 // The inverse; `where` names the entry in errors (a file and index).
 StatusOr<ProfileEntry> ProfileEntryFromJson(const nlohmann::json& j, const std::string& where);

@@ -106,6 +106,49 @@ TEST(PlanCommandTest, MeasuredProfilesReplaceEstimates) {
   EXPECT_EQ(r.output.find("~400"), std::string::npos) << r.output;
 }
 
+// A profile's measured peak is the configuration's memory: one over the
+// device's is not offered, and the plan says so (the other recomputation
+// mode too, derived from it); the estimate alone would have fitted.
+TEST(PlanCommandTest, AMeasuredPeakOverTheDeviceIsNotOfferedAndSaysWhy) {
+  TempFiles files("plan_peak");
+  std::string svg = files.Write("plan.svg", "");
+  const std::string one = R"({"signature": "gpt-l2-h64-a4-s64-v256/text/b8", "template": )"
+                          R"("single", "gpus": 1, "batchSize": 8, "device": "cpu", )"
+                          R"("samplesPerSecond": 400, "peakMemoryBytes": 1048576)";
+  const std::string two = R"({"signature": "gpt-l2-h64-a4-s64-v256/text/b8", "template": )"
+                          R"("ddp", "gpus": 2, "batchSize": 8, "device": "cpu", )"
+                          R"("samplesPerSecond": 700, "peakMemoryBytes": 1048576})";
+  const std::string args = " --gpus 1x2 --device cpu --gpu-memory-gib 1 --svg " + svg;
+  // Without a measured peak (an older cache): one GPU's 1 MiB of state and
+  // the tiny model's activations fit 1 GiB, and every configuration is offered.
+  std::string old_cache =
+      files.Write("old.json", R"({"version": 1, "entries": [)" + one + "}, " + two + "]}");
+  RunResult r =
+      RunOrrery("plan " + Example("quickstart.yaml") + args + " --profile-cache " + old_cache);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("12 profiled configurations"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("not offered"), std::string::npos) << r.output;
+  // One GPU measured at 1.5 GiB: over the device in both modes.
+  std::string cache =
+      files.Write("profiles.json", R"({"version": 1, "entries": [)" + one +
+                                       R"(, "deviceAllocatedBytes": 1610612736, "recompute": )"
+                                       R"("none"}, )" +
+                                       two + "]}");
+  r = RunOrrery("plan " + Example("quickstart.yaml") + args + " --profile-cache " + cache);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("6 profiled configurations"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not offered, over the device's 1.0 GiB per GPU"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("ddp x1, batch 8, recompute none: 1.50 GiB (measured)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("ddp x1, batch 8, recompute unit: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(from the measured none peak)"), std::string::npos) << r.output;
+  // Every task runs on both GPUs then.
+  EXPECT_EQ(r.output.find(" 400.0\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" 700.0\n"), std::string::npos) << r.output;
+}
+
 // `orrery plan` offers the planner what the operator and `orrery run` would
 // (engine::BuildTaskConfigs): gangs on one node, and an elastic job's other
 // batch sizes, each keyed in the cache as orrery run keys it.

@@ -44,6 +44,36 @@ TEST(ProfileConfigMapTest, RoundTrip) {
   EXPECT_TRUE(back.at(ProfileDataKey(oom.entry)).infeasible);
 }
 
+TEST(ProfileConfigMapTest, MeasuredPeaksRoundTripAndOldEntriesReadWithoutThem) {
+  ProfileTable t;
+  CachedProfile measured = Entry(1, "2026-01-01T00:00:00Z");
+  measured.entry.device_allocated_bytes = 5e9;
+  measured.entry.recompute = "unit";
+  MergeProfile(&t, measured);
+  std::vector<api::FieldError> errors;
+  ProfileTable back = DecodeProfileConfigMap(EncodeProfileConfigMap(t, "ns"), &errors);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(back, t);
+  EXPECT_DOUBLE_EQ(back.at(ProfileDataKey(measured.entry)).entry.device_allocated_bytes, 5e9);
+  // An entry an older operator wrote: no deviceAllocatedBytes, no recompute.
+  const CachedProfile before = Entry(2, "2026-01-01T00:00:01Z");
+  Json old = EncodeCachedProfile(before);
+  old.erase("deviceAllocatedBytes");
+  old.erase("recompute");
+  Json cm = {{"data", {{ProfileDataKey(before.entry), old.dump()}}}};
+  back = DecodeProfileConfigMap(cm, &errors);
+  EXPECT_TRUE(errors.empty());
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back.begin()->second.entry.device_allocated_bytes, 0);
+  EXPECT_EQ(back.begin()->second.entry.recompute, "");
+  // A bad mode is named.
+  Json bad = EncodeCachedProfile(measured);
+  bad["recompute"] = "sometimes";
+  DecodeProfileConfigMap(Json{{"data", {{ProfileDataKey(measured.entry), bad.dump()}}}}, &errors);
+  ASSERT_FALSE(errors.empty());
+  EXPECT_NE(errors.back().path.find("recompute"), std::string::npos);
+}
+
 TEST(ProfileConfigMapTest, EmptyConfigMapIsAnEmptyCache) {
   std::vector<api::FieldError> errors;
   Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "x"}}}};

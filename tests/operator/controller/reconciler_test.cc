@@ -196,6 +196,37 @@ TEST_F(ReconcilerPureTest, ConfigsComeFromProfilesWithInterpolation) {
   EXPECT_EQ(ConfigsFromProfiles(spec, loaded_.tasks[0], table, "cpu", 8).missing.size(), 4u);
 }
 
+// A ConfigMap entry's measured peak is the configuration's memory (the other
+// recomputation mode derived from it); an entry from before peaks plans from
+// its parameter memory and the modelled activations, as it always did.
+TEST_F(ReconcilerPureTest, ConfigsTakeAProfilesMeasuredPeak) {
+  api::ModelSelectionJobSpec& spec = loaded_.job.spec;
+  spec.resources.templates = {api::Template::kDdp};
+  spec.profiling.gpu_counts = {1};
+  constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
+  CachedProfile p = Measured(2, api::Template::kDdp, 1, 100);  // the GPT task
+  p.entry.peak_memory_bytes = 0.5 * kGib;
+  ProfileTable table;
+  table[ProfileDataKey(p.entry)] = p;
+  TaskConfigs old = ConfigsFromProfiles(spec, loaded_.tasks[2], table, "cuda", 1);
+  ASSERT_EQ(old.configs.size(), 2u);  // without and with recomputation
+  EXPECT_EQ(old.memory_basis[0], "modelled");
+  EXPECT_GT(old.configs[0].memory_gib, 0.5);
+  EXPECT_LT(old.configs[0].memory_gib, 0.6);  // a tiny GPT's activations
+  p.entry.device_allocated_bytes = 3 * kGib;
+  p.entry.recompute = "none";
+  table[ProfileDataKey(p.entry)] = p;
+  TaskConfigs tc = ConfigsFromProfiles(spec, loaded_.tasks[2], table, "cuda", 1);
+  ASSERT_EQ(tc.configs.size(), 2u);
+  EXPECT_DOUBLE_EQ(tc.configs[0].memory_gib, 3);
+  EXPECT_EQ(tc.memory_basis[0], "measured");
+  EXPECT_EQ(tc.configs[1].recompute, "unit");
+  EXPECT_LT(tc.configs[1].memory_gib, 3);
+  EXPECT_NEAR(tc.configs[1].memory_gib, 3 - (old.configs[0].memory_gib - old.configs[1].memory_gib),
+              1e-9);
+  EXPECT_EQ(tc.memory_basis[1], "from the measured none peak");
+}
+
 // Each of `tasks` tasks may run as ddp on `gpus` GPUs at 10 samples/s.
 std::vector<TaskConfigs> OneDdpConfigEach(size_t tasks, int gpus) {
   std::vector<TaskConfigs> configs(tasks);

@@ -6,12 +6,15 @@
 #include "operator/engine/profile_configs.h"
 
 #include <map>
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include <gtest/gtest.h>
 
 #include "operator/api/load.h"
 #include "operator/api/yaml.h"
+#include "operator/engine/estimate.h"
 #include "operator/planner/planner.h"
 
 namespace orrery::engine {
@@ -322,6 +325,164 @@ TEST(RecomputeModes, SpillAlwaysRecomputes) {
   TaskConfigs tc = BuildTaskConfigs(spec, job.tasks[0].task, profiled, 1, true);
   ASSERT_EQ(tc.configs.size(), 1u);
   EXPECT_EQ(tc.configs[0].recompute, "unit");
+}
+
+// Measured peaks (contract::ProfileEntry::device_allocated_bytes) replace the
+// memory model where a profile has one.
+constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
+
+// The GPT-2-sized task's point: 10 samples/s, `parameters_gib` of parameter
+// state (device_parameters), and a peak of `peak_gib` measured in `mode` (0: a
+// profile from before peaks).
+ProfileLookup PeakAt(double peak_gib, const std::string& mode = "", double parameters_gib = 2) {
+  return [=](api::Template, int, int64_t) {
+    ProfilePoint p{ProfilePoint::State::kMeasured, 10, parameters_gib};
+    p.measured_peak_gib = peak_gib;
+    p.measured_recompute = mode;
+    return p;
+  };
+}
+
+// The configuration the planner picks for the GPT-2-sized task on one GPU of
+// `gpu_memory_gib` from `lookup`; nullopt when it finds none that fits.
+std::optional<planner::Config> Pick(const ProfileLookup& lookup, double gpu_memory_gib) {
+  api::LoadedJob job = Load(kGptJob);
+  planner::Problem problem;
+  problem.nodes.push_back({"n0", 1, gpu_memory_gib});
+  planner::Task t;
+  t.name = "gpt2";
+  t.work = static_cast<double>(SampleBudget(job.tasks[0].task));
+  t.configs = BuildTaskConfigs(job.job.spec, job.tasks[0].task, lookup, 1, true).configs;
+  problem.tasks.push_back(t);
+  auto plan = planner::MakeOrreryPlanner()->Solve(problem, {});
+  if (!plan.ok()) return std::nullopt;
+  return t.configs[static_cast<size_t>(plan->assignments[0].config)];
+}
+
+// Activations the model gives the task in `mode` (ddp on one GPU, batch 8), GiB.
+double ActivationGib(const std::string& mode) {
+  api::LoadedJob job = Load(kGptJob);
+  auto bytes = ActivationBytes(job.tasks[0].task, "ddp", 1, 8, mode);
+  EXPECT_TRUE(bytes.has_value());
+  return bytes.value_or(0) / kGib;
+}
+
+TEST(MeasuredPeak, OverTheDeviceIsRefusedThoughTheEstimateFits) {
+  // The model alone: 2 + 16.6 GiB without recomputation fits 24 GiB and is faster.
+  std::optional<planner::Config> modelled = Pick(PeakAt(0), 24);
+  ASSERT_TRUE(modelled.has_value());
+  EXPECT_EQ(modelled->recompute, "none");
+  // The profile measured 30 GiB without recomputation: that configuration
+  // is not picked; recomputing (30 GiB less the activations it drops) is.
+  std::optional<planner::Config> measured = Pick(PeakAt(30, "none"), 24);
+  ASSERT_TRUE(measured.has_value());
+  EXPECT_EQ(measured->recompute, "unit");
+  EXPECT_LE(measured->memory_gib, 24);
+  // Over the device in both modes: nothing is offered that fits.
+  EXPECT_FALSE(Pick(PeakAt(40, "none"), 24).has_value());
+}
+
+TEST(MeasuredPeak, BelowTheEstimateLetsTheFasterModeRun) {
+  // The model alone recomputes on 16 GiB (2 + 16.6 GiB does not fit) ...
+  std::optional<planner::Config> modelled = Pick(PeakAt(0), 16);
+  ASSERT_TRUE(modelled.has_value());
+  EXPECT_EQ(modelled->recompute, "unit");
+  // ... but the profile measured 10 GiB without recomputation: it runs so.
+  std::optional<planner::Config> measured = Pick(PeakAt(10, "none"), 16);
+  ASSERT_TRUE(measured.has_value());
+  EXPECT_EQ(measured->recompute, "none");
+  EXPECT_DOUBLE_EQ(measured->memory_gib, 10);
+  EXPECT_DOUBLE_EQ(measured->throughput, 10);
+}
+
+TEST(MeasuredPeak, TheOtherModeIsTheMeasuredPeakPlusTheModelledDifference) {
+  api::LoadedJob job = Load(kGptJob);
+  const api::TaskSpec& task = job.tasks[0].task;
+  const double none_act = ActivationGib("none"), unit_act = ActivationGib("unit");
+  ASSERT_GT(none_act, unit_act + 10);  // about 16.6 against 4.5
+  // Measured without recomputation (also what "" means for ddp, its default).
+  for (const std::string& mode : {std::string("none"), std::string()}) {
+    TaskConfigs tc = BuildTaskConfigs(job.job.spec, task, PeakAt(20, mode), 1, true);
+    ASSERT_EQ(tc.configs.size(), 2u);
+    ASSERT_EQ(tc.memory_basis.size(), 2u);
+    EXPECT_DOUBLE_EQ(tc.configs[0].memory_gib, 20);
+    EXPECT_EQ(tc.memory_basis[0], "measured");
+    EXPECT_EQ(tc.configs[1].recompute, "unit");
+    EXPECT_NEAR(tc.configs[1].memory_gib, 20 - (none_act - unit_act), 1e-9);
+    EXPECT_EQ(tc.memory_basis[1], "from the measured none peak");
+  }
+  // Measured recomputing: the mode without it adds the activations back.
+  TaskConfigs tc = BuildTaskConfigs(job.job.spec, task, PeakAt(7, "unit"), 1, true);
+  ASSERT_EQ(tc.configs.size(), 2u);
+  EXPECT_EQ(tc.configs[0].recompute, "none");
+  EXPECT_NEAR(tc.configs[0].memory_gib, 7 + (none_act - unit_act), 1e-9);
+  EXPECT_EQ(tc.memory_basis[0], "from the measured unit peak");
+  EXPECT_DOUBLE_EQ(tc.configs[1].memory_gib, 7);
+  EXPECT_EQ(tc.memory_basis[1], "measured");
+  // Never below the parameter state, though a small measured peak less the
+  // modelled activations would be: weights, gradients and AdamW's moments (16
+  // bytes a parameter, about 1.85 GiB here) ...
+  const auto state = ParameterStateBytes(task, "ddp", 1);
+  ASSERT_TRUE(state.has_value());
+  EXPECT_NEAR(*state / kGib, 1.85, 0.01);
+  TaskConfigs floor = BuildTaskConfigs(job.job.spec, task, PeakAt(5, "none", 1), 1, true);
+  ASSERT_EQ(floor.configs.size(), 2u);
+  EXPECT_DOUBLE_EQ(floor.configs[1].memory_gib, *state / kGib);
+  // ... or the profile's device_parameters where that is larger.
+  floor = BuildTaskConfigs(job.job.spec, task, PeakAt(5, "none", 2.5), 1, true);
+  ASSERT_EQ(floor.configs.size(), 2u);
+  EXPECT_DOUBLE_EQ(floor.configs[1].memory_gib, 2.5);
+}
+
+TEST(MeasuredPeak, AProfileWithoutOnePlansAsBefore) {
+  api::LoadedJob job = Load(kGptJob);
+  TaskConfigs tc = BuildTaskConfigs(job.job.spec, job.tasks[0].task, PeakAt(0), 1, true);
+  ASSERT_EQ(tc.configs.size(), 2u);
+  // The parameter state the profile measured plus the modelled activations.
+  EXPECT_DOUBLE_EQ(tc.configs[0].memory_gib, 2 + ActivationGib("none"));
+  EXPECT_DOUBLE_EQ(tc.configs[1].memory_gib, 2 + ActivationGib("unit"));
+  EXPECT_EQ(tc.memory_basis, (std::vector<std::string>{"modelled", "modelled"}));
+  std::optional<planner::Config> tight = Pick(PeakAt(0), 16);
+  ASSERT_TRUE(tight.has_value());
+  EXPECT_EQ(tight->recompute, "unit");
+  // A contract::ProfileEntry of an older cache carries neither field.
+  contract::ProfileEntry old;
+  old.samples_per_s = 10;
+  old.peak_memory_bytes = 2 * kGib;
+  ProfilePoint p = PointFromProfile(old);
+  EXPECT_EQ(p.state, ProfilePoint::State::kMeasured);
+  EXPECT_DOUBLE_EQ(p.memory_gib, 2);
+  EXPECT_EQ(p.measured_peak_gib, 0);
+  // One that has them.
+  old.device_allocated_bytes = 12 * kGib;
+  old.recompute = "unit";
+  p = PointFromProfile(old);
+  EXPECT_DOUBLE_EQ(p.measured_peak_gib, 12);
+  EXPECT_EQ(p.measured_recompute, "unit");
+}
+
+TEST(MeasuredPeak, AnInterpolatedGpuCountKeepsTheSmallerCountsPeak) {
+  api::LoadedJob job = Load(kGptJob);
+  api::ModelSelectionJobSpec spec = job.job.spec;
+  spec.resources.gpus_per_task.max = 4;
+  spec.resources.gpu_quota = 4;
+  spec.profiling.gpu_counts = {1, 4};
+  ProfileLookup lookup = [](api::Template, int g, int64_t) {
+    ProfilePoint p{ProfilePoint::State::kMeasured, 10.0 * g, 2};
+    p.measured_peak_gib = g == 1 ? 20 : 8;
+    p.measured_recompute = "none";
+    return p;
+  };
+  TaskConfigs tc = BuildTaskConfigs(spec, job.tasks[0].task, lookup, 4, true);
+  bool saw_two = false;
+  for (size_t k = 0; k < tc.configs.size(); ++k) {
+    const planner::Config& c = tc.configs[k];
+    if (c.gpus != 2 || c.recompute != "none") continue;
+    saw_two = true;
+    EXPECT_DOUBLE_EQ(c.memory_gib, 20);
+    EXPECT_EQ(tc.memory_basis[k], "measured");
+  }
+  EXPECT_TRUE(saw_two);
 }
 
 }  // namespace

@@ -41,7 +41,8 @@ bool operator==(const ReportProfile& a, const ReportProfile& b) {
   return a.signature == b.signature && a.tasks == b.tasks && a.template_name == b.template_name &&
          a.gpus == b.gpus && a.batch_size == b.batch_size && a.samples_per_s == b.samples_per_s &&
          a.step_time_s == b.step_time_s && a.peak_memory_mib == b.peak_memory_mib &&
-         a.from_cache == b.from_cache;
+         a.from_cache == b.from_cache && a.device_allocated_mib == b.device_allocated_mib &&
+         a.recompute == b.recompute;
 }
 bool operator==(const ReportPlan& a, const ReportPlan& b) {
   return a.at_s == b.at_s && a.trigger == b.trigger && a.planner == b.planner &&
@@ -92,8 +93,9 @@ RunReport FullReport() {
                {"lr-1e-3", {3}, 30, 40, "spill", 1, 32, "", "", "lr-1e-3+lr-3e-4"}};
   r.actual = {{"lr-3e-4", {0, 1}, 9.75, 19.125, "dp2", 2, 64, "device-lost"},
               {"lr-3e-4", {0}, 19.5, 25, "dp1", 1, 64, "running"}};
-  r.profiles = {{"sig-abc", "lr-3e-4,lr-1e-3", "dp2", 2, 64, 123.456, 0.0421, 812.5, true},
-                {"sig-def", "lr-1e-3", "single", 1, 32, 99, 0.5, 100, false}};
+  r.profiles = {
+      {"sig-abc", "lr-3e-4,lr-1e-3", "dp2", 2, 64, 123.456, 0.0421, 812.5, true, 2047.75, "unit"},
+      {"sig-def", "lr-1e-3", "single", 1, 32, 99, 0.5, 100, false}};
   r.plans = {{0, "start", "orrery", 100.5, 90.25, 0.11357, 0.75},
              {19.5, "device-lost", "list", 120, 95, 0.263, 0.01}};
   r.events = {{0, "Started run"}, {19.2, "Lost device 1"}};
@@ -222,6 +224,27 @@ TEST(ReportJson, ReadsAReportWrittenBeforeExports) {
   auto back = ReportFromJson(j.dump());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->tasks[0].export_path, "");
+}
+
+// A report from before measured peaks: its profiles carry none.
+TEST(ReportJson, ReadsAReportWrittenBeforeMeasuredPeaks) {
+  nlohmann::json j = nlohmann::json::parse(ReportJson(FullReport()));
+  ASSERT_EQ(j["profiles"][0]["recompute"], "unit");
+  for (auto& p : j["profiles"]) {
+    p.erase("device_allocated_mib");
+    p.erase("recompute");
+  }
+  auto back = ReportFromJson(j.dump());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->profiles[0].device_allocated_mib, 0);
+  EXPECT_EQ(back->profiles[0].recompute, "");
+  EXPECT_EQ(back->profiles[0].peak_memory_mib, 812.5);
+}
+
+TEST(ReportHtml, ShowsEachProfilesMeasuredPeakAndItsMode) {
+  const std::string html = ReportHtml(FullReport());
+  EXPECT_NE(html.find("2048 MiB (recompute unit)"), std::string::npos);
+  EXPECT_NE(html.find("not measured"), std::string::npos);  // sig-def predates peaks
 }
 
 TEST(ReportHtml, ListsWhereEachTrainedModelWent) {

@@ -26,8 +26,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Throughput: batch x ranks samples/s. Train: one progress line at the end.
-// Rank 0 appends its subcommand and flags to $checkpoint-dir.args.
+// Throughput: batch x ranks samples/s, a peak of batch MiB measured without
+// recomputation. Train: one progress line at the end. Rank 0 appends its
+// subcommand and flags to $checkpoint-dir.args.
 const char* kFakeWorker = R"(#!/bin/sh
 mode=$1
 shift
@@ -46,7 +47,7 @@ for a in "$@"; do
   esac
 done
 if [ "$mode" = profile ]; then
-  echo "{\"event\":\"profile\",\"world_size\":$WORLD_SIZE,\"global_batch\":$batch,\"samples_per_s\":$((batch * WORLD_SIZE)),\"step_time_s\":{\"median\":0.01,\"p90\":0.01}}"
+  echo "{\"event\":\"profile\",\"world_size\":$WORLD_SIZE,\"global_batch\":$batch,\"samples_per_s\":$((batch * WORLD_SIZE)),\"step_time_s\":{\"median\":0.01,\"p90\":0.01},\"peak_memory_bytes\":{\"device_parameters\":4096,\"device_allocated\":$((batch * 1048576))},\"knobs\":{\"recompute\":\"none\"}}"
   exit 0
 fi
 if [ "$epochs" -gt 0 ]; then steps=$((epochs * samples / batch)); fi
@@ -227,6 +228,19 @@ TEST_F(RunnerElasticTest, NotElasticRunsTheTasksOwnBatchAndBudget) {
   const nlohmann::json& task = report["tasks"][0];
   EXPECT_EQ(task.value("batch_size", 0), 8) << task.dump();
   EXPECT_EQ(report["profiles"].size(), 2u);  // ddp x1, x2 at batch 8
+  // Each profile's measured peak and its mode, in the report and the cache.
+  for (const nlohmann::json& p : report["profiles"]) {
+    EXPECT_EQ(p.value("device_allocated_mib", 0.0), 8) << p.dump();
+    EXPECT_EQ(p.value("recompute", ""), "none") << p.dump();
+  }
+  std::stringstream text;
+  text << std::ifstream(dir_ + "/profiles.json").rdbuf();
+  const nlohmann::json cache = nlohmann::json::parse(text.str(), nullptr, false);
+  ASSERT_TRUE(cache.contains("entries")) << text.str();
+  for (const nlohmann::json& e : cache["entries"]) {
+    EXPECT_EQ(e.value("deviceAllocatedBytes", 0.0), 8 * 1048576.0) << e.dump();
+    EXPECT_EQ(e.value("recompute", ""), "none") << e.dump();
+  }
   EXPECT_NE(args.find("--batch=8 "), std::string::npos) << args;
   EXPECT_NE(args.find("--epochs=3 "), std::string::npos) << args;
   EXPECT_NE(args.find("--lr=0.1 "), std::string::npos) << args;
