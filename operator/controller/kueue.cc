@@ -415,6 +415,32 @@ StatusOr<std::string> SyncPriority(kube::Client* client, const api::ModelSelecti
   return std::string();
 }
 
+// Moves a Workload that holds no quota to the LocalQueue the job's
+// queue-name label names now, as Kueue's jobframework does for a job not yet
+// admitted; one that holds quota keeps its queue (Kueue's CRD forbids the
+// change then) until its reservation ends.
+Status SyncQueue(kube::Client* client, const api::ModelSelectionJob& job, const std::string& queue,
+                 Object* wl, KueueGateResult* out) {
+  const std::string before = (*wl)["spec"].value("queueName", "");
+  if (before == queue || ConditionTrue(*wl, "QuotaReserved")) return OkStatus();
+  Object updated = *wl;
+  updated["spec"]["queueName"] = queue;
+  auto stored = client->Update(Workloads(), job.metadata.namespace_, updated);
+  if (!stored.ok()) return stored.status();
+  *wl = *stored;
+  const std::string name = (*wl)["metadata"].value("name", "");
+  Log(LogLevel::kInfo, "Moved the Workload to another LocalQueue",
+      {{"msj", job.metadata.namespace_ + "/" + job.metadata.name},
+       {"workload", name},
+       {"queue", queue}});
+  if (out->event_reason.empty()) {
+    out->event_reason = "WorkloadQueueChanged";
+    out->event_message = "Workload " + name + " now asks LocalQueue " + queue;
+    out->event_message += " (was " + before + ")";
+  }
+  return OkStatus();
+}
+
 const api::Condition* StoredCondition(const api::ModelSelectionJob& job) {
   if (!job.status) return nullptr;
   for (const api::Condition& c : job.status->conditions) {
@@ -616,6 +642,7 @@ Status GateOnWorkload(kube::Client* client, const KueueCaches& caches, api::Mode
     out->warning = true;
     return OkStatus();
   }
+  ORRERY_RETURN_IF_ERROR(SyncQueue(client, *job, queue, &*wl, out));
   ORRERY_ASSIGN_OR_RETURN(const std::string priority_note, SyncPriority(client, *job, &*wl, out));
   KueueAdmission a = ReadAdmission(*wl, job->spec.resources.gpu_resource_name);
   const bool terminal = job->status && (job->status->phase == api::Phase::kSucceeded ||

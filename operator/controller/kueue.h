@@ -24,7 +24,10 @@
 //   does that; the Workload's spec.priority edited by hand, or the class's
 //   value changed, stays as it is (Kueue's rule). Removing the label while the
 //   Workload holds quota waits until it no longer does (Kueue's CRD forbids
-//   dropping priorityClassRef then).
+//   dropping priorityClassRef then). An edited kueue.x-k8s.io/queue-name
+//   label moves a Workload that holds no quota to the new LocalQueue (as
+//   Kueue's integrations do); one that holds quota keeps its queue until its
+//   reservation ends.
 // - Evicted (preempted, its queue stopped, ...): its gangs are stopped as a
 //   suspend stops them (SIGTERM: they checkpoint), and once no pod of the job is
 //   left the Workload's quota reservation is cleared as Kueue expects of a job

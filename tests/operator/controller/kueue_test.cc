@@ -521,6 +521,37 @@ TEST(KueueTest, AnEditedPriorityClassLabelReachesTheWaitingWorkload) {
   EXPECT_EQ(api.objects[key]["spec"]["priority"], 0);
 }
 
+// An edited queue-name label moves a Workload holding no quota to the new
+// LocalQueue (Kueue's integrations do the same); one holding quota keeps its
+// queue until its reservation ends.
+TEST(KueueTest, AnEditedQueueLabelMovesTheWorkloadOnlyWhileItHoldsNoQuota) {
+  MemoryApi api;
+  kube::Store workloads, flavors;
+  KueueCaches caches{&workloads, &flavors};
+  flavors.Upsert(std::make_shared<Object>(Flavor("std", {})));
+  api::ModelSelectionJob job = LabelledJob("q");
+  const std::string key = "workloads/team-a/" + WorkloadName(job);
+  ASSERT_TRUE(KueueGate(&api, caches, &job, 0, -1, "t0").ok());
+  workloads.Upsert(std::make_shared<Object>(api.objects[key]));
+
+  job.metadata.labels[kKueueQueueLabel] = "q2";
+  auto gate = KueueGate(&api, caches, &job, 0, -1, "t1");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_EQ(api.updates, 1);
+  EXPECT_EQ(api.objects[key]["spec"]["queueName"], "q2");
+  EXPECT_EQ(gate->event_reason, "WorkloadQueueChanged");
+  EXPECT_EQ(gate->condition.message, "Pending in LocalQueue q2");
+
+  workloads.Upsert(std::make_shared<Object>(Admitted(api.objects[key], 2, "std")));
+  job.metadata.labels[kKueueQueueLabel] = "q3";
+  api::ModelSelectionJob pass = job;
+  gate = KueueGate(&api, caches, &pass, 0, -1, "t2");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_TRUE(gate->run);
+  EXPECT_EQ(api.updates, 1);
+  EXPECT_EQ(api.objects[key]["spec"]["queueName"], "q2");
+}
+
 TEST(KueueTest, WithoutKueueServedALabelledJobWaitsSayingWhy) {
   MemoryApi api;
   api::ModelSelectionJob job = LabelledJob("q");
