@@ -1,6 +1,6 @@
 // Admitted by Kueue (issue 24), end to end: a real Kueue manager (built by
 // scripts/setup from its Go module, started by e2e/cluster --with kueue), the
-// API server, scheduler and controller-manager; three nodes of two GPUs whose
+// API server, scheduler and controller-manager; four nodes of two GPUs whose
 // pods a test node agent runs as real orrery-worker processes; `orrery
 // operator` under the chart's service account (so the chart's Kueue RBAC is
 // what it has). The nodes are the node agent's rather than kwok's: kwok only
