@@ -104,7 +104,7 @@ spec:
     gpusPerTask: {min: 1, max: 2}
     gpuQuota: 6
   scheduling:
-    solverTimeLimitSeconds: 8
+    solverTimeLimitSeconds: 2
   checkpoints:
     claimName: checkpoints
     path: /checkpoints
@@ -456,7 +456,7 @@ TEST_F(KueueAdmissionTest, PreemptedJobCheckpointsWaitsAndFinishesWithinItsAdmis
        std::string("--profile-namespace=") + kOperatorNamespace,
        std::string("--namespace=") + kNamespace, "--device=cpu", "--worker-image=orrery-worker",
        "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
-       "--solver-time-limit=8s", "--progress-period=1s"},
+       "--solver-time-limit=2s", "--progress-period=1s"},
       {{"POD_NAME", "e2e-operator"}}, op_log, /*capture_stdout=*/false);
   ASSERT_TRUE(op.ok()) << op.status();
   auto describe = [&] {
