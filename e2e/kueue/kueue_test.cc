@@ -1,6 +1,6 @@
 // Admitted by Kueue (issue 24), end to end: a real Kueue manager (built by
 // scripts/setup from its Go module, started by e2e/cluster --with kueue), the
-// API server, scheduler and controller-manager; three nodes of two GPUs whose
+// API server, scheduler and controller-manager; four nodes of two GPUs whose
 // pods a test node agent runs as real orrery-worker processes; `orrery
 // operator` under the chart's service account (so the chart's Kueue RBAC is
 // what it has). The nodes are the node agent's rather than kwok's: kwok only
@@ -20,6 +20,16 @@
 // all along from the API: each job's pods never hold more GPUs than its
 // Workload has reserved, and all workloads together never more than the
 // cohort's 4. Deleting the job deletes its Workload.
+//
+// Node flavors: a fourth node, gpu-d, is a dedicated pool (label
+// orrery-e2e/pool=fast and a NoSchedule taint), the nodes of a second
+// ResourceFlavor whose tolerations cover that taint, the only flavor of a
+// third ClusterQueue. A ModelSelectionJob in its queue, started beside the
+// first, is admitted to that flavor: its pods carry the flavor's nodeSelector
+// and toleration, and run on gpu-d only, while no pod of a job admitted to
+// the std flavor (nor the batch Job) ever lands there, though gpu-d's GPUs
+// are often free. While the second job waits, its priority-class label is
+// set: its Workload gets the class's priority before it is admitted.
 #include "operator/controller/kueue.h"
 
 #include <signal.h>
@@ -33,6 +43,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -61,7 +72,8 @@ const char* kNamespace = "e2e-kueue";
 const char* kOperatorNamespace = "orrery-system";
 const char* kGpu = "nvidia.com/gpu";
 constexpr int kSteps = 1000;
-constexpr int kCohortGpus = 4;
+constexpr int kCohortGpus = 4;  // flavor std: cq-a's 2 and cq-b's 2
+constexpr int kFastGpus = 2;    // flavor fast: cq-fast's 2
 constexpr std::chrono::milliseconds kPoll{250};
 
 std::string JobYaml() {
@@ -102,24 +114,71 @@ spec:
 }
 
 // A second, smaller ModelSelectionJob in cq-b's queue: one task of the same
-// model (so the seeded profiles cover it), 2 GPUs.
+// model (so the seeded profiles cover it) on 2 GPUs, all or none (no
+// minCount: the batch Job's pods free cq-b's GPUs one at a time).
 constexpr int kProbeSteps = 300;
-std::string ProbeYaml() {
+std::string ProbeYaml(int steps = kProbeSteps) {
   return controller::testutil::Edited(
       JobYaml(), {{"name: sweep", "name: probe"},
                   {"queue-name: lq-a", "queue-name: lq-b"},
-                  {"steps: " + std::to_string(kSteps), "steps: " + std::to_string(kProbeSteps)},
+                  {"steps: " + std::to_string(kSteps), "steps: " + std::to_string(steps)},
                   {"    searchSpace:\n      grid:\n        learningRate: [1e-3, 3e-4]\n", ""},
+                  {"gpusPerTask: {min: 1, max: 2}", "gpusPerTask: {min: 2, max: 2}"},
                   {"gpuQuota: 6", "gpuQuota: 2"}});
 }
 
-// One flavor for the nodes, two ClusterQueues of 2 GPUs in a cohort (each may
-// borrow the other's), a LocalQueue for each, and a priority above the job's.
+// A third ModelSelectionJob, in the dedicated pool's queue: the probe's one
+// task, 2 GPUs, fewer steps (it mostly runs before the first job's preemption,
+// whose re-plan it would otherwise slow).
+constexpr int kEdgeSteps = 100;
+std::string EdgeYaml() {
+  return controller::testutil::Edited(
+      ProbeYaml(kEdgeSteps),
+      {{"name: probe", "name: edge"}, {"queue-name: lq-b", "queue-name: lq-fast"}});
+}
+
+// The dedicated pool: its node's label and taint, the flavor's toleration.
+const char* kPoolLabel = "orrery-e2e/pool";
+const char* kDedicatedTaint = "orrery-e2e/dedicated";
+const char* kFastNode = "gpu-d";
+
+// One flavor for the shared nodes, two ClusterQueues of 2 GPUs in a cohort
+// (each may borrow the other's), a LocalQueue for each, and a priority above
+// the job's. A second flavor for the dedicated node (its taint, and the
+// toleration Kueue's integrations add to the pods admitted to it), the only
+// flavor of a third ClusterQueue outside the cohort.
 const char* kQueuesYaml = R"(apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor
 metadata: {name: std}
 spec:
   nodeLabels: {orrery-e2e/pool: std}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: fast}
+spec:
+  nodeLabels: {orrery-e2e/pool: fast}
+  nodeTaints:
+  - {key: orrery-e2e/dedicated, value: fast, effect: NoSchedule}
+  tolerations:
+  - {key: orrery-e2e/dedicated, operator: Equal, value: fast, effect: NoSchedule}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq-fast}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: fast
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 2}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: lq-fast, namespace: e2e-kueue}
+spec: {clusterQueue: cq-fast}
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
@@ -253,8 +312,9 @@ class KueueTest : public orrery::testing::ControlPlaneTest {
 };
 
 // Samples the API every 200 ms: GPUs each ModelSelectionJob's live pods
-// request against what its Workloads have reserved, and every workload's GPUs
-// together against the cohort's.
+// request against what its Workloads have reserved, every workload's GPUs
+// together by flavor (the pods' pool selector) against the flavor's quota,
+// and where each job's pods ran with which pool selector and tolerations.
 class UsageSampler {
  public:
   UsageSampler() {
@@ -271,8 +331,12 @@ class UsageSampler {
     if (thread_.joinable()) thread_.join();
   }
   std::mutex mu;
-  int max_total = 0, samples = 0;
-  std::map<std::string, int> max_job;  // by job
+  int samples = 0;
+  std::map<std::string, int> max_job;   // by job
+  std::map<std::string, int> max_pool;  // by the pods' orrery-e2e/pool selector
+  // By job (the batch Job's name too): the nodes its pods were bound to, the
+  // pool selectors they had, whether they tolerated the dedicated taint.
+  std::map<std::string, std::set<std::string>> nodes, pools, tolerated;
   std::vector<std::string> violations;
 
  private:
@@ -291,22 +355,38 @@ class UsageSampler {
     }
     auto pods = client->List(kube::Pods(), kNamespace, {});
     if (!pods.ok()) return;
-    std::map<std::string, int> held;
-    int total = 0;
+    std::map<std::string, int> held, by_pool;
+    std::lock_guard<std::mutex> lock(mu);
     for (const kube::Object& o : (*pods)["items"]) {
       Json p = Json::parse(o.dump());
       if (controller::PodFinished(p)) continue;
-      const int gpus = controller::PodGpuRequest(p, kGpu);
       const Json labels = p["metadata"].value("labels", Json::object());
-      if (labels.contains(controller::kJobLabel)) held[labels[controller::kJobLabel]] += gpus;
-      if (labels.contains(controller::kJobLabel) ||
-          labels.contains("batch.kubernetes.io/job-name")) {
-        total += gpus;
+      std::string job = labels.value(controller::kJobLabel, "");
+      if (job.empty()) job = labels.value("batch.kubernetes.io/job-name", "");
+      if (job.empty()) continue;
+      const int gpus = controller::PodGpuRequest(p, kGpu);
+      if (labels.contains(controller::kJobLabel)) held[job] += gpus;
+      const Json& spec = p["spec"];
+      const std::string pool =
+          spec.value("nodeSelector", Json::object()).value(kPoolLabel, "(none)");
+      by_pool[pool] += gpus;
+      pools[job].insert(pool);
+      bool tolerates = false;
+      for (const Json& t : spec.value("tolerations", Json::array())) {
+        tolerates = tolerates || t.value("key", "") == kDedicatedTaint;
+      }
+      tolerated[job].insert(tolerates ? "yes" : "no");
+      const std::string node = spec.value("nodeName", "");
+      if (node.empty()) continue;
+      nodes[job].insert(node);
+      if ((node == kFastNode) != (pool == "fast")) {
+        std::string v = "pod " + p["metadata"].value("name", "") + " of pool " + pool;
+        v += " ran on node " + node;
+        violations.push_back(v);
       }
     }
-    std::lock_guard<std::mutex> lock(mu);
     ++samples;
-    max_total = std::max(max_total, total);
+    for (const auto& [pool, gpus] : by_pool) max_pool[pool] = std::max(max_pool[pool], gpus);
     for (const auto& [job, gpus] : held) {
       max_job[job] = std::max(max_job[job], gpus);
       if (gpus > reserved[job]) {
@@ -314,9 +394,13 @@ class UsageSampler {
                              " GPUs while its Workload reserved " + std::to_string(reserved[job]));
       }
     }
-    if (total > kCohortGpus) {
-      violations.push_back("the workloads held " + std::to_string(total) +
+    if (by_pool["std"] > kCohortGpus) {
+      violations.push_back("the workloads of flavor std held " + std::to_string(by_pool["std"]) +
                            " GPUs, above the cohort's " + std::to_string(kCohortGpus));
+    }
+    if (by_pool["fast"] > kFastGpus) {
+      violations.push_back("the workloads of flavor fast held " + std::to_string(by_pool["fast"]) +
+                           " GPUs, above cq-fast's " + std::to_string(kFastGpus));
     }
   }
   static orrery::testing::ControlPlane* KueueTestPlane();
@@ -339,9 +423,11 @@ TEST_F(KueueAdmissionTest, PreemptedJobCheckpointsWaitsAndFinishesWithinItsAdmis
   std::filesystem::create_directories(dir);
 
   orrery::testing::NodeAgentOptions ao;
-  ao.nodes = {"gpu-a", "gpu-b", "gpu-c"};
+  ao.nodes = {"gpu-a", "gpu-b", "gpu-c", kFastNode};
   ao.gpus_per_node = 2;
-  ao.labels = {{"orrery-e2e/pool", "std"}};
+  ao.labels = {{kPoolLabel, "std"}};
+  ao.labels_by_node[kFastNode] = {{kPoolLabel, "fast"}};
+  ao.taints_by_node[kFastNode] = {{kDedicatedTaint, "fast", "NoSchedule"}};
   ao.root = (dir / "agent").string();
   ao.default_binary = kWorker;
   ao.first_ip_block = 9;
@@ -414,7 +500,10 @@ TEST_F(KueueAdmissionTest, PreemptedJobCheckpointsWaitsAndFinishesWithinItsAdmis
   EXPECT_EQ(wl["spec"]["podSets"][0]["count"], 6);
 
   // 2. The queues: Kueue admits 4 of the 6 GPUs asked (cq-a's 2 and 2 borrowed).
+  // The dedicated pool's job, beside it, is admitted to flavor fast.
   applied = plane()->Kubectl("apply -f -", kQueuesYaml);
+  ASSERT_EQ(applied.exit_code, 0) << applied.output;
+  applied = plane()->Kubectl("apply -f -", EdgeYaml());
   ASSERT_EQ(applied.exit_code, 0) << applied.output;
   ASSERT_TRUE(WaitUntil(
       [&] {
@@ -425,6 +514,16 @@ TEST_F(KueueAdmissionTest, PreemptedJobCheckpointsWaitsAndFinishesWithinItsAdmis
       << describe();
   EXPECT_EQ(JobCondition(job).value("message", ""),
             "Admitted to ClusterQueue cq-a with 4 GPUs of ResourceFlavor std");
+  Json edge;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        edge = Get(controller::ModelSelectionJobs(), "edge");
+        return JobCondition(edge).value("status", "") == "True";
+      },
+      std::chrono::seconds(60), kPoll))
+      << describe();
+  EXPECT_EQ(JobCondition(edge).value("message", ""),
+            "Admitted to ClusterQueue cq-fast with 2 GPUs of ResourceFlavor fast");
   // Both tasks train on two ranks each and commit a checkpoint.
   ASSERT_TRUE(WaitUntil(
       [&] {
@@ -478,6 +577,24 @@ TEST_F(KueueAdmissionTest, PreemptedJobCheckpointsWaitsAndFinishesWithinItsAdmis
       },
       std::chrono::seconds(60), kPoll))
       << describe();
+  // Waiting, it is given a priority class: its Workload is queued at it.
+  applied = plane()->Kubectl(std::string("-n ") + kNamespace + " label msj probe " +
+                             controller::kKueuePriorityClassLabel + "=high");
+  ASSERT_EQ(applied.exit_code, 0) << applied.output;
+  Json probe_wl;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        CommandResult n = plane()->Kubectl(std::string("-n ") + kNamespace + " get workloads -l " +
+                                           controller::kJobLabel +
+                                           "=probe -o jsonpath={.items[0].metadata.name}");
+        probe_wl = n.exit_code == 0 ? Get(controller::Workloads(), n.output) : Json::object();
+        return probe_wl.value("spec", Json::object()).value("priority", 0) == 1000;
+      },
+      std::chrono::seconds(30), kPoll))
+      << describe() << probe_wl.dump(1);
+  EXPECT_EQ(probe_wl["spec"]["priorityClassRef"].value("name", ""), "high");
+  EXPECT_FALSE(controller::ReadAdmission(kube::Object::parse(probe_wl.dump()), kGpu).reserved)
+      << "the second job was admitted before its priority changed";
   ASSERT_TRUE(WaitUntil(
       [&] {
         probe = Get(controller::ModelSelectionJobs(), "probe");
@@ -517,6 +634,15 @@ TEST_F(KueueAdmissionTest, PreemptedJobCheckpointsWaitsAndFinishesWithinItsAdmis
       << describe();
   ASSERT_EQ(probe["status"]["tasks"].size(), 1u);
   EXPECT_EQ(probe["status"]["tasks"][0].value("stepsDone", 0), kProbeSteps);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        edge = Get(controller::ModelSelectionJobs(), "edge");
+        return edge["status"].value("phase", "") == "Succeeded";
+      },
+      std::chrono::seconds(60), kPoll))
+      << describe();
+  ASSERT_EQ(edge["status"]["tasks"].size(), 1u);
+  EXPECT_EQ(edge["status"]["tasks"][0].value("stepsDone", 0), kEdgeSteps);
   // The tasks resumed from checkpoints they had written (a restore at a step
   // > 0), in the new layout: every worker log the agent kept, deleted pods' too.
   // Re-admitted with 2 GPUs instead of 4, the tasks cannot both keep two
@@ -539,7 +665,7 @@ TEST_F(KueueAdmissionTest, PreemptedJobCheckpointsWaitsAndFinishesWithinItsAdmis
     }
   }
   EXPECT_GE(restored, 2) << describe();
-  EXPECT_GE(resharded, 1) << "a task resumes in the smaller layout";
+  EXPECT_GE(resharded, 1) << "a task resumes in the smaller layout\n" << describe();
   ASSERT_TRUE(WaitUntil(
       [&] {
         Json w = Get(controller::Workloads(), workload);
@@ -560,16 +686,32 @@ TEST_F(KueueAdmissionTest, PreemptedJobCheckpointsWaitsAndFinishesWithinItsAdmis
   {
     std::lock_guard<std::mutex> lock(usage.mu);
     std::printf(
-        "usage: %d samples, sweep's pods held at most %d GPUs, probe's %d, the "
-        "workloads %d\n",
-        usage.samples, usage.max_job["sweep"], usage.max_job["probe"], usage.max_total);
+        "usage: %d samples, sweep's pods held at most %d GPUs, probe's %d, edge's %d; the "
+        "workloads of flavor std %d, of flavor fast %d\n",
+        usage.samples, usage.max_job["sweep"], usage.max_job["probe"], usage.max_job["edge"],
+        usage.max_pool["std"], usage.max_pool["fast"]);
     EXPECT_GT(usage.samples, 20);
-    EXPECT_LE(usage.max_total, kCohortGpus);
+    EXPECT_LE(usage.max_pool["std"], kCohortGpus);
+    EXPECT_EQ(usage.max_job["edge"], kFastGpus);
     for (const std::string& v : usage.violations) ADD_FAILURE() << v;
+    // Flavor fast's job: its pods had the flavor's selector and toleration
+    // and ran on its node only; flavor std's (the batch Job's too) never
+    // there, without the toleration.
+    using Set = std::set<std::string>;
+    EXPECT_EQ(usage.nodes["edge"], Set{kFastNode});
+    EXPECT_EQ(usage.pools["edge"], Set{"fast"});
+    EXPECT_EQ(usage.tolerated["edge"], Set{"yes"});
+    for (const char* other : {"sweep", "probe", "urgent"}) {
+      EXPECT_FALSE(usage.nodes[other].empty()) << other;
+      EXPECT_EQ(usage.nodes[other].count(kFastNode), 0u) << other;
+      EXPECT_EQ(usage.pools[other], Set{"std"}) << other;
+      EXPECT_EQ(usage.tolerated[other], Set{"no"}) << other;
+    }
   }
   const std::string events =
       plane()->Kubectl("-n e2e-kueue get events.events.k8s.io -o json").output;
-  for (const char* reason : {"WorkloadCreated", "QueuedInKueue", "Admitted", "Evicted"}) {
+  for (const char* reason :
+       {"WorkloadCreated", "QueuedInKueue", "Admitted", "Evicted", "WorkloadPriorityUpdated"}) {
     EXPECT_NE(events.find(std::string("\"reason\": \"") + reason + "\""), std::string::npos)
         << reason;
   }

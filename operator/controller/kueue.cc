@@ -1,6 +1,7 @@
 #include "operator/controller/kueue.h"
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "common/log.h"
@@ -76,6 +77,19 @@ Object TolerationJson(const api::Toleration& t) {
   return o;
 }
 
+// A Workload's priority as Kueue's job integrations set it: the class and its
+// value, or (none) no class and the default priority 0.
+void SetPriority(const std::optional<WorkloadPriority>& priority, Object* spec) {
+  if (!priority) {
+    spec->erase("priorityClassRef");
+    (*spec)["priority"] = 0;
+    return;
+  }
+  (*spec)["priorityClassRef"] = {
+      {"group", kKueueGroup}, {"kind", "WorkloadPriorityClass"}, {"name", priority->class_name}};
+  (*spec)["priority"] = priority->value;
+}
+
 }  // namespace
 
 kube::Resource Workloads() { return {kKueueGroup, kKueueVersion, "workloads", true}; }
@@ -134,11 +148,7 @@ Object BuildWorkload(const api::ModelSelectionJob& job, const std::string& queue
                                                      {"uid", job.metadata.uid},
                                                      {"controller", true}}})}}},
                {"spec", {{"queueName", queue}, {"podSets", WorkloadPodSets(job)}}}};
-  if (priority) {
-    wl["spec"]["priorityClassRef"] = {
-        {"group", kKueueGroup}, {"kind", "WorkloadPriorityClass"}, {"name", priority->class_name}};
-    wl["spec"]["priority"] = priority->value;
-  }
+  if (priority) SetPriority(priority, &wl["spec"]);
   return wl;
 }
 
@@ -153,8 +163,12 @@ KueueAdmission ReadAdmission(const Object& wl, const std::string& gpu_resource) 
     if (admission->contains("podSetAssignments") && (*admission)["podSetAssignments"].is_array()) {
       for (const Object& psa : (*admission)["podSetAssignments"]) {
         if (psa.value("name", "") != kKueuePodSet) continue;
-        if (psa.contains("flavors") && psa["flavors"].contains(gpu_resource)) {
-          a.flavor = psa["flavors"][gpu_resource].get<std::string>();
+        if (psa.contains("flavors") && psa["flavors"].is_object()) {
+          for (const auto& [resource, name] : psa["flavors"].items()) {
+            if (!name.is_string()) continue;
+            if (resource == gpu_resource) a.flavor = name.get<std::string>();
+            a.flavors.push_back(name.get<std::string>());
+          }
         }
         if (psa.contains("resourceUsage") && psa["resourceUsage"].contains(gpu_resource)) {
           a.gpus = WholeQuantity(psa["resourceUsage"][gpu_resource]);
@@ -164,6 +178,8 @@ KueueAdmission ReadAdmission(const Object& wl, const std::string& gpu_resource) 
       }
     }
   }
+  std::sort(a.flavors.begin(), a.flavors.end());
+  a.flavors.erase(std::unique(a.flavors.begin(), a.flavors.end()), a.flavors.end());
   if (wl.contains("status") && wl["status"].is_object() &&
       wl["status"].contains("reclaimablePods") && wl["status"]["reclaimablePods"].is_array()) {
     for (const Object& rp : wl["status"]["reclaimablePods"]) {
@@ -191,43 +207,74 @@ KueueAdmission ReadAdmission(const Object& wl, const std::string& gpu_resource) 
   return a;
 }
 
-Status ApplyAdmission(const KueueAdmission& admission, const Object* flavor,
+namespace {
+
+// Adds one flavor's node labels to the selector; `from` says, by key, which
+// flavor set a label (empty: the job's own spec).
+Status AddFlavorLabels(const Object& flavor, std::map<std::string, std::string>* from,
+                       api::ResourcesSpec* resources) {
+  const std::string name =
+      flavor.contains("metadata") ? flavor["metadata"].value("name", "") : std::string();
+  const Object& spec = flavor["spec"];
+  if (!spec.contains("nodeLabels") || !spec["nodeLabels"].is_object()) return OkStatus();
+  for (const auto& [key, value] : spec["nodeLabels"].items()) {
+    if (!value.is_string()) continue;
+    auto [it, added] = resources->node_selector.emplace(key, value.get<std::string>());
+    if (added) {
+      (*from)[key] = name;
+      continue;
+    }
+    if (it->second == value.get<std::string>()) continue;
+    const std::string other = (*from)[key];
+    std::string message;
+    if (other.empty()) {
+      message = "spec.resources.nodeSelector[" + key + "] is \"";
+    } else {
+      message = "ResourceFlavor " + other;
+      message += " sets " + key + "=\"";
+    }
+    message += it->second + "\" but Kueue admitted the job to ResourceFlavor ";
+    message += name;
+    message += ", whose nodes have " + key;
+    message += "=" + value.get<std::string>();
+    message += other.empty()
+                   ? " (drop the key from nodeSelector or use a LocalQueue whose flavors match)"
+                   : " (no node has both: give the ClusterQueue's resource groups flavors whose "
+                     "nodeLabels agree)";
+    return InvalidArgumentError(message);
+  }
+  return OkStatus();
+}
+
+void AddFlavorTolerations(const Object& spec, api::ResourcesSpec* resources) {
+  if (!spec.contains("tolerations") || !spec["tolerations"].is_array()) return;
+  for (const Object& t : spec["tolerations"]) {
+    api::Toleration tol;
+    tol.key = t.value("key", "");
+    tol.operator_ = t.value("operator", "Equal");
+    tol.value = t.value("value", "");
+    tol.effect = t.value("effect", "");
+    if (t.contains("tolerationSeconds") && t["tolerationSeconds"].is_number_integer()) {
+      tol.toleration_seconds = t["tolerationSeconds"].get<int64_t>();
+    }
+    if (std::find(resources->tolerations.begin(), resources->tolerations.end(), tol) ==
+        resources->tolerations.end()) {
+      resources->tolerations.push_back(tol);
+    }
+  }
+}
+
+}  // namespace
+
+Status ApplyAdmission(const KueueAdmission& admission, const std::vector<Object>& flavors,
                       api::ResourcesSpec* resources) {
   resources->gpu_quota =
       std::min(resources->gpu_quota, std::max(0, admission.gpus - admission.reclaimable));
-  if (flavor == nullptr || !flavor->contains("spec") || !(*flavor)["spec"].is_object()) {
-    return OkStatus();
-  }
-  const Object& spec = (*flavor)["spec"];
-  if (spec.contains("nodeLabels") && spec["nodeLabels"].is_object()) {
-    for (const auto& [key, value] : spec["nodeLabels"].items()) {
-      if (!value.is_string()) continue;
-      auto [it, added] = resources->node_selector.emplace(key, value.get<std::string>());
-      if (!added && it->second != value.get<std::string>()) {
-        std::string message = "spec.resources.nodeSelector[" + key + "] is \"";
-        message += it->second + "\" but Kueue admitted the job to ResourceFlavor ";
-        message += admission.flavor + ", whose nodes have " + key;
-        message += "=" + value.get<std::string>();
-        message += " (drop the key from nodeSelector or use a LocalQueue whose flavors match)";
-        return InvalidArgumentError(message);
-      }
-    }
-  }
-  if (spec.contains("tolerations") && spec["tolerations"].is_array()) {
-    for (const Object& t : spec["tolerations"]) {
-      api::Toleration tol;
-      tol.key = t.value("key", "");
-      tol.operator_ = t.value("operator", "Equal");
-      tol.value = t.value("value", "");
-      tol.effect = t.value("effect", "");
-      if (t.contains("tolerationSeconds") && t["tolerationSeconds"].is_number_integer()) {
-        tol.toleration_seconds = t["tolerationSeconds"].get<int64_t>();
-      }
-      if (std::find(resources->tolerations.begin(), resources->tolerations.end(), tol) ==
-          resources->tolerations.end()) {
-        resources->tolerations.push_back(tol);
-      }
-    }
+  std::map<std::string, std::string> from;  // node label -> the flavor that set it
+  for (const Object& flavor : flavors) {
+    if (!flavor.contains("spec") || !flavor["spec"].is_object()) continue;
+    ORRERY_RETURN_IF_ERROR(AddFlavorLabels(flavor, &from, resources));
+    AddFlavorTolerations(flavor["spec"], resources);
   }
   return OkStatus();
 }
@@ -311,6 +358,87 @@ StatusOr<std::optional<WorkloadPriority>> PriorityOf(kube::Client* client,
   p.class_name = it->second;
   p.value = wpc->value("value", 0);
   return std::optional<WorkloadPriority>(p);
+}
+
+// Carries an edit of the job's priority-class label to its Workload (Kueue's
+// jobframework UpdateWorkloadPriority): when the class the label names is not
+// the one the Workload's priorityClassRef names, the Workload gets the
+// label's class and that class's value now. Nothing else is touched: a
+// spec.priority edited by hand under the same class stays, as does a
+// Workload whose priority comes from a scheduling PriorityClass. Returns a
+// note for the job's condition when the label cannot be carried over.
+StatusOr<std::string> SyncPriority(kube::Client* client, const api::ModelSelectionJob& job,
+                                   Object* wl, KueueGateResult* out) {
+  const Object& spec = (*wl)["spec"];
+  std::string current;
+  if (spec.contains("priorityClassRef") && spec["priorityClassRef"].is_object()) {
+    const Object& ref = spec["priorityClassRef"];
+    if (ref.value("kind", "") != "WorkloadPriorityClass") return std::string();
+    current = ref.value("name", "");
+  }
+  auto label = job.metadata.labels.find(kKueuePriorityClassLabel);
+  const std::string wanted = label == job.metadata.labels.end() ? "" : label->second;
+  if (wanted == current) return std::string();
+  // Kueue's CRD keeps priorityClassRef while the Workload holds quota; the
+  // label's removal is carried once it no longer does.
+  if (wanted.empty() && ConditionTrue(*wl, "QuotaReserved")) return std::string();
+  auto priority = PriorityOf(client, job);
+  if (!priority.ok()) {
+    if (!kube::IsNotFound(priority.status())) return priority.status();
+    return "metadata.labels[" + std::string(kKueuePriorityClassLabel) +
+           "] names WorkloadPriorityClass " + wanted +
+           ", which does not exist: the Workload keeps " +
+           (current.empty() ? std::string("no priority class") : "priority class " + current) +
+           " (create it or fix the label)";
+  }
+  const int64_t before = spec.value("priority", int64_t{0});
+  Object updated = *wl;
+  SetPriority(*priority, &updated["spec"]);
+  auto stored = client->Update(Workloads(), job.metadata.namespace_, updated);
+  if (!stored.ok()) return stored.status();
+  *wl = *stored;
+  const std::string name = (*wl)["metadata"].value("name", "");
+  const int64_t after = (*wl)["spec"].value("priority", int64_t{0});
+  Log(LogLevel::kInfo, "Updated the Workload's priority",
+      {{"msj", job.metadata.namespace_ + "/" + job.metadata.name},
+       {"workload", name},
+       {"class", wanted},
+       {"priority", std::to_string(after)}});
+  if (out->event_reason.empty()) {
+    out->event_reason = "WorkloadPriorityUpdated";
+    out->event_message = "Workload " + name + " now has " +
+                         (wanted.empty() ? "no priority class" : "priority class " + wanted) +
+                         ", priority " + std::to_string(after) + " (was " +
+                         (current.empty() ? "no class" : current) + ", " + std::to_string(before) +
+                         ")";
+  }
+  return std::string();
+}
+
+// Moves a Workload that holds no quota to the LocalQueue the job's
+// queue-name label names now, as Kueue's jobframework does for a job not yet
+// admitted; one that holds quota keeps its queue (Kueue's CRD forbids the
+// change then) until its reservation ends.
+Status SyncQueue(kube::Client* client, const api::ModelSelectionJob& job, const std::string& queue,
+                 Object* wl, KueueGateResult* out) {
+  const std::string before = (*wl)["spec"].value("queueName", "");
+  if (before == queue || ConditionTrue(*wl, "QuotaReserved")) return OkStatus();
+  Object updated = *wl;
+  updated["spec"]["queueName"] = queue;
+  auto stored = client->Update(Workloads(), job.metadata.namespace_, updated);
+  if (!stored.ok()) return stored.status();
+  *wl = *stored;
+  const std::string name = (*wl)["metadata"].value("name", "");
+  Log(LogLevel::kInfo, "Moved the Workload to another LocalQueue",
+      {{"msj", job.metadata.namespace_ + "/" + job.metadata.name},
+       {"workload", name},
+       {"queue", queue}});
+  if (out->event_reason.empty()) {
+    out->event_reason = "WorkloadQueueChanged";
+    out->event_message = "Workload " + name + " now asks LocalQueue " + queue;
+    out->event_message += " (was " + before + ")";
+  }
+  return OkStatus();
 }
 
 const api::Condition* StoredCondition(const api::ModelSelectionJob& job) {
@@ -456,6 +584,43 @@ Status GiveBackUnusable(kube::Client* client, const api::ModelSelectionJob& job,
   return OkStatus();
 }
 
+// Applies an admission to the job's resources with its flavors from the
+// cache. A flavor the cache does not hold (yet) holds a job with no pod left
+// (none may start without the flavor's selector and tolerations) and fails
+// the pass of one whose gangs run, so they keep running while it is retried.
+Status ApplyAdmittedFlavors(const KueueCaches& caches, const KueueAdmission& a, int live_pods,
+                            api::ModelSelectionJob* job, KueueGateResult* out) {
+  std::vector<Object> flavors;
+  for (const std::string& name : a.flavors) {
+    const kube::ObjectPtr flavor = caches.flavors != nullptr ? caches.flavors->Get(name) : nullptr;
+    if (flavor) {
+      flavors.push_back(*flavor);
+      continue;
+    }
+    const std::string message = "Kueue admitted the job to ResourceFlavor " + name +
+                                ", which the operator cannot read (yet): its pods need the "
+                                "flavor's node labels and tolerations";
+    if (live_pods > 0) return UnavailableError(message);
+    out->run = false;
+    out->condition.status = "False";
+    out->condition.reason = "FlavorNotFound";
+    out->condition.message =
+        message +
+        " (it waits; check that the ResourceFlavor exists and that the operator may "
+        "list and watch resourceflavors)";
+    out->warning = true;
+    return OkStatus();
+  }
+  if (Status s = ApplyAdmission(a, flavors, &job->spec.resources); !s.ok()) {
+    out->run = false;
+    out->condition.status = "False";
+    out->condition.reason = "FlavorConflict";
+    out->condition.message = s.message();
+    out->warning = true;
+  }
+  return OkStatus();
+}
+
 // Reads the job's Workload (creating it) and what Kueue decided: marks a
 // finished job's Workload Finished, applies an admission to the job's
 // resources and hands an evicted reservation back once `live_pods` is 0.
@@ -477,6 +642,8 @@ Status GateOnWorkload(kube::Client* client, const KueueCaches& caches, api::Mode
     out->warning = true;
     return OkStatus();
   }
+  ORRERY_RETURN_IF_ERROR(SyncQueue(client, *job, queue, &*wl, out));
+  ORRERY_ASSIGN_OR_RETURN(const std::string priority_note, SyncPriority(client, *job, &*wl, out));
   KueueAdmission a = ReadAdmission(*wl, job->spec.resources.gpu_resource_name);
   const bool terminal = job->status && (job->status->phase == api::Phase::kSucceeded ||
                                         job->status->phase == api::Phase::kFailed);
@@ -489,18 +656,14 @@ Status GateOnWorkload(kube::Client* client, const KueueCaches& caches, api::Mode
     a.state = KueueAdmission::State::kFinished;
   }
   out->condition = AdmissionCondition(a, queue, job->metadata.generation);
+  if (!priority_note.empty()) {
+    out->condition.message += "; " + priority_note;
+    out->warning = true;
+  }
   out->run = terminal || a.state == KueueAdmission::State::kAdmitted;
   if (a.state == KueueAdmission::State::kAdmitted) {
     ORRERY_RETURN_IF_ERROR(GiveBackUnusable(client, *job, *wl, usable_gpus, &a, out));
-    const kube::ObjectPtr flavor =
-        caches.flavors != nullptr && !a.flavor.empty() ? caches.flavors->Get(a.flavor) : nullptr;
-    if (Status s = ApplyAdmission(a, flavor.get(), &job->spec.resources); !s.ok()) {
-      out->run = false;
-      out->condition.status = "False";
-      out->condition.reason = "FlavorConflict";
-      out->condition.message = s.message();
-      out->warning = true;
-    }
+    ORRERY_RETURN_IF_ERROR(ApplyAdmittedFlavors(caches, a, live_pods, job, out));
   } else if (a.state == KueueAdmission::State::kEvicted && a.reserved && live_pods == 0) {
     // Stopped: the reservation goes back to Kueue, which queues it again.
     auto stored =

@@ -9,8 +9,25 @@
 //   WorkloadPriorityClass named by kueue.x-k8s.io/priority-class.
 // - Until Kueue admits it the job runs no pod (not even a profiling trial): the
 //   reconciler treats it as suspended. Admitted, the admission is a cap on the
-//   job's GPUs (its gpuQuota for this pass) and the flavor's node labels and
-//   tolerations are added to its pods' node selector and tolerations.
+//   job's GPUs (its gpuQuota for this pass) and the node labels and
+//   tolerations of every ResourceFlavor the admission assigns its pod set are
+//   added to its pods' node selector and tolerations, so the planner places
+//   gangs only on that flavor's nodes (node_filter.h) and the pods carry the
+//   flavor's selector and tolerations. A flavor the operator cannot read yet
+//   holds the job (no pod starts without the flavor's selector); an admission
+//   to another flavor after an eviction applies the new flavor's, since it is
+//   applied to the spec afresh on every pass.
+// - The job's kueue.x-k8s.io/priority-class label, edited while the Workload
+//   exists, is carried to the Workload's priorityClassRef and priority as
+//   Kueue's own job integrations do (jobframework UpdateWorkloadPriority): a
+//   waiting job is queued at its new priority. Only a change of the class name
+//   does that; the Workload's spec.priority edited by hand, or the class's
+//   value changed, stays as it is (Kueue's rule). Removing the label while the
+//   Workload holds quota waits until it no longer does (Kueue's CRD forbids
+//   dropping priorityClassRef then). An edited kueue.x-k8s.io/queue-name
+//   label moves a Workload that holds no quota to the new LocalQueue (as
+//   Kueue's integrations do); one that holds quota keeps its queue until its
+//   reservation ends.
 // - Evicted (preempted, its queue stopped, ...): its gangs are stopped as a
 //   suspend stops them (SIGTERM: they checkpoint), and once no pod of the job is
 //   left the Workload's quota reservation is cleared as Kueue expects of a job
@@ -84,19 +101,24 @@ struct KueueAdmission {
   State state = State::kPending;
   std::string cluster_queue;  // admitted (or evicted while still reserved)
   std::string flavor;         // the GPU resource's flavor
-  int gpus = 0;               // GPUs admitted
-  int reclaimable = 0;        // of those, given back (status.reclaimablePods)
-  bool reserved = false;      // QuotaReserved=True (an evicted one still holds it)
-  std::string reason;         // Kueue's condition reason ("Preempted", "Pending", ...)
-  std::string message;        // Kueue's condition message
+  // Every flavor the admission assigns the pod set (any resource), sorted,
+  // each once: the ones whose node labels and tolerations the pods get.
+  std::vector<std::string> flavors;
+  int gpus = 0;           // GPUs admitted
+  int reclaimable = 0;    // of those, given back (status.reclaimablePods)
+  bool reserved = false;  // QuotaReserved=True (an evicted one still holds it)
+  std::string reason;     // Kueue's condition reason ("Preempted", "Pending", ...)
+  std::string message;    // Kueue's condition message
 };
 KueueAdmission ReadAdmission(const kube::Object& workload, const std::string& gpu_resource);
 
 // The job's resources inside an admission: the quota capped at the admitted
-// GPUs less those given back as reclaimable, the flavor's node labels added to the node selector
-// and its tolerations to the tolerations. A flavor label the job's own selector sets to another
-// value is an error naming both (no node could hold the pods).
-Status ApplyAdmission(const KueueAdmission& admission, const kube::Object* flavor,
+// GPUs less those given back as reclaimable, the node labels of each of
+// `flavors` (the admission's ResourceFlavor objects) added to the node
+// selector and their tolerations to the tolerations. A flavor label the job's
+// own selector, or another assigned flavor, sets to another value is an error
+// naming both (no node could hold the pods).
+Status ApplyAdmission(const KueueAdmission& admission, const std::vector<kube::Object>& flavors,
                       api::ResourcesSpec* resources);
 
 // The job's Admitted condition for an admission ("Pending in LocalQueue q: ...",

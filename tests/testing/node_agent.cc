@@ -348,15 +348,27 @@ Status NodeAgent::RegisterNode(const std::string& node) {
                    {"kubernetes.io/os", "linux"},
                    {"kubernetes.io/arch", "amd64"}};
   for (const auto& [k, v] : options_.labels) labels[k] = v;
+  if (auto own = options_.labels_by_node.find(node); own != options_.labels_by_node.end()) {
+    for (const auto& [k, v] : own->second) labels[k] = v;
+  }
+  Object taints = nullptr;  // null: none (a merge patch removes them)
+  if (auto own = options_.taints_by_node.find(node); own != options_.taints_by_node.end()) {
+    taints = Object::array();
+    for (const NodeTaint& t : own->second) {
+      Object taint = {{"key", t.key}, {"effect", t.effect}};
+      if (!t.value.empty()) taint["value"] = t.value;
+      taints.push_back(taint);
+    }
+  }
   Object obj = {{"apiVersion", "v1"},
                 {"kind", "Node"},
                 {"metadata", {{"name", node}, {"labels", labels}}},
                 {"spec", Object::object()}};
   auto created = client_->Create(kube::Nodes(), "", obj);
   if (!created.ok() && kube::IsAlreadyExists(created.status())) {
-    // Left by an earlier run: take it over, without its taints.
+    // Left by an earlier run: take it over, with only the configured taints.
     Object patch = {{"metadata", {{"labels", labels}}},
-                    {"spec", {{"taints", nullptr}, {"unschedulable", nullptr}}}};
+                    {"spec", {{"taints", taints}, {"unschedulable", nullptr}}}};
     auto patched = client_->Patch(kube::Nodes(), "", node, kube::PatchType::kMerge, patch);
     if (!patched.ok()) return patched.status();
   } else if (!created.ok()) {
@@ -366,8 +378,9 @@ Status NodeAgent::RegisterNode(const std::string& node) {
                                          "orrery test node agent is posting ready status"));
   // The API server taints every new node not-ready; the node lifecycle controller
   // (absent from the test plane) lifts the taint once the node reports Ready.
+  // The configured taints replace it.
   auto untainted = client_->Patch(kube::Nodes(), "", node, kube::PatchType::kMerge,
-                                  {{"spec", {{"taints", nullptr}}}});
+                                  {{"spec", {{"taints", taints}}}});
   if (!untainted.ok()) return untainted.status();
   Log(LogLevel::kInfo, "Registered Node", {{"node", node}});
   return OkStatus();

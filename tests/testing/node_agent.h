@@ -1,6 +1,7 @@
 // A test node agent: a tiny kubelet for end-to-end tests on a machine without a
-// container runtime. It registers Node objects (Ready, no taints, with GPUs of a
-// configurable resource name), heartbeats them, and runs the first container of
+// container runtime. It registers Node objects (Ready, with GPUs of a
+// configurable resource name, labels and taints as configured: none by
+// default), heartbeats them, and runs the first container of
 // every pod bound to one of them as a local process group, reporting the pod's
 // phase, IP and termination message through pods/status as a kubelet does.
 //
@@ -56,6 +57,13 @@
 
 namespace orrery::testing {
 
+// A taint a node is registered with (a Node's spec.taints entry).
+struct NodeTaint {
+  std::string key;
+  std::string value;
+  std::string effect = "NoSchedule";
+};
+
 struct NodeAgentOptions {
   std::vector<std::string> nodes;  // node names to register and serve
   // State folder: pods/<uid>/ (volumes, termination message), pods/<ns>_<name>.log
@@ -67,6 +75,10 @@ struct NodeAgentOptions {
   int gpus_per_node = 2;                      // 0: no GPU resource on the nodes
   std::map<std::string, int> gpus_by_node;    // overrides gpus_per_node by node name
   std::map<std::string, std::string> labels;  // extra node labels
+  // More labels (over `labels`) and taints by node name, as a pool of
+  // dedicated nodes has them.
+  std::map<std::string, std::map<std::string, std::string>> labels_by_node;
+  std::map<std::string, std::vector<NodeTaint>> taints_by_node;
   // The program of a container without `command`: by image, else the default.
   std::map<std::string, std::string> image_binaries;
   std::string default_binary;

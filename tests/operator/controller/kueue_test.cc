@@ -136,7 +136,7 @@ TEST(KueueTest, AdmissionCapsTheQuotaAndAddsTheFlavorsLabelsAndTolerations) {
                                                      {"value", "ml"},
                                                      {"effect", "NoSchedule"}}})}}}};
   api::ResourcesSpec r = job.spec.resources;
-  ASSERT_TRUE(ApplyAdmission(a, &flavor, &r).ok());
+  ASSERT_TRUE(ApplyAdmission(a, {flavor}, &r).ok());
   EXPECT_EQ(r.gpu_quota, 3);  // 8 asked, 3 admitted
   EXPECT_EQ(r.node_selector.at("gpu.example/model"), "a100");
   EXPECT_EQ(r.node_selector.at("orrery.dev/pool"), "gpu");
@@ -144,17 +144,17 @@ TEST(KueueTest, AdmissionCapsTheQuotaAndAddsTheFlavorsLabelsAndTolerations) {
   EXPECT_EQ(r.tolerations[1].key, "reserved");
   EXPECT_EQ(r.tolerations[1].value, "ml");
   // Applied twice (every pass), nothing is added twice.
-  ASSERT_TRUE(ApplyAdmission(a, &flavor, &r).ok());
+  ASSERT_TRUE(ApplyAdmission(a, {flavor}, &r).ok());
   EXPECT_EQ(r.tolerations.size(), 2u);
   // More admitted than asked never raises the quota.
   a.gpus = 16;
   r = job.spec.resources;
-  ASSERT_TRUE(ApplyAdmission(a, nullptr, &r).ok());
+  ASSERT_TRUE(ApplyAdmission(a, {}, &r).ok());
   EXPECT_EQ(r.gpu_quota, 8);
   // A flavor whose nodes the job's own selector excludes is an error naming both.
   flavor["spec"]["nodeLabels"]["orrery.dev/pool"] = "cpu";
   r = job.spec.resources;
-  Status s = ApplyAdmission(a, &flavor, &r);
+  Status s = ApplyAdmission(a, {flavor}, &r);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("spec.resources.nodeSelector[orrery.dev/pool]"), std::string::npos);
   EXPECT_NE(s.message().find("ResourceFlavor a100"), std::string::npos);
@@ -203,8 +203,10 @@ class MemoryApi : public kube::Client {
     if (objects.count(key) > 0) return AlreadyExistsError(key + " already exists");
     return objects[key] = obj;
   }
-  StatusOr<Object> Update(const kube::Resource&, const std::string&, const Object&) override {
-    return UnimplementedError("update");
+  StatusOr<Object> Update(const kube::Resource& r, const std::string& ns,
+                          const Object& obj) override {
+    updates++;
+    return objects[r.resource + "/" + kube::KeyFor(ns, obj["metadata"]["name"])] = obj;
   }
   StatusOr<Object> UpdateStatus(const kube::Resource& r, const std::string& ns,
                                 const Object& obj) override {
@@ -225,6 +227,7 @@ class MemoryApi : public kube::Client {
   }
   std::map<std::string, Object> objects;
   int status_writes = 0;
+  int updates = 0;
 };
 
 // Kueue's pod sets are immutable: an edit of what they say names another
@@ -294,7 +297,8 @@ TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) 
   EXPECT_FALSE(gate->run);
   EXPECT_EQ(gate->condition.reason, "Evicted");
   EXPECT_EQ(api.status_writes, writes);
-  gate = KueueGate(&api, caches, &job, 0, -1, "t4");
+  api::ModelSelectionJob pass = job;  // an admitted pass edits the job's resources
+  gate = KueueGate(&api, caches, &pass, 0, -1, "t4");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_EQ(api.status_writes, writes + 1);
   EXPECT_FALSE(api.objects[key]["status"].contains("admission"));
@@ -324,11 +328,12 @@ TEST(KueueTest, GpusTheUnfinishedTasksCannotUseAreReclaimable) {
   a.reclaimable = 3;
   EXPECT_EQ(ReclaimableGpus(a, 4), 3);  // never fewer than reported
   api::ResourcesSpec r = LabelledJob().spec.resources;
-  ASSERT_TRUE(ApplyAdmission(a, nullptr, &r).ok());
+  ASSERT_TRUE(ApplyAdmission(a, {}, &r).ok());
   EXPECT_EQ(r.gpu_quota, 3);
 
   MemoryApi api;
   kube::Store workloads, flavors;
+  flavors.Upsert(std::make_shared<Object>(Object{{"metadata", {{"name", "std"}}}}));
   api::ModelSelectionJob job = LabelledJob("q");
   Object wl = Admitted(BuildWorkload(job, "q", std::nullopt), 4, "std");
   workloads.Upsert(std::make_shared<Object>(wl));
@@ -341,6 +346,210 @@ TEST(KueueTest, GpusTheUnfinishedTasksCannotUseAreReclaimable) {
   ASSERT_TRUE(stored["status"].contains("reclaimablePods")) << stored.dump();
   EXPECT_EQ(stored["status"]["reclaimablePods"][0]["name"], kKueuePodSet);
   EXPECT_EQ(stored["status"]["reclaimablePods"][0]["count"], 2);
+}
+
+Object Flavor(const std::string& name, const std::map<std::string, std::string>& labels,
+              const std::string& taint_key = "") {
+  Object f = {{"metadata", {{"name", name}}}, {"spec", {{"nodeLabels", labels}}}};
+  if (!taint_key.empty()) {
+    f["spec"]["nodeTaints"] =
+        Object::array({{{"key", taint_key}, {"value", name}, {"effect", "NoSchedule"}}});
+    f["spec"]["tolerations"] = Object::array(
+        {{{"key", taint_key}, {"operator", "Equal"}, {"value", name}, {"effect", "NoSchedule"}}});
+  }
+  return f;
+}
+
+// A pod set can be assigned a flavor per resource (one resource group for the
+// GPUs, another for CPU and memory): the pods get every assigned flavor's node
+// labels and tolerations, each once, and two flavors that disagree on a label
+// are an error naming both.
+TEST(KueueTest, EveryFlavorOfThePodSetsAssignmentGoesIntoThePods) {
+  Object wl = Admitted(BuildWorkload(LabelledJob(), "q", std::nullopt), 2, "a100");
+  wl["status"]["admission"]["podSetAssignments"][0]["flavors"] = {
+      {"nvidia.com/gpu", "a100"}, {"cpu", "spot"}, {"memory", "spot"}};
+  KueueAdmission a = ReadAdmission(wl, "nvidia.com/gpu");
+  EXPECT_EQ(a.flavor, "a100");
+  EXPECT_EQ(a.flavors, (std::vector<std::string>{"a100", "spot"}));
+
+  api::ResourcesSpec r = LabelledJob().spec.resources;
+  ASSERT_TRUE(ApplyAdmission(a,
+                             {Flavor("a100", {{"gpu.example/model", "a100"}}, "dedicated"),
+                              Flavor("spot", {{"lifecycle", "spot"}}, "spot")},
+                             &r)
+                  .ok());
+  EXPECT_EQ(r.node_selector.at("gpu.example/model"), "a100");
+  EXPECT_EQ(r.node_selector.at("lifecycle"), "spot");
+  EXPECT_EQ(r.node_selector.at("orrery.dev/pool"), "gpu");  // the job's own stays
+  ASSERT_EQ(r.tolerations.size(), 3u);                      // the job's and one a flavor
+  EXPECT_EQ(r.tolerations[1].key, "dedicated");
+  EXPECT_EQ(r.tolerations[1].value, "a100");
+  EXPECT_EQ(r.tolerations[1].effect, "NoSchedule");
+  EXPECT_EQ(r.tolerations[2].key, "spot");
+
+  r = LabelledJob().spec.resources;
+  Status s =
+      ApplyAdmission(a, {Flavor("a100", {{"zone", "a"}}), Flavor("spot", {{"zone", "b"}})}, &r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("ResourceFlavor a100 sets zone=\"a\""), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("ResourceFlavor spot, whose nodes have zone=b"), std::string::npos)
+      << s.message();
+}
+
+// The flavor is applied afresh on every pass: re-admitted to another flavor
+// after an eviction, the job's pods get the new flavor's labels and
+// tolerations and none of the old one's. A flavor the cache does not hold
+// holds a job with no pod, and fails (retries) the pass of one whose pods run.
+TEST(KueueTest, GateFollowsTheFlavorOfEachAdmissionAndWaitsForAnUnknownOne) {
+  MemoryApi api;
+  kube::Store workloads, flavors;
+  KueueCaches caches{&workloads, &flavors};
+  const api::ModelSelectionJob job = LabelledJob("q");
+  const std::string key = "team-a/" + WorkloadName(job);
+  const Object wl = BuildWorkload(job, "q", std::nullopt);
+  flavors.Upsert(std::make_shared<Object>(Flavor("std", {{"pool", "std"}})));
+
+  workloads.Upsert(std::make_shared<Object>(Admitted(wl, 4, "fast")));
+  api::ModelSelectionJob pass = job;
+  auto gate = KueueGate(&api, caches, &pass, 0, -1, "t0");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_FALSE(gate->run);
+  EXPECT_EQ(gate->condition.reason, "FlavorNotFound");
+  EXPECT_NE(gate->condition.message.find("ResourceFlavor fast"), std::string::npos);
+  EXPECT_TRUE(gate->warning);
+  EXPECT_EQ(pass.spec.resources.node_selector.count("pool"), 0u);
+  pass = job;
+  gate = KueueGate(&api, caches, &pass, 2, -1, "t1");  // pods run: the pass is retried
+  ASSERT_FALSE(gate.ok());
+  EXPECT_EQ(gate.status().code(), StatusCode::kUnavailable);
+
+  flavors.Upsert(std::make_shared<Object>(Flavor("fast", {{"pool", "fast"}}, "dedicated")));
+  pass = job;
+  gate = KueueGate(&api, caches, &pass, 0, -1, "t2");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_TRUE(gate->run);
+  EXPECT_EQ(gate->condition.message,
+            "Admitted to ClusterQueue cq-a with 4 GPUs of ResourceFlavor fast");
+  EXPECT_EQ(pass.spec.resources.node_selector.at("pool"), "fast");
+  ASSERT_EQ(pass.spec.resources.tolerations.size(), 2u);
+  EXPECT_EQ(pass.spec.resources.tolerations[1].key, "dedicated");
+
+  // Evicted, stopped, re-admitted to the other flavor.
+  workloads.Upsert(std::make_shared<Object>(Evicted(*workloads.Get(key), "Preempted")));
+  pass = job;
+  ASSERT_TRUE(KueueGate(&api, caches, &pass, 0, -1, "t3").ok());
+  workloads.Upsert(std::make_shared<Object>(Admitted(api.objects["workloads/" + key], 2, "std")));
+  pass = job;
+  gate = KueueGate(&api, caches, &pass, 0, -1, "t4");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_TRUE(gate->run);
+  EXPECT_EQ(gate->condition.message,
+            "Admitted to ClusterQueue cq-a with 2 GPUs of ResourceFlavor std");
+  EXPECT_EQ(pass.spec.resources.gpu_quota, 2);
+  EXPECT_EQ(pass.spec.resources.node_selector.at("pool"), "std");
+  EXPECT_EQ(pass.spec.resources.tolerations, job.spec.resources.tolerations);
+}
+
+// Editing the job's priority-class label carries the new class and its value
+// to the Workload, as Kueue's own integrations do; a hand-edited
+// spec.priority under the same class stays; a class that does not exist is
+// named in the condition and changes nothing; removing the label drops the
+// class once the Workload holds no quota.
+TEST(KueueTest, AnEditedPriorityClassLabelReachesTheWaitingWorkload) {
+  MemoryApi api;
+  kube::Store workloads, flavors;
+  KueueCaches caches{&workloads, &flavors};
+  api.objects["workloadpriorityclasses/low"] = {{"metadata", {{"name", "low"}}}, {"value", 10}};
+  api.objects["workloadpriorityclasses/high"] = {{"metadata", {{"name", "high"}}}, {"value", 1000}};
+  api::ModelSelectionJob job = LabelledJob("q");
+  job.metadata.labels[kKueuePriorityClassLabel] = "low";
+  const std::string key = "workloads/team-a/" + WorkloadName(job);
+  ASSERT_TRUE(KueueGate(&api, caches, &job, 0, -1, "t0").ok());
+  EXPECT_EQ(api.objects[key]["spec"]["priority"], 10);
+  auto cache = [&] { workloads.Upsert(std::make_shared<Object>(api.objects[key])); };
+  cache();
+
+  job.metadata.labels[kKueuePriorityClassLabel] = "high";
+  auto gate = KueueGate(&api, caches, &job, 0, -1, "t1");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_FALSE(gate->run);
+  EXPECT_EQ(api.updates, 1);
+  EXPECT_EQ(api.objects[key]["spec"]["priority"], 1000);
+  EXPECT_EQ(api.objects[key]["spec"]["priorityClassRef"]["name"], "high");
+  EXPECT_EQ(api.objects[key]["spec"]["queueName"], "q");
+  EXPECT_EQ(gate->event_reason, "WorkloadPriorityUpdated");
+  EXPECT_NE(gate->event_message.find("priority class high, priority 1000 (was low, 10)"),
+            std::string::npos)
+      << gate->event_message;
+  cache();
+
+  // Kueue's priority edited on the Workload itself, under the same class: kept.
+  api.objects[key]["spec"]["priority"] = 5;
+  cache();
+  gate = KueueGate(&api, caches, &job, 0, -1, "t2");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_EQ(api.updates, 1);
+  EXPECT_EQ(api.objects[key]["spec"]["priority"], 5);
+
+  // A class that does not exist: named, the Workload keeps its class.
+  job.metadata.labels[kKueuePriorityClassLabel] = "urgent";
+  gate = KueueGate(&api, caches, &job, 0, -1, "t3");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_EQ(api.updates, 1);
+  EXPECT_EQ(gate->condition.reason, "Pending");
+  EXPECT_NE(gate->condition.message.find("names WorkloadPriorityClass urgent, which does not "
+                                         "exist: the Workload keeps priority class high"),
+            std::string::npos)
+      << gate->condition.message;
+  EXPECT_TRUE(gate->warning);
+
+  // The label removed while the Workload holds quota: kept until it does not.
+  job.metadata.labels.erase(kKueuePriorityClassLabel);
+  workloads.Upsert(std::make_shared<Object>(Admitted(api.objects[key], 2, "std")));
+  flavors.Upsert(std::make_shared<Object>(Flavor("std", {})));
+  api::ModelSelectionJob pass = job;  // an admitted pass edits the job's resources
+  gate = KueueGate(&api, caches, &pass, 0, -1, "t4");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_TRUE(gate->run);
+  EXPECT_EQ(api.updates, 1);
+  cache();  // the stored one: pending
+  gate = KueueGate(&api, caches, &job, 0, -1, "t5");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_EQ(api.updates, 2);
+  EXPECT_FALSE(api.objects[key]["spec"].contains("priorityClassRef"));
+  EXPECT_EQ(api.objects[key]["spec"]["priority"], 0);
+}
+
+// An edited queue-name label moves a Workload holding no quota to the new
+// LocalQueue (Kueue's integrations do the same); one holding quota keeps its
+// queue until its reservation ends.
+TEST(KueueTest, AnEditedQueueLabelMovesTheWorkloadOnlyWhileItHoldsNoQuota) {
+  MemoryApi api;
+  kube::Store workloads, flavors;
+  KueueCaches caches{&workloads, &flavors};
+  flavors.Upsert(std::make_shared<Object>(Flavor("std", {})));
+  api::ModelSelectionJob job = LabelledJob("q");
+  const std::string key = "workloads/team-a/" + WorkloadName(job);
+  ASSERT_TRUE(KueueGate(&api, caches, &job, 0, -1, "t0").ok());
+  workloads.Upsert(std::make_shared<Object>(api.objects[key]));
+
+  job.metadata.labels[kKueueQueueLabel] = "q2";
+  auto gate = KueueGate(&api, caches, &job, 0, -1, "t1");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_EQ(api.updates, 1);
+  EXPECT_EQ(api.objects[key]["spec"]["queueName"], "q2");
+  EXPECT_EQ(gate->event_reason, "WorkloadQueueChanged");
+  EXPECT_EQ(gate->condition.message, "Pending in LocalQueue q2");
+
+  workloads.Upsert(std::make_shared<Object>(Admitted(api.objects[key], 2, "std")));
+  job.metadata.labels[kKueueQueueLabel] = "q3";
+  api::ModelSelectionJob pass = job;
+  gate = KueueGate(&api, caches, &pass, 0, -1, "t2");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_TRUE(gate->run);
+  EXPECT_EQ(api.updates, 1);
+  EXPECT_EQ(api.objects[key]["spec"]["queueName"], "q2");
 }
 
 TEST(KueueTest, WithoutKueueServedALabelledJobWaitsSayingWhy) {
