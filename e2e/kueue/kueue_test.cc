@@ -438,15 +438,19 @@ TEST_F(KueueAdmissionTest, PreemptedJobCheckpointsWaitsAndFinishesWithinItsAdmis
 
   auto loaded = api::LoadJobText(JobYaml());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  // Sub-linear speed-up (two GPUs 1.41 times one): with 4 GPUs each task runs
+  // Sub-linear speed-up (two GPUs 1.15 times one): with 4 GPUs each task runs
   // on two, with 2 the two tasks run side by side on one each rather than one
   // after the other on both, so the re-admission re-shards their checkpoints.
+  // Side by side stays the better plan unless one task's measured speed, or
+  // its work left, falls below 0.15 of the other's (1.15 = 1 + 0.15); at 1.41
+  // (sqrt) that margin was 0.41, and the speeds the operator measures on a
+  // loaded machine sometimes crossed it.
   {
     auto client = kube::testutil::PlaneClient(*plane());
     ASSERT_TRUE(controller::testutil::StoreProfiles(
                     *client,
                     controller::testutil::DdpProfiles(
-                        *loaded, {1, 2}, [](int g) { return 200.0 * std::sqrt(g); }, "cpu"),
+                        *loaded, {1, 2}, [](int g) { return 200.0 * std::pow(g, 0.2); }, "cpu"),
                     kOperatorNamespace)
                     .ok());
   }
@@ -645,9 +649,9 @@ TEST_F(KueueAdmissionTest, PreemptedJobCheckpointsWaitsAndFinishesWithinItsAdmis
   EXPECT_EQ(edge["status"]["tasks"][0].value("stepsDone", 0), kEdgeSteps);
   // The tasks resumed from checkpoints they had written (a restore at a step
   // > 0), in the new layout: every worker log the agent kept, deleted pods' too.
-  // Re-admitted with 2 GPUs instead of 4, the tasks cannot both keep two
-  // ranks: at least one resumes on one rank from the checkpoint its two ranks
-  // wrote (a restore from another layout: re-sharded).
+  // Re-admitted with 2 GPUs instead of 4, the tasks run side by side on one
+  // rank each (the profiles above): at least one resumes on one rank from the
+  // checkpoint its two ranks wrote (a restore from another layout: re-sharded).
   int restored = 0, resharded = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir / "agent" / "pods")) {
     const std::string name = entry.path().filename().string();
