@@ -107,7 +107,7 @@ TEST_F(ChartTest, ServiceAccountHoldsExactlyTheAllowListInBothModes) {
              Expand("pods", {"create", "delete"}),
              Expand("services", {"get", "list", "watch", "create", "delete"}),
              Expand("events.events.k8s.io", {"create", "patch"}),
-             Expand("workloads.kueue.x-k8s.io", {"create", "delete"}),
+             Expand("workloads.kueue.x-k8s.io", {"create", "update", "delete"}),
              Expand("workloads.kueue.x-k8s.io/status", {"get", "update", "patch"})});
   // Its own namespace: the profile cache and the leader Lease.
   const std::set<std::string> own =
