@@ -30,67 +30,15 @@
 #include "operator/engine/profile_configs.h"
 #include "operator/local/runner.h"
 #include "operator/sim/simulator.h"
+#include "tests/operator/local/fake_gang_worker.h"
 
 namespace orrery::local {
 namespace {
 
 namespace fs = std::filesystem;
 
-// profile: 100 samples/s. train: its --steps at 100 samples/s. gang: each
-// task (its part of the line after a "--", named by --task) reports twice at
-// GANG_SPEED samples/s and completes.
-std::string FakeWorker(int gang_speed) {
-  return R"sh(#!/bin/sh
-mode=$1
-shift
-if [ "$mode" = profile ]; then
-  echo "{\"event\":\"profile\",\"world_size\":1,\"global_batch\":8,\"samples_per_s\":100,\"step_time_s\":{\"median\":0.08,\"p90\":0.08}}"
-  exit 0
-fi
-task=
-steps=0
-tasks=
-for a in "$@" --; do
-  case $a in
-    --task=*) task=${a#--task=} ;;
-    --steps=*) steps=${a#--steps=} ;;
-    --) if [ "$steps" -gt 0 ]; then tasks="$tasks $task:$steps"; fi; task=; steps=0 ;;
-  esac
-done
-speed=100
-if [ "$mode" = gang ]; then speed=)sh" +
-         std::to_string(gang_speed) + R"sh(; fi
-for t in $tasks; do
-  name=${t%%:*}
-  steps=${t##*:}
-  tag=
-  if [ -n "$name" ]; then tag="\"task\":\"$name\","; fi
-  echo "{${tag}\"event\":\"start\",\"steps\":$steps,\"global_batch\":8,\"resumed_from_step\":null}"
-  echo "{${tag}\"event\":\"progress\",\"step\":$((steps / 2)),\"steps\":$steps,\"loss\":1.5,\"samples_per_s\":$speed}"
-  echo "{${tag}\"event\":\"progress\",\"step\":$steps,\"steps\":$steps,\"loss\":1.5,\"samples_per_s\":$speed}"
-  echo "{${tag}\"event\":\"done\",\"status\":\"completed\",\"step\":$steps,\"loss\":1.5}"
-done
-)sh";
-}
-
-const char* kJob = R"(
-apiVersion: orrery.dev/v1alpha1
-kind: ModelSelectionJob
-metadata: {name: gang-conformance}
-spec:
-  tasks:
-  - name: mlp
-    model: {mlp: {layers: 2, hidden: 8, inputs: 4, outputs: 2}}
-    data: {synthetic: {seed: 1, samples: 1000}}
-    training: {steps: 100, batchSize: 8, optimizer: sgd, learningRate: 0.1}
-    searchSpace:
-      grid: {learningRate: [0.1, 0.2, 0.3, 0.4]}
-  resources:
-    templates: [spill]
-    gpusPerTask: {min: 1, max: 1}
-    gpuQuota: 1
-  profiling: {trialSteps: 3}
-)";
+using testing::FakeGangWorker;
+using testing::SpilledSweepJob;
 
 struct Action {
   double at = 0;
@@ -126,7 +74,7 @@ class GangConformanceTest : public ::testing::Test {
     char pattern[] = "/tmp/orrery-gang-conformance-XXXXXX";
     ASSERT_NE(mkdtemp(pattern), nullptr);
     dir_ = pattern;
-    auto job = api::LoadJobText(kJob);
+    auto job = api::LoadJobText(SpilledSweepJob("gang-conformance"));
     ASSERT_TRUE(job.ok()) << job.status();
     job_ = *job;
   }
@@ -139,7 +87,7 @@ class GangConformanceTest : public ::testing::Test {
   // member at `gang_speed` samples/s; its report.
   nlohmann::json Run(int gang_speed) {
     const std::string worker = dir_ + "/fake-worker";
-    std::ofstream(worker) << FakeWorker(gang_speed);
+    std::ofstream(worker) << FakeGangWorker(gang_speed);
     EXPECT_EQ(chmod(worker.c_str(), 0755), 0);
     options_.devices = *ParseDevices("cpu:1");
     options_.workdir = dir_ + "/work";

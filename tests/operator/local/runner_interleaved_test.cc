@@ -21,74 +21,24 @@
 
 #include "operator/api/load.h"
 #include "operator/local/runner.h"
+#include "tests/operator/local/fake_gang_worker.h"
 
 namespace orrery::local {
 namespace {
 
 namespace fs = std::filesystem;
 
-// profile: 100 samples/s. train: its --steps at 100 samples/s. gang: each
-// task (its part of the line after a "--", named by --task) reports twice at
-// 40 samples/s and completes.
-const char* kFakeWorker = R"sh(#!/bin/sh
-mode=$1
-shift
-if [ "$mode" = profile ]; then
-  echo "{\"event\":\"profile\",\"world_size\":1,\"global_batch\":8,\"samples_per_s\":100,\"step_time_s\":{\"median\":0.08,\"p90\":0.08}}"
-  exit 0
-fi
-task=
-steps=0
-tasks=
-for a in "$@" --; do
-  case $a in
-    --task=*) task=${a#--task=} ;;
-    --steps=*) steps=${a#--steps=} ;;
-    --) if [ "$steps" -gt 0 ]; then tasks="$tasks $task:$steps"; fi; task=; steps=0 ;;
-  esac
-done
-speed=100
-if [ "$mode" = gang ]; then speed=40; fi
-for t in $tasks; do
-  name=${t%%:*}
-  steps=${t##*:}
-  tag=
-  if [ -n "$name" ]; then tag="\"task\":\"$name\","; fi
-  echo "{${tag}\"event\":\"start\",\"steps\":$steps,\"global_batch\":8,\"resumed_from_step\":null}"
-  echo "{${tag}\"event\":\"progress\",\"step\":$((steps / 2)),\"steps\":$steps,\"loss\":1.5,\"samples_per_s\":$speed}"
-  echo "{${tag}\"event\":\"progress\",\"step\":$steps,\"steps\":$steps,\"loss\":1.5,\"samples_per_s\":$speed}"
-  echo "{${tag}\"event\":\"done\",\"status\":\"completed\",\"step\":$steps,\"loss\":1.5}"
-done
-)sh";
-
-// Four spilled tasks of the same size: two gangs of two on one device.
-const char* kJob = R"(
-apiVersion: orrery.dev/v1alpha1
-kind: ModelSelectionJob
-metadata: {name: interleaved-fake}
-spec:
-  tasks:
-  - name: mlp
-    model: {mlp: {layers: 2, hidden: 8, inputs: 4, outputs: 2}}
-    data: {synthetic: {seed: 1, samples: 1000}}
-    training: {steps: 100, batchSize: 8, optimizer: sgd, learningRate: 0.1}
-    searchSpace:
-      grid: {learningRate: [0.1, 0.2, 0.3, 0.4]}
-  resources:
-    templates: [spill]
-    gpusPerTask: {min: 1, max: 1}
-    gpuQuota: 1
-  profiling: {trialSteps: 3}
-)";
+using testing::FakeGangWorker;
+using testing::SpilledSweepJob;
 
 TEST(RunnerInterleavedTest, AGangMeasuredSlowerThanAloneEndsTheGangsNotYetStarted) {
   char pattern[] = "/tmp/orrery-runner-interleaved-XXXXXX";
   ASSERT_NE(mkdtemp(pattern), nullptr);
   const std::string dir = pattern;
   const std::string worker = dir + "/fake-worker";
-  std::ofstream(worker) << kFakeWorker;
+  std::ofstream(worker) << FakeGangWorker(40);
   ASSERT_EQ(chmod(worker.c_str(), 0755), 0);
-  auto job = api::LoadJobText(kJob);
+  auto job = api::LoadJobText(SpilledSweepJob("interleaved-fake"));
   ASSERT_TRUE(job.ok()) << job.status();
   RunOptions o;
   auto devices = ParseDevices("cpu:1");
@@ -172,9 +122,7 @@ std::string RunFailingGang(const std::string& failure) {
   const std::string worker = dir + "/fake-worker";
   std::ofstream(worker) << kFailingWorker;
   EXPECT_EQ(chmod(worker.c_str(), 0755), 0);
-  std::string text = kJob;
-  text.replace(text.find("[0.1, 0.2, 0.3, 0.4]"), 20, "[0.1, 0.2]");
-  auto job = api::LoadJobText(text);
+  auto job = api::LoadJobText(SpilledSweepJob("interleaved-fake", "[0.1, 0.2]"));
   EXPECT_TRUE(job.ok()) << job.status();
   setenv("FAKE_FAILURE", failure.c_str(), 1);
   RunOptions o;
