@@ -411,9 +411,12 @@ TEST(MeasuredPeak, TheOtherModeIsTheMeasuredPeakPlusTheModelledDifference) {
     EXPECT_NEAR(tc.configs[1].memory_gib, 20 - (none_act - unit_act), 1e-9);
     EXPECT_EQ(tc.memory_basis[1], "from the measured none peak");
   }
-  // Measured recomputing: the mode without it adds the activations back.
+  // Measured recomputing: the mode without it adds the activations back, and
+  // runs faster than the speed measured (which is the recomputing mode's).
   TaskConfigs tc = BuildTaskConfigs(job.job.spec, task, PeakAt(7, "unit"), 1, true);
   ASSERT_EQ(tc.configs.size(), 2u);
+  EXPECT_NEAR(tc.configs[1].throughput, 10, 1e-9);
+  EXPECT_NEAR(tc.configs[0].throughput, 10 / kRecomputeThroughput, 1e-9);
   EXPECT_EQ(tc.configs[0].recompute, "none");
   EXPECT_NEAR(tc.configs[0].memory_gib, 7 + (none_act - unit_act), 1e-9);
   EXPECT_EQ(tc.memory_basis[0], "from the measured unit peak");
