@@ -22,11 +22,18 @@ const char* TriggerName(Trigger trigger) {
     case Trigger::kThroughputDrift: return "throughput-drift";
     case Trigger::kQuotaChanged: return "quota-changed";
     case Trigger::kSpecChanged: return "spec-changed";
+    case Trigger::kGangSpeedMeasured: return "gang-speed-measured";
   }
   return "unknown";
 }
 
 namespace {
+// The job's options changed (its spec, or a measured gang speedup): solved
+// at once under them, adopted by the usual rules.
+bool OptionsChanged(Trigger t) {
+  return t == Trigger::kSpecChanged || t == Trigger::kGangSpeedMeasured;
+}
+
 bool Forced(Trigger t) {
   return t == Trigger::kStart || t == Trigger::kTaskArrived || t == Trigger::kCapacityChanged ||
          t == Trigger::kQuotaChanged;
@@ -255,7 +262,7 @@ void Engine::Forget() {
   stale_resolved_at_.clear();
 }
 
-bool Engine::UpdateOptions(const EngineOptions& options) {
+bool Engine::UpdateOptions(const EngineOptions& options, Trigger why) {
   if (options == options_) return false;
   if (options.policy != options_.policy) {
     auto p = planner::MakePlanner(options.policy);
@@ -264,7 +271,7 @@ bool Engine::UpdateOptions(const EngineOptions& options) {
   options_ = options;
   // A more urgent trigger waiting for a solve keeps its place; either way the
   // next solve is under the new options.
-  if (current_ && !pending_) pending_ = Trigger::kSpecChanged;
+  if (current_ && !pending_) pending_ = why;
   return true;
 }
 
@@ -280,7 +287,7 @@ bool Engine::WaitingGangStale(const WorldView& world) const {
 }
 
 bool Engine::ShouldSolve(Trigger trigger) const {
-  if (Forced(trigger) || trigger == Trigger::kSpecChanged || !current_) return true;
+  if (Forced(trigger) || OptionsChanged(trigger) || !current_) return true;
   return options_.introspect;
 }
 
@@ -570,7 +577,7 @@ StepResult Engine::Step(const StepInput& in) {
   // A change only the world saw waits, like any other, until a solve can use it.
   if (in.also) pending_ = in.also;
   r.trigger = pending_ ? pending_ : DetectTrigger(in);
-  if (pending_ == Trigger::kSpecChanged) {
+  if (pending_ && OptionsChanged(*pending_)) {
     // A change that forces adoption outranks the edited settings (which the
     // solve uses either way).
     if (std::optional<Trigger> seen = DetectTrigger(in); seen && Forced(*seen)) r.trigger = seen;
@@ -601,9 +608,9 @@ StepResult Engine::Step(const StepInput& in) {
   // the window's end (the plan in force keeps launching); what must not wait
   // (no plan, capacity, quota, spec) solves at once.
   const bool urgent =
-      r.trigger && (*r.trigger == Trigger::kStart || *r.trigger == Trigger::kCapacityChanged ||
-                    *r.trigger == Trigger::kQuotaChanged || *r.trigger == Trigger::kSpecChanged ||
-                    pending_.has_value());
+      r.trigger &&
+      (*r.trigger == Trigger::kStart || *r.trigger == Trigger::kCapacityChanged ||
+       *r.trigger == Trigger::kQuotaChanged || OptionsChanged(*r.trigger) || pending_.has_value());
   double coalesce_until = -std::numeric_limits<double>::infinity();
   if (r.trigger && !urgent && options_.coalesce_window_s > 0 && solved_ &&
       w.now < solved_->at + options_.coalesce_window_s) {

@@ -60,6 +60,9 @@ enum class Trigger {
   kThroughputDrift,
   kQuotaChanged,  // the job's GPU cap (gpuQuota, or its cluster share) moved
   kSpecChanged,   // the job's scheduling settings were edited (UpdateOptions)
+  // A running gang's measured speedup replaced the one gangs were planned
+  // with (UpdateOptions from the world): solved as kSpecChanged, named apart.
+  kGangSpeedMeasured,
 };
 const char* TriggerName(Trigger trigger);
 
@@ -248,8 +251,9 @@ class Engine {
   // New options for a running job (its spec.scheduling was edited): they
   // apply from now on, and the next step solves again under them (kSpecChanged,
   // adopted by the new rules) while the current plan stays in force until then.
+  // `why` is kGangSpeedMeasured where the world, not the spec, changed them.
   // False when nothing changed.
-  bool UpdateOptions(const EngineOptions& options);
+  bool UpdateOptions(const EngineOptions& options, Trigger why = Trigger::kSpecChanged);
 
   const std::optional<planner::Plan>& current_plan() const { return current_; }
   // Names of the nodes the current plan's node indices refer to.

@@ -1230,7 +1230,7 @@ void Runner::MeasureInterleaved(int id) {
   Event(buf);
   if (std::abs(speedup / o.interleave_speedup - 1) > o.drift_tolerance) {
     o.interleave_speedup = speedup;  // the next plan's gangs are timed with it
-    engine_->UpdateOptions(o);
+    engine_->UpdateOptions(o, engine::Trigger::kGangSpeedMeasured);
   }
 }
 

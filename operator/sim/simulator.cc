@@ -373,7 +373,7 @@ void Sim::MeasureGang(int id) {
   if (o.interleave_speedup > 0 &&
       std::abs(speedup / o.interleave_speedup - 1) > o.drift_tolerance) {
     o.interleave_speedup = speedup;  // the next plan's gangs are timed with it
-    engine_.UpdateOptions(o);
+    engine_.UpdateOptions(o, engine::Trigger::kGangSpeedMeasured);
   }
 }
 

@@ -539,10 +539,10 @@ TEST(EngineStep, AMeasuredSpeedupBelowOneEndsTheGangs) {
   // members now run one after the other, stops as a whole (one process).
   in.world.now = 30;
   o.interleave_speedup = 0.8;
-  ASSERT_TRUE(engine.UpdateOptions(o));
+  ASSERT_TRUE(engine.UpdateOptions(o, Trigger::kGangSpeedMeasured));
   StepResult next = engine.Step(in);
   ASSERT_TRUE(next.trigger.has_value());
-  EXPECT_EQ(*next.trigger, Trigger::kSpecChanged);
+  EXPECT_EQ(*next.trigger, Trigger::kGangSpeedMeasured);
   ASSERT_TRUE(next.decision && next.decision->adopted) << next.decision->reason;
   EXPECT_TRUE(next.decision->gangs.empty());
   std::set<size_t> stopped;

@@ -54,6 +54,10 @@ TEST(RunnerInterleavedTest, AGangMeasuredSlowerThanAloneEndsTheGangsNotYetStarte
   EXPECT_NE(out.str().find("runs at 0.80x its members one after the other (planned with 1.22x)"),
             std::string::npos)
       << out.str();
+  // The plan made with the measured figure says so (not "spec-changed": no
+  // one edited the job).
+  EXPECT_NE(out.str().find("(gang-speed-measured"), std::string::npos) << out.str();
+  EXPECT_EQ(out.str().find("spec-changed"), std::string::npos) << out.str();
   std::stringstream text;
   text << std::ifstream(o.workdir + "/report.json").rdbuf();
   const nlohmann::json report = nlohmann::json::parse(text.str(), nullptr, false);

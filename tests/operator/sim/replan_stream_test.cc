@@ -47,7 +47,7 @@ TEST(ReplanStream, EveryReplanReportsTriggerSolverTimeAndGap) {
   ASSERT_EQ(static_cast<int>(r->replan_log.size()), r->replans);
   const std::set<std::string> kinds = {"start",         "interval",         "task-finished",
                                        "task-arrived",  "capacity-changed", "throughput-drift",
-                                       "quota-changed", "spec-changed"};
+                                       "quota-changed", "spec-changed",     "gang-speed-measured"};
   double total = 0;
   for (const Replan& p : r->replan_log) {
     EXPECT_EQ(kinds.count(p.trigger), 1U) << p.trigger;
