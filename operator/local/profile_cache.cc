@@ -49,7 +49,34 @@ StatusOr<ProfileCache> ProfileCache::Load(const std::string& path) {
                                 j["entries"][i], path + ": entries[" + std::to_string(i) + "]"));
     cache.entries_[e.Key()] = e;
   }
+  if (j.contains("gang_speedups")) {
+    const Json& g = j["gang_speedups"];
+    if (!g.is_object()) {
+      return InvalidArgumentError("profile cache " + path +
+                                  ": gang_speedups must be an object of device kind to speedup; "
+                                  "remove the field to measure again");
+    }
+    for (const auto& [device, v] : g.items()) {
+      if (!v.is_number() || v.get<double>() <= 0) {
+        std::string what = "profile cache " + path;
+        what += ": gang_speedups." + device;
+        what += " must be a positive number; remove it to measure again";
+        return InvalidArgumentError(what);
+      }
+      cache.gang_speedups_[device] = v.get<double>();
+    }
+  }
   return cache;
+}
+
+std::optional<double> ProfileCache::GangSpeedup(const std::string& device) const {
+  auto it = gang_speedups_.find(device);
+  if (it == gang_speedups_.end()) return std::nullopt;
+  return it->second;
+}
+
+void ProfileCache::PutGangSpeedup(const std::string& device, double speedup) {
+  if (speedup > 0) gang_speedups_[device] = speedup;
 }
 
 const contract::ProfileEntry* ProfileCache::Find(const contract::ProfileEntry& key) const {
@@ -62,6 +89,7 @@ void ProfileCache::Put(const contract::ProfileEntry& entry) { entries_[entry.Key
 Status ProfileCache::Save() const {
   Json j{{"version", 1}, {"entries", Json::array()}};
   for (const auto& [k, e] : entries_) j["entries"].push_back(contract::ProfileEntryToJson(e));
+  if (!gang_speedups_.empty()) j["gang_speedups"] = gang_speedups_;
   std::error_code ec;
   std::filesystem::path p(path_);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);

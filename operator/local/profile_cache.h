@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,12 +28,19 @@ class ProfileCache {
   const contract::ProfileEntry* Find(const contract::ProfileEntry& key) const;
   void Put(const contract::ProfileEntry& entry);
   Status Save() const;
+  // The speedup an interleaved gang (Hydra) measured on `device` (a device
+  // kind: "cpu", "cuda"), its members' speeds in the gang over theirs alone;
+  // the next run's first plan times gangs with it instead of the default.
+  // Kept as {"gang_speedups": {"cpu": 0.8}}; a cache without it has none.
+  std::optional<double> GangSpeedup(const std::string& device) const;
+  void PutGangSpeedup(const std::string& device, double speedup);
   size_t size() const { return entries_.size(); }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   std::map<std::string, contract::ProfileEntry> entries_;
+  std::map<std::string, double> gang_speedups_;
 };
 
 }  // namespace orrery::local

@@ -1232,6 +1232,14 @@ void Runner::MeasureInterleaved(int id) {
     o.interleave_speedup = speedup;  // the next plan's gangs are timed with it
     engine_->UpdateOptions(o, engine::Trigger::kGangSpeedMeasured);
   }
+  // Kept beside the profiles for the next run on these devices.
+  auto cache = ProfileCache::Load(opt_.profile_cache);
+  Status kept = cache.status();
+  if (cache.ok()) {
+    cache->PutGangSpeedup(opt_.devices.kind, speedup);
+    kept = cache->Save();
+  }
+  if (!kept.ok()) Event("could not keep the gang's speedup: " + kept.ToString());
 }
 
 void Runner::Reap(size_t t) {
@@ -1495,7 +1503,20 @@ std::optional<int> Runner::Begin() {
       return 1;
     }
   }
-  engine_ = std::make_unique<engine::Engine>(RunEngineOptions(job_, opt_), nullptr);
+  engine::EngineOptions options = RunEngineOptions(job_, opt_);
+  // A gang speedup an earlier run measured on these devices times this run's
+  // first gangs (else the default, which on a CPU is optimistic).
+  if (options.interleave && job_.job.spec.profiling.reuse_cache) {
+    auto cache = ProfileCache::Load(opt_.profile_cache);
+    if (auto measured = cache.ok() ? cache->GangSpeedup(opt_.devices.kind) : std::nullopt) {
+      options.interleave_speedup = *measured;
+      char buf[200];
+      std::snprintf(buf, sizeof(buf), "gangs timed at %.2fx, as measured on %s before (%s)",
+                    *measured, opt_.devices.kind.c_str(), opt_.profile_cache.c_str());
+      Event(buf);
+    }
+  }
+  engine_ = std::make_unique<engine::Engine>(std::move(options), nullptr);
   for (auto& rt : report_.tasks) {
     if (rt.state == "profiling") rt.state = "pending";
   }

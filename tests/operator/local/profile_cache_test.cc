@@ -1,4 +1,5 @@
-// The profile cache file: round trip, keys, corrupt files.
+// The profile cache file: round trip, keys, corrupt files, and the gang
+// speedups measured per device kind.
 #include "operator/local/profile_cache.h"
 
 #include <filesystem>
@@ -61,6 +62,33 @@ TEST(ProfileCache, CorruptFileIsAnErrorNamingIt) {
   cache = ProfileCache::Load(path);
   ASSERT_FALSE(cache.ok());
   EXPECT_NE(cache.status().message().find("remove"), std::string::npos);
+}
+
+TEST(ProfileCache, KeepsAMeasuredGangSpeedupPerDeviceKind) {
+  std::string dir = ::testing::TempDir() + "/profile_cache_gangs";
+  std::filesystem::remove_all(dir);
+  const std::string path = dir + "/profiles.json";
+  auto cache = ProfileCache::Load(path);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  EXPECT_EQ(cache->GangSpeedup("cpu"), std::nullopt);
+  cache->Put(Entry("spill", 1, 100));
+  cache->PutGangSpeedup("cpu", 0.8);
+  cache->PutGangSpeedup("cuda", 1.3);
+  cache->PutGangSpeedup("cuda", 1.25);  // the latest measurement
+  cache->PutGangSpeedup("cpu", 0);      // not a measurement: ignored
+  ASSERT_TRUE(cache->Save().ok());
+  auto again = ProfileCache::Load(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->size(), 1u);
+  EXPECT_EQ(again->GangSpeedup("cpu"), 0.8);
+  EXPECT_EQ(again->GangSpeedup("cuda"), 1.25);
+  // A bad figure is an error naming the field and the fix.
+  { std::ofstream(path) << R"({"entries": [], "gang_speedups": {"cpu": -1}})"; }
+  auto bad = ProfileCache::Load(path);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("gang_speedups.cpu"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("remove it"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

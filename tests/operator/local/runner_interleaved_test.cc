@@ -80,6 +80,46 @@ TEST(RunnerInterleavedTest, AGangMeasuredSlowerThanAloneEndsTheGangsNotYetStarte
   fs::remove_all(dir, ec);
 }
 
+// The speedup a gang measured is kept in the profile cache: the next run on
+// the same devices times its first gangs with it (0.8x: it forms none).
+TEST(RunnerInterleavedTest, TheNextRunStartsFromTheMeasuredSpeedup) {
+  char pattern[] = "/tmp/orrery-runner-interleaved-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  const std::string worker = dir + "/fake-worker";
+  std::ofstream(worker) << FakeGangWorker(40);
+  ASSERT_EQ(chmod(worker.c_str(), 0755), 0);
+  auto job = api::LoadJobText(SpilledSweepJob("interleaved-fake"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  RunOptions o;
+  o.devices = *ParseDevices("cpu:1");
+  o.worker = worker;
+  o.profile_cache = dir + "/profiles.json";
+  o.job_dir = dir;
+  o.tick_s = 0.02;
+  std::map<std::string, int> gang_bars;
+  for (const std::string run : {"first", "second"}) {
+    o.workdir = dir + "/" + run;
+    std::ostringstream out, err;
+    ASSERT_EQ(RunJob(*job, o, out, err), 0) << out.str() << err.str();
+    if (run == "second") {
+      EXPECT_NE(out.str().find("gangs timed at 0.80x, as measured on cpu before"),
+                std::string::npos)
+          << out.str();
+    }
+    std::stringstream text;
+    text << std::ifstream(o.workdir + "/report.json").rdbuf();
+    const nlohmann::json report = nlohmann::json::parse(text.str(), nullptr, false);
+    ASSERT_FALSE(report.is_discarded());
+    EXPECT_EQ(report["outcome"], "completed");
+    for (const auto& b : report["actual"]) gang_bars[run] += b["gang"] != "";
+  }
+  EXPECT_EQ(gang_bars["first"], 2);   // one gang, then measured
+  EXPECT_EQ(gang_bars["second"], 0);  // none: 0.8x is no gain
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 // The first gang of each test run fails as `$FAKE_FAILURE` says ("member": the
 // first task's "done" says failed with its own error, the process's last
 // stderr line is another's, it exits 1; "kill": the process kills itself with
