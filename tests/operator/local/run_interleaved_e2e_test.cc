@@ -32,12 +32,12 @@ using orrery::local::testing::Result;
 using orrery::local::testing::Shell;
 
 // Two tasks whose only template is spill: "short" (40 steps) and "long" (120).
-std::string Job() {
+std::string Job(int short_steps = 40, int long_steps = 120) {
   std::ostringstream os;
   os << "apiVersion: orrery.dev/v1alpha1\nkind: ModelSelectionJob\nmetadata: {name: gang}\n"
         "spec:\n  tasks:\n";
   for (const auto& [name, steps, lr] :
-       {std::tuple{"short", 40, "1e-3"}, std::tuple{"long", 120, "3e-3"}}) {
+       {std::tuple{"short", short_steps, "1e-3"}, std::tuple{"long", long_steps, "3e-3"}}) {
     os << "  - name: " << name
        << "\n    model:\n      gpt: {layers: 2, hidden: 32, heads: 2, seqLen: 32, vocab: 256}\n"
           "    data:\n      text: {path: "
@@ -137,6 +137,11 @@ TEST_F(RunInterleavedE2E, SpilledTasksShareOneDeviceAsAGangAndTrainAsAlone) {
 }
 
 TEST_F(RunInterleavedE2E, AGangStoppedMidwayResumesEachTaskAloneFromItsCheckpoint) {
+  // Long enough that neither task finishes between the runner seeing step 20
+  // and its SIGTERM arriving (a fast machine ran "short"'s 40 steps to the
+  // end in that time: 20 steps in 0.1 s).
+  constexpr int kShort = 200, kLong = 400;
+  std::ofstream(job_) << Job(kShort, kLong);
   Result alone = Run("cpu:2", dir_ + "/alone");
   ASSERT_EQ(alone.code, 0) << alone.out;
   // Stopped as on Ctrl-C once a task reaches step 20: the gang's one process
@@ -149,7 +154,7 @@ TEST_F(RunInterleavedE2E, AGangStoppedMidwayResumesEachTaskAloneFromItsCheckpoin
     const Json t = Task(mid, name);
     EXPECT_EQ(t["state"], "interrupted") << t.dump();
     EXPECT_GE(t["steps_done"].get<int>(), 20) << t.dump();
-    EXPECT_LT(t["steps_done"].get<int>(), 40) << t.dump();
+    EXPECT_LT(t["steps_done"].get<int>(), kShort) << t.dump();
   }
   // Resumed on two devices: each alone, from its own checkpoint.
   Result second = Run("cpu:2", dir_ + "/work");
