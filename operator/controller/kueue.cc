@@ -647,7 +647,11 @@ Status GateOnWorkload(kube::Client* client, const KueueCaches& caches, api::Mode
   KueueAdmission a = ReadAdmission(*wl, job->spec.resources.gpu_resource_name);
   const bool terminal = job->status && (job->status->phase == api::Phase::kSucceeded ||
                                         job->status->phase == api::Phase::kFailed);
-  if (terminal && a.state != KueueAdmission::State::kFinished) {
+  // A finished job's pods may still be exiting (the job is marked from its
+  // workers' last reports, the pods from their processes' ends): the quota
+  // goes back only once none of them holds a GPU, as Kueue's own job
+  // integrations finish a Workload only when its pods have ended.
+  if (terminal && a.state != KueueAdmission::State::kFinished && live_pods == 0) {
     const bool ok = job->status->phase == api::Phase::kSucceeded;
     auto stored = client->UpdateStatus(
         Workloads(), job->metadata.namespace_,

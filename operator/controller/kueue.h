@@ -45,7 +45,8 @@
 //   gpusPerTask.max) cannot use every admitted GPU, the rest are reported as
 //   reclaimable pods (status.reclaimablePods), so Kueue frees their quota for
 //   other workloads while the job runs on.
-// - Succeeded or Failed: the Workload gets Finished=True, releasing its quota.
+// - Succeeded or Failed: once no pod of the job is left running, the Workload
+//   gets Finished=True, releasing its quota.
 //   Deleting the job deletes the Workload by its owner reference.
 //
 // The pure pieces are free functions (tested without a cluster); KueueGate does

@@ -304,11 +304,18 @@ TEST(KueueTest, GateHoldsTheJobUntilAdmittedThenCapsItAndReleasesAfterEviction) 
   EXPECT_FALSE(api.objects[key]["status"].contains("admission"));
   EXPECT_EQ((*Condition(api.objects[key], "QuotaReserved"))["status"], "False");
 
-  // A finished job marks its Workload Finished (Kueue releases the quota).
+  // A finished job marks its Workload Finished (Kueue releases the quota),
+  // but not while one of its pods is still exiting and holds a GPU.
   api::ModelSelectionJob done = job;
   done.status = api::ModelSelectionJobStatus{};
   done.status->phase = api::Phase::kSucceeded;
   workloads.Upsert(std::make_shared<Object>(api.objects[key]));
+  writes = api.status_writes;
+  gate = KueueGate(&api, caches, &done, 1, -1, "t5");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_TRUE(gate->run);
+  EXPECT_EQ(api.status_writes, writes);
+  EXPECT_EQ(Condition(api.objects[key], "Finished"), nullptr);
   gate = KueueGate(&api, caches, &done, 0, -1, "t5");
   ASSERT_TRUE(gate.ok()) << gate.status();
   EXPECT_TRUE(gate->run);
