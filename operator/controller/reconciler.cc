@@ -206,6 +206,41 @@ std::string GpuTypesMissing(const std::vector<std::string>& types,
          "): add nodes of one of those types, or list one of the nodes' types";
 }
 
+std::string ConfigsNeverFit(const engine::TaskConfigs& tc, const api::TaskSpec& task,
+                            const std::vector<NodeCapacity>& nodes) {
+  if (tc.configs.empty() || nodes.empty()) return "";
+  planner::Problem problem;
+  double most = 0;  // the most memory per GPU of a node the task may use
+  for (const NodeCapacity& n : nodes) {
+    const double gib = n.gpu_memory_gib > 0 ? n.gpu_memory_gib : kGpuMemoryGib;
+    problem.nodes.push_back({n.name, n.allocatable, gib, n.gpu_type});
+    const bool typed_out =
+        !task.gpu_types.empty() &&
+        std::find(task.gpu_types.begin(), task.gpu_types.end(), n.gpu_type) == task.gpu_types.end();
+    if (!typed_out && n.allocatable > 0) most = std::max(most, gib);
+  }
+  planner::Task t;
+  t.gpu_types = task.gpu_types;
+  const planner::Config* least = nullptr;  // the configuration needing the least memory
+  for (const planner::Config& c : tc.configs) {
+    if (planner::ConfigFits(problem, t, c)) return "";
+    if (least == nullptr || c.memory_gib < least->memory_gib) least = &c;
+  }
+  // Not memory (too few GPUs on one node, or no node of its types): said elsewhere.
+  if (least == nullptr || most <= 0 || least->memory_gib <= most) return "";
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "every configuration profiled needs more GPU memory than a node its pods may use "
+                "has: the least is %s on %d GPU%s (recompute %s) at %.1f GiB per GPU, and the "
+                "nodes' GPUs have at most %.1f GiB (label %s): allow a template that shards or "
+                "spills the model (spec.resources.templates: fsdp, spill), more GPUs per task "
+                "(spec.resources.gpusPerTask.max), a smaller batch, or nodes with larger GPUs",
+                least->template_name.c_str(), least->gpus, least->gpus == 1 ? "" : "s",
+                least->recompute.empty() ? "none" : least->recompute.c_str(), least->memory_gib,
+                most, kGpuMemoryLabel);
+  return buf;
+}
+
 std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
                                          const std::vector<Json>& pods, const std::string& resource,
                                          const std::string& own_job,
@@ -423,7 +458,8 @@ engine::WorldView BuildWorldView(const WorldInput& in) {
     // A task no node's type serves stays out of the plan (the planner refuses
     // a problem with a task that fits nowhere); its status says why.
     v.arrived = in.profiling.count(task.name) == 0 && !tc.configs.empty() &&
-                GpuTypesMissing(task.task.gpu_types, *in.nodes).empty();
+                GpuTypesMissing(task.task.gpu_types, *in.nodes).empty() &&
+                ConfigsNeverFit(tc, task.task, *in.nodes).empty();
     v.arrival = in.now;
     auto live = in.live.find(task.name);
     if (live != in.live.end() && !v.done) {
@@ -862,15 +898,23 @@ Status Reconciler::ForbiddenLaunch(JobContext& ctx, const std::string& task, con
 
 StatusOr<bool> Reconciler::AdmittedByKueue(JobContext& ctx) {
   int live_pods = 0;
-  for (const Json& p : ctx.job_pods) live_pods += PodFinished(p) ? 0 : 1;
+  std::set<std::string> holding;  // tasks a pod of which is still alive
+  for (const Json& p : ctx.job_pods) {
+    if (PodFinished(p)) continue;
+    ++live_pods;
+    holding.insert(Label(p, kTaskLabel));
+  }
   // What the unfinished tasks may use together (each at most gpusPerTask.max),
   // from the states the status last recorded; the rest of an admission goes
-  // back to Kueue.
+  // back to Kueue. A task is finished once its status says so and no pod of
+  // it is left (its workers report before their pods end, and until then the
+  // pods hold their GPUs).
   const api::ModelSelectionJob& job = ctx.loaded.job;
   std::set<std::string> finished;
   if (job.status) {
     for (const api::TaskStatus& t : job.status->tasks) {
-      if (t.state == api::TaskState::kSucceeded || t.state == api::TaskState::kFailed) {
+      if ((t.state == api::TaskState::kSucceeded || t.state == api::TaskState::kFailed) &&
+          holding.count(t.name) == 0) {
         finished.insert(t.name);
       }
     }
@@ -883,7 +927,9 @@ StatusOr<bool> Reconciler::AdmittedByKueue(JobContext& ctx) {
                                                           live_pods, usable, NowText()));
   ctx.kueue_condition = gate.condition;
   ctx.kueue_admitted = gate.run;
-  if (!gate.event_reason.empty()) {
+  std::pair<std::string, std::string> told{gate.event_reason, gate.event_message};
+  if (!gate.event_reason.empty() && told != ctx.state->kueue_event) {
+    ctx.state->kueue_event = std::move(told);
     Log(LogLevel::kInfo, "Kueue decided",
         {{"job", ctx.key}, {"reason", gate.event_reason}, {"message", gate.event_message}});
     Event(ctx, gate.warning ? kube::EventType::kWarning : kube::EventType::kNormal,
@@ -1269,7 +1315,12 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
       if (!ctx.never_fits.count(task.name)) ctx.never_fits[task.name] = why;
       continue;
     }
-    if (configs.back().missing.empty()) continue;
+    if (configs.back().missing.empty()) {
+      if (std::string why = ConfigsNeverFit(configs.back(), task.task, capacity); !why.empty()) {
+        if (!ctx.never_fits.count(task.name)) ctx.never_fits[task.name] = why;
+      }
+      continue;
+    }
     profiling.insert(task.name);
     for (const engine::ProfileKeyRef& m : configs.back().missing) {
       ProfileRequest r;

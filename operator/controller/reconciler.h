@@ -191,6 +191,15 @@ engine::WorldView BuildWorldView(const WorldInput& in);
 std::string GpuTypesMissing(const std::vector<std::string>& types,
                             const std::vector<NodeCapacity>& nodes);
 
+// Why none of a task's profiled configurations can run on any of `nodes`, for
+// the GPU memory each needs per device against what the nodes' GPUs have
+// (kGpuMemoryLabel; an unlabelled node holds any), naming the smallest need
+// and the fix; "" when one fits some node (its GPUs, type and memory), or the
+// task has no configuration yet. Such a task stays out of the plan, which
+// would otherwise be refused for every task of the job.
+std::string ConfigsNeverFit(const engine::TaskConfigs& tc, const api::TaskSpec& task,
+                            const std::vector<NodeCapacity>& nodes);
+
 // A live gang's measured throughput over its configuration's profiled one:
 // rank 0's samples/s (its data-parallel share) times the replicas the
 // template's ranks form; nullopt until gang `generation` has reported past
@@ -315,6 +324,10 @@ class Reconciler {
     // Profiles this reconciler wrote that the ConfigMap cache may not show yet:
     // without them a pass could start the same trial again.
     ProfileTable harvested;
+    // The last Kueue decision told in an event (reason, message): a pass that
+    // reads the job's status from a cache older than its own write would tell
+    // it again.
+    std::pair<std::string, std::string> kueue_event;
   };
   struct JobContext;
 

@@ -640,10 +640,28 @@ class ReconcileTest : public ReconcilerPureTest {
   const std::string key_ = "team-a/sweep";
   std::map<std::string, std::string> type_of_ = {
       {"big-0", "big"}, {"big-1", "big"}, {"small-0", "small"}};
+  // Events go to the fake server (client_.Events) through a recorder, and
+  // reconciler_ is made again to use it.
+  void RecordEvents() {
+    kube::EventRecorderOptions event_options;
+    event_options.reporting_instance = "reconciler-test";
+    recorder_ = std::make_unique<kube::EventRecorder>(&client_, event_options, &clock_);
+    options_.events = recorder_.get();
+    reconciler_ = std::make_unique<Reconciler>(
+        &client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  }
+  // The reason of the status's Degraded condition while True, else "".
+  static std::string DegradedReason(const kube::Object& status) {
+    for (const kube::Object& c : status["conditions"]) {
+      if (c.value("type", "") == "Degraded" && c.value("status", "") == "True") return c["reason"];
+    }
+    return "";
+  }
   FakeClient client_;
   kube::Store jobs_, pods_, nodes_, configmaps_;
   FakeClock clock_;
   ReconcilerOptions options_;
+  std::unique_ptr<kube::EventRecorder> recorder_;  // RecordEvents; outlives reconciler_
   std::unique_ptr<Reconciler> reconciler_;
 };
 
@@ -764,12 +782,7 @@ TEST_F(ReconcileTest, AGangPendingPastTheTimeoutIsTornDownAndPlannedAgain) {
 // keyed by its uid; later passes, relaunches and a restarted operator do not
 // repeat it, and a job re-created under the same name says its own folder.
 TEST_F(ReconcileTest, TheFirstLaunchSaysWhereTheJobsCheckpointsLive) {
-  kube::EventRecorderOptions event_options;
-  event_options.reporting_instance = "reconciler-test";
-  kube::EventRecorder recorder(&client_, event_options, &clock_);
-  options_.events = &recorder;
-  reconciler_ = std::make_unique<Reconciler>(
-      &client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  RecordEvents();
   ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
   ASSERT_GT(PodsCreated(), 0u);
   std::vector<kube::Object> said = client_.Events("CheckpointLocation");
@@ -885,11 +898,7 @@ TEST_F(ReconcileTest, ATaskWiderThanEveryNodeSaysSo) {
   EXPECT_NE(st["tasks"][0].value("message", "").find("needs at least 4 GPUs on one node"),
             std::string::npos)
       << st.dump();
-  std::string reason;
-  for (const kube::Object& c : st["conditions"]) {
-    if (c.value("type", "") == "Degraded" && c.value("status", "") == "True") reason = c["reason"];
-  }
-  EXPECT_EQ(reason, "TaskNeverFits") << st.dump();
+  EXPECT_EQ(DegradedReason(st), "TaskNeverFits") << st.dump();
 }
 
 // Nodes of two GPU types (as in SetUp: every profile cached): the tasks
@@ -985,23 +994,14 @@ TEST_F(ReconcileTest, AGpuTypeNoNodeHasIsSaidAndTheOtherTasksRun) {
   nodes_.Upsert(Ptr(TypedNode("b", 2, "big")));
   loaded_.job.spec.tasks[1].gpu_types = {"NVIDIA-L4"};
   PutJob();
-  kube::EventRecorderOptions event_options;
-  event_options.reporting_instance = "reconciler-test";
-  kube::EventRecorder recorder(&client_, event_options, &clock_);
-  options_.events = &recorder;
-  reconciler_ = std::make_unique<Reconciler>(
-      &client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
+  RecordEvents();
   ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
   ASSERT_FALSE(client_.statuses.empty());
   const kube::Object& st = client_.statuses.back();
   EXPECT_NE(st["tasks"][2].value("message", "").find("spec.tasks[].gpuTypes: NVIDIA-L4"),
             std::string::npos)
       << st.dump();
-  std::string reason;
-  for (const kube::Object& c : st["conditions"]) {
-    if (c.value("type", "") == "Degraded" && c.value("status", "") == "True") reason = c["reason"];
-  }
-  EXPECT_EQ(reason, "TaskNeverFits") << st.dump();
+  EXPECT_EQ(DegradedReason(st), "TaskNeverFits") << st.dump();
   EXPECT_FALSE(client_.Events("TaskNeverFits").empty());
   size_t gang_pods = 0;
   for (const kube::Object& p : client_.Pods("Running")) {
@@ -1009,6 +1009,75 @@ TEST_F(ReconcileTest, AGpuTypeNoNodeHasIsSaidAndTheOtherTasksRun) {
     gang_pods += p["metadata"]["labels"].contains(kGangLabel) ? 1 : 0;
   }
   EXPECT_GT(gang_pods, 0u);
+}
+
+// A task whose every profiled configuration needs more memory per GPU than
+// the nodes' GPUs have (their memory labels) is said, with the least it needs,
+// and stays out of the plan: the job's other tasks run (the planner would
+// refuse the whole problem for it).
+TEST_F(ReconcileTest, ATaskOverEveryNodesMemorySaysSoAndTheOtherTasksRun) {
+  nodes_.Upsert(Ptr(TypedNode("a", 2, "small", "24576")));
+  nodes_.Upsert(Ptr(TypedNode("b", 2, "small", "24576")));
+  constexpr double kGib = 1024.0 * 1024.0 * 1024.0;
+  ProfileTable table;
+  for (size_t t = 0; t < loaded_.tasks.size(); ++t) {
+    for (int g : {1, 2}) {
+      CachedProfile p = Measured(t, api::Template::kDdp, g, 100.0 * g);
+      p.entry.peak_memory_bytes = (t == 2 ? 30 : 2) * kGib;  // the GPT task: 30 GiB
+      table[ProfileDataKey(p.entry)] = p;
+    }
+  }
+  Json cm = EncodeProfileConfigMap(table, "orrery-system");
+  configmaps_.Upsert(Ptr(cm));
+  RecordEvents();
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+    SyncPods("Running");
+    clock_.Advance(std::chrono::seconds(30));
+  }
+  ASSERT_FALSE(client_.statuses.empty());
+  const kube::Object& st = client_.statuses.back();
+  const std::string message = st["tasks"][2].value("message", "");
+  EXPECT_NE(message.find("needs more GPU memory than a node its pods may use has"),
+            std::string::npos)
+      << st.dump();
+  EXPECT_NE(message.find("the nodes' GPUs have at most 24.0 GiB"), std::string::npos) << message;
+  EXPECT_NE(message.find("spec.resources.templates"), std::string::npos) << message;
+  EXPECT_EQ(DegradedReason(st), "TaskNeverFits") << st.dump();
+  EXPECT_FALSE(client_.Events("TaskNeverFits").empty());
+  size_t gang_pods = 0;
+  for (const kube::Object& p : client_.Pods("Running")) {
+    if (!p["metadata"]["labels"].contains(kGangLabel)) continue;
+    EXPECT_EQ(p["metadata"]["name"].get<std::string>().find("gpt"), std::string::npos);
+    ++gang_pods;
+  }
+  EXPECT_GT(gang_pods, 0u) << "the tasks that fit run";
+}
+
+// The message names the least memory any configuration needs; one
+// configuration that fits a node, an unlabelled node, or configurations not
+// yet profiled say nothing.
+TEST_F(ReconcilerPureTest, ConfigsNeverFitNamesTheLeastMemoryNeeded) {
+  TaskConfigs tc = OneDdpConfigEach(1, 1)[0];
+  tc.configs[0].memory_gib = 40;
+  tc.configs.push_back(tc.configs[0]);
+  tc.configs[1].gpus = 2;
+  tc.configs[1].memory_gib = 30;
+  tc.configs[1].recompute = "full";
+  std::vector<NodeCapacity> nodes = {{"a", 8, 0, "l4", 24}, {"b", 8, 0, "l4", 24}};
+  api::TaskSpec task;
+  const std::string why = ConfigsNeverFit(tc, task, nodes);
+  EXPECT_NE(why.find("the least is ddp on 2 GPUs (recompute full) at 30.0 GiB per GPU"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("at most 24.0 GiB"), std::string::npos) << why;
+  nodes.push_back({"c", 2, 0, "a100", 40});
+  EXPECT_EQ(ConfigsNeverFit(tc, task, nodes), "");
+  task.gpu_types = {"l4"};  // the a100 node is not the task's
+  EXPECT_NE(ConfigsNeverFit(tc, task, nodes), "");
+  nodes.push_back({"d", 2, 0, "l4", 0});  // unlabelled: memory unknown
+  EXPECT_EQ(ConfigsNeverFit(tc, task, nodes), "");
+  EXPECT_EQ(ConfigsNeverFit(TaskConfigs{}, task, nodes), "");
 }
 
 TEST_F(ReconcileTest, AnInvalidSpecIsRecordedOnceAndNotRetried) {
@@ -1316,10 +1385,7 @@ TEST_F(ReconcileTest, AQuotaEditedDownStopsWhatExceedsItInOnePassAndUpLaunchesAg
   job.job.spec.resources.gpus_per_task.max = 2;
   job.job.spec.resources.gpu_quota = 4;
   options_.engine.switch_cost_s = 0.5;
-  kube::EventRecorderOptions event_options;
-  event_options.reporting_instance = "reconciler-test";
-  kube::EventRecorder recorder(&client_, event_options, &clock_);
-  options_.events = &recorder;
+  RecordEvents();
   Reconciler reconciler(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
   auto held = [&] {
     int gpus = 0;
@@ -1383,10 +1449,7 @@ TEST_F(ReconcileTest, EditedPodSettingsRestartRunningGangsUnderThemOnce) {
   job.job.spec.profiling.gpu_counts = {1, 2};
   job.job.spec.resources.gpus_per_task.max = 2;
   job.job.spec.resources.gpu_quota = 4;
-  kube::EventRecorderOptions event_options;
-  event_options.reporting_instance = "reconciler-test";
-  kube::EventRecorder recorder(&client_, event_options, &clock_);
-  options_.events = &recorder;
+  RecordEvents();
   Reconciler reconciler(&client_, Caches{&jobs_, &pods_, &nodes_, &configmaps_}, options_, &clock_);
   jobs_.Upsert(Ptr(api::EncodeJob(job.job)));
   ASSERT_TRUE(reconciler.Reconcile(key_).ok());
