@@ -19,6 +19,7 @@
 #include "common/random.h"
 #include "operator/sim/elastic_trace.h"
 #include "operator/sim/elastic_trace_typed.h"
+#include "tests/testing/sanitizer.h"
 
 namespace orrery::sim {
 namespace {
@@ -524,20 +525,10 @@ Verdict Miss(const ElasticTrace& t) {
 
 // Seeds per shape: ORRERY_ELASTIC_SEEDS overrides for a longer sweep by hand
 // (ORRERY_ELASTIC_SEEDS=1000 runs 8,000 traces in a few minutes).
-// Under AddressSanitizer (CI's sanitizer stage, a Debug build some 30x slower)
-// the random sweep runs a few seeds for memory and undefined-behaviour errors
-// only: the release build's unit stage checks the target at the full count.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+// Under AddressSanitizer (testing::kSanitized) the random sweep runs a few
+// seeds for memory and undefined-behaviour errors only: the release build's
+// unit stage checks the target at the full count.
+using orrery::testing::kSanitized;
 
 uint64_t Seeds(uint64_t fallback) {
   const char* env = std::getenv("ORRERY_ELASTIC_SEEDS");
