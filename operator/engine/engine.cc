@@ -123,7 +123,7 @@ int SpillConfig(const planner::Task& task, const std::string& gpu_type) {
 // `world` with the running members of `gangs` as waiting tasks: the planners
 // model one task per GPU, so a running gang's members are planned afresh; a
 // plan that keeps a member where it runs, from now, keeps it running
-// (RunningStops), one that moves it stops its gang (StopWholeGangs).
+// (RunningStops), one that moves it stops that member (StopGangMembers).
 WorldView GangsAsWaiting(const WorldView& world, const std::vector<std::vector<size_t>>& gangs) {
   WorldView view = world;
   for (const std::vector<size_t>& gang : gangs) {
@@ -145,20 +145,81 @@ std::vector<std::vector<size_t>> GangsInWorld(const std::vector<std::vector<int>
   return out;
 }
 
-// A running gang is one process: stopping a member stops them all.
-void StopWholeGangs(const WorldView& world, const std::vector<std::vector<size_t>>& gangs,
-                    std::vector<StopAction>* stops) {
+// A running gang is one process whose members stop one at a time (the
+// worker's --stop-file): a member the plan moves stops alone, and one it keeps
+// where it runs runs on in that process, unless the plan puts it in a new gang
+// (`planned`), which a process already running cannot join: it stops too.
+void StopGangMembers(const WorldView& world, const std::vector<std::vector<size_t>>& running,
+                     const std::vector<std::vector<size_t>>& planned,
+                     std::vector<StopAction>* stops) {
   auto stopping = [&](size_t t) {
     return std::any_of(stops->begin(), stops->end(),
                        [&](const StopAction& s) { return s.task == t; });
   };
-  for (const std::vector<size_t>& gang : gangs) {
+  auto in_new_gang = [&](size_t t) {
+    return std::any_of(planned.begin(), planned.end(), [&](const std::vector<size_t>& g) {
+      return std::find(g.begin(), g.end(), t) != g.end();
+    });
+  };
+  for (const std::vector<size_t>& gang : running) {
     if (!std::any_of(gang.begin(), gang.end(), stopping)) continue;
     for (size_t t : gang) {
-      if (t < world.tasks.size() && world.tasks[t].running && !world.tasks[t].done && !stopping(t))
+      if (t < world.tasks.size() && world.tasks[t].running && !world.tasks[t].done &&
+          !stopping(t) && in_new_gang(t))
         stops->push_back({t, StopReason::kReplan});
     }
   }
+}
+
+// The current plan re-timed with what is known now: each task in its planned
+// configuration, in the planned order or the scheduler's own better one (so a
+// poor re-timing does not make a new plan look better than it is), and each
+// of its gangs (`gangs`, world indices) as one task at the interleaving
+// `speedup` now known (planner::GroupAs): a running gang measured slower than
+// it was planned is as slow here as it is. `choice` and `planned_start` are by
+// task of rp.problem.
+double RetimedObjective(const RemainingProblem& rp, const std::vector<int>& choice,
+                        const std::vector<double>& planned_start,
+                        const std::vector<std::vector<size_t>>& gangs, double speedup) {
+  std::map<size_t, int> problem_of;  // world -> problem index
+  for (size_t i = 0; i < rp.task_index.size(); ++i)
+    problem_of[static_cast<size_t>(rp.task_index[i])] = static_cast<int>(i);
+  std::vector<std::vector<int>> in_problem;
+  for (const std::vector<size_t>& gang : speedup > 0 ? gangs : std::vector<std::vector<size_t>>{}) {
+    std::vector<int> members;
+    for (size_t t : gang) {
+      if (auto it = problem_of.find(t); it != problem_of.end()) members.push_back(it->second);
+    }
+    if (members.size() >= 2) in_problem.push_back(members);
+  }
+  const planner::GangedProblem g = planner::GroupAs(rp.problem, in_problem, speedup);
+  std::vector<int> g_choice;
+  std::vector<double> g_start;
+  for (size_t k = 0; k < g.problem.tasks.size(); ++k) {
+    const auto first = static_cast<size_t>(g.members[k].front());
+    g_start.push_back(planned_start[first]);
+    if (g.members[k].size() == 1) {
+      g_choice.push_back(choice[first]);
+      continue;
+    }
+    // The gang's configuration on the GPU type its members were planned on.
+    const std::string& type =
+        rp.problem.tasks[first].configs[static_cast<size_t>(choice[first])].gpu_type;
+    int pick = 0;
+    const std::vector<planner::Config>& configs = g.problem.tasks[k].configs;
+    for (size_t c = 0; c < configs.size(); ++c) {
+      if (configs[c].gpu_type == type) pick = static_cast<int>(c);
+    }
+    g_choice.push_back(pick);
+  }
+  std::vector<int> order(g_choice.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return g_start[static_cast<size_t>(a)] < g_start[static_cast<size_t>(b)];
+  });
+  planner::Plan retimed = planner::ListSchedule(g.problem, g_choice, order);
+  planner::Plan best_retimed = planner::BestListSchedule(g.problem, g_choice);
+  return std::min(retimed.objective, best_retimed.objective);
 }
 
 }  // namespace
@@ -349,18 +410,9 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
     if (!complete || WaitingGangStale(world)) {
       adopt = true;
     } else if (!rp.problem.tasks.empty()) {
-      std::vector<int> order(choice.size());
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-        return planned_start[static_cast<size_t>(a)] < planned_start[static_cast<size_t>(b)];
-      });
-      // The better of the planned order and the scheduler's own orders, so a
-      // poor re-timing does not make a new plan look better than it is.
-      planner::Plan retimed = planner::ListSchedule(rp.problem, choice, order);
-      planner::Plan best_retimed = planner::BestListSchedule(rp.problem, choice);
-      if (best_retimed.objective < retimed.objective) retimed = best_retimed;
-      d.current_objective = retimed.objective;
-      adopt = fresh.objective < retimed.objective * (1 - options_.adopt_gain);
+      d.current_objective = RetimedObjective(rp, choice, planned_start, gangs_,
+                                             options_.interleave ? options_.interleave_speedup : 0);
+      adopt = fresh.objective < d.current_objective * (1 - options_.adopt_gain);
     }
   }
   if (!adopt) {
@@ -397,8 +449,8 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
   }
   world_plan.makespan += world.now;
   d.stops = RunningStops(world, world_plan, rp.task_index);
-  StopWholeGangs(world, gangs_, &d.stops);
   d.gangs = GangsInWorld(gangs, rp.task_index);
+  StopGangMembers(world, gangs_, d.gangs, &d.stops);
   gangs_ = d.gangs;
   gangs_speedup_ = options_.interleave_speedup;
   current_ = world_plan;
@@ -492,11 +544,18 @@ std::vector<LaunchAction> SelectLaunches(const StepInput& in, const planner::Pla
   int budget = in.launch_budget;
   std::set<size_t> stopped;
   if (in.stops_free_at_once) {
-    std::set<planner::GpuSlot> freed;  // an interleaved gang's members share theirs
     for (const StopAction& s : stops) {
-      if (s.task >= w.tasks.size() || !w.tasks[s.task].running) continue;
-      stopped.insert(s.task);
-      for (const planner::GpuSlot& g : w.tasks[s.task].running->gpus) {
+      if (s.task < w.tasks.size() && w.tasks[s.task].running) stopped.insert(s.task);
+    }
+    // An interleaved gang's members share their GPU: it is freed once, and not
+    // while a member that is not stopping runs on in the gang.
+    std::set<planner::GpuSlot> freed;
+    for (size_t t = 0; t < w.tasks.size(); ++t) {
+      if (!w.tasks[t].running || stopped.count(t) > 0) continue;
+      for (const planner::GpuSlot& g : w.tasks[t].running->gpus) freed.insert(g);
+    }
+    for (size_t t : stopped) {
+      for (const planner::GpuSlot& g : w.tasks[t].running->gpus) {
         if (!freed.insert(g).second) continue;
         if (g.node >= 0 && static_cast<size_t>(g.node) < free.size()) ++free[g.node];
         if (budget >= 0) ++budget;

@@ -7,13 +7,15 @@
 namespace orrery::engine {
 
 StatusOr<std::vector<std::string>> GangFlags(const std::vector<GangMember>& members,
-                                             int64_t spill_budget_bytes) {
+                                             int64_t spill_budget_bytes,
+                                             const std::string& stop_file) {
   if (members.size() < 2) {
     return InvalidArgumentError("an interleaved gang needs at least two tasks, got " +
                                 std::to_string(members.size()));
   }
   contract::GangArgs gang;
   gang.spill_budget_bytes = spill_budget_bytes;
+  if (!stop_file.empty()) gang.stop_file = stop_file;
   for (const GangMember& m : members) {
     const std::string& name = m.task->name;
     if (m.config.template_name != "spill" || m.config.gpus != 1) {

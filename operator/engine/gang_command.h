@@ -27,7 +27,10 @@ struct GangMember {
 // member, for fewer than two members, a member whose configuration is not
 // spill on one GPU, members on different devices, or two members sharing a
 // checkpoint directory.
+// `stop_file` (optional) is the gang's --stop-file: a line naming a member
+// stops that member alone.
 StatusOr<std::vector<std::string>> GangFlags(const std::vector<GangMember>& members,
-                                             int64_t spill_budget_bytes);
+                                             int64_t spill_budget_bytes,
+                                             const std::string& stop_file = "");
 
 }  // namespace orrery::engine

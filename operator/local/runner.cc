@@ -129,6 +129,7 @@ struct Gang {
   // The interleaved gang (Runner::igangs_) whose one process runs it; -1: its
   // own ranks.
   int interleaved = -1;
+  bool stop_written = false;  // named in its interleaved gang's stop file
 };
 
 // One `orrery-worker gang` process running several tasks interleaved on one
@@ -143,6 +144,8 @@ struct InterleavedGang {
   double stop_requested = 0;
   double started = 0;
   bool speedup_reported = false;
+  // The gang's --stop-file: a member stopped alone is a line in it.
+  std::string stop_file;
 };
 
 struct TaskRun {
@@ -255,7 +258,10 @@ class Runner {
   void ReadControlFile();
   void LoseDevice(int device, const std::string& why);
   void RestoreDevice(int device);
+  // Stops task t's gang; a member of an interleaved gang alone (the others
+  // run on) unless a kill or every member is asked.
   void StopGang(size_t t, const std::string& reason, int signal);
+  void StopInterleaved(InterleavedGang& ig, const std::string& reason, int signal);
   std::vector<TaskProgress> ProgressView() const;
   void SyncReport();
   void WriteReport();
@@ -290,6 +296,9 @@ class Runner {
   int launch_counter_ = 0;
   double last_report_write_ = -1e9;
   int profile_max_gpus_ = 0;  // the GPUs profiles were taken for
+  // A gang speedup an earlier run measured on these devices, as the profile
+  // cache held it when profiling began.
+  std::optional<double> cached_gang_speedup_;
   std::map<int, InterleavedGang> igangs_;
   int next_igang_ = 0;
 };
@@ -518,6 +527,7 @@ StatusOr<std::optional<contract::ProfileEntry>> Runner::ProfileOne(const TaskRun
 
 Status Runner::ProfileAll() {
   ORRERY_ASSIGN_OR_RETURN(ProfileCache cache, ProfileCache::Load(opt_.profile_cache));
+  cached_gang_speedup_ = cache.GangSpeedup(opt_.devices.kind);
   const api::ModelSelectionJobSpec& spec = job_.job.spec;
   // A gang never spans GPU types: no configuration is wider than one type's devices.
   profile_max_gpus_ = 0;
@@ -945,18 +955,18 @@ Status Runner::LaunchInterleaved(const engine::LaunchAction& l, const std::vecto
   }
   for (size_t i = 0; i < actions.size(); ++i)
     members.push_back({&tasks_[actions[i]->task].spec, configs[i]});
-  ORRERY_ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                          engine::GangFlags(members, kGangSpillBudgetBytes));
-  std::vector<std::string> argv = {opt_.worker, "gang"};
-  argv.insert(argv.end(), flags.begin(), flags.end());
   const int id = next_igang_++;
   const std::string name = planner::GangName(names);
   const std::string log_prefix = opt_.workdir + "/logs/" + name + "." + std::to_string(id) + "-" +
                                  std::to_string(launch_counter_++);
+  ORRERY_ASSIGN_OR_RETURN(std::vector<std::string> flags,
+                          engine::GangFlags(members, kGangSpillBudgetBytes, log_prefix + ".stop"));
+  std::vector<std::string> argv = {opt_.worker, "gang"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
   ORRERY_ASSIGN_OR_RETURN(Process p,
                           Process::Spawn(argv, RankEnv(opt_.devices, devices[0], 0, 1, ""),
                                          log_prefix + ".r0.log", true));
-  InterleavedGang ig{std::move(p), {}, name, log_prefix, "", 0, Now(), false};
+  InterleavedGang ig{std::move(p), {}, name, log_prefix, "", 0, Now(), false, log_prefix + ".stop"};
   std::string from;
   for (size_t i = 0; i < actions.size(); ++i) {
     const size_t t = actions[i]->task;
@@ -1141,9 +1151,25 @@ void Runner::StopGang(size_t t, const std::string& reason, int signal) {
   }
   for (Process& p : task.gang->ranks) p.Signal(signal);
   if (task.gang->interleaved < 0) return;
-  // One process runs the whole interleaved gang: its members all stop with
-  // it (a SIGTERM checkpoints each in its own directory).
   InterleavedGang& ig = igangs_.at(task.gang->interleaved);
+  if (signal != SIGKILL && ig.stop_reason.empty()) {
+    // One member alone: a line in the gang's stop file; it checkpoints at its
+    // next step and leaves, the others run on (ReadInterleaved). The process
+    // is signalled once every member still in it has been asked.
+    if (!task.gang->stop_written) {
+      std::ofstream(ig.stop_file, std::ios::app) << task.spec.name << "\n";
+      task.gang->stop_written = true;
+    }
+    for (size_t m : ig.members) {
+      if (tasks_[m].gang && tasks_[m].gang->stop_reason.empty()) return;
+    }
+  }
+  // The whole gang (every member asked, or a kill): its one process stops,
+  // each member checkpointing in its own directory on SIGTERM.
+  StopInterleaved(ig, reason, signal);
+}
+
+void Runner::StopInterleaved(InterleavedGang& ig, const std::string& reason, int signal) {
   if (!ig.stop_reason.empty() && signal != SIGKILL) return;  // asked already, once
   if (ig.stop_reason.empty()) {
     ig.stop_reason = reason;
@@ -1177,10 +1203,12 @@ void Runner::ReadInterleaved(int id) {
     }
   }
   MeasureInterleaved(id);
-  // A member that completed leaves the gang; the others keep running in it.
+  // A member that completed, or checkpointed when stopped alone, leaves the
+  // gang; the others keep running in it.
   std::vector<size_t> left;
   for (size_t m : ig.members) {
-    if (tasks_[m].done_status == "completed") {
+    const std::string& status = tasks_[m].done_status;
+    if (status == "completed" || (status == "preempted" && !tasks_[m].gang->stop_reason.empty())) {
       Ended(m, 0);
     } else {
       left.push_back(m);
@@ -1194,6 +1222,18 @@ void Runner::ReapInterleaved(int id) {
   if (ig.process.Running()) {
     if (!ig.stop_reason.empty() && Elapsed() - ig.stop_requested > kStopGraceS) {
       ig.process.Signal(SIGKILL);
+    }
+    for (size_t m : ig.members) {
+      const Gang& g = *tasks_[m].gang;
+      if (!ig.stop_reason.empty() || g.stop_reason.empty() ||
+          Elapsed() - g.stop_requested <= kStopGraceS) {
+        continue;
+      }
+      // Asked alone and not gone within the grace: the whole gang stops.
+      Event(tasks_[m].spec.name + " did not stop alone within " +
+            std::to_string(static_cast<int>(kStopGraceS)) + " s; stopping its gang " + ig.name);
+      StopInterleaved(ig, g.stop_reason, SIGTERM);
+      break;
     }
     return;
   }
@@ -1507,8 +1547,7 @@ std::optional<int> Runner::Begin() {
   // A gang speedup an earlier run measured on these devices times this run's
   // first gangs (else the default, which on a CPU is optimistic).
   if (options.interleave && job_.job.spec.profiling.reuse_cache) {
-    auto cache = ProfileCache::Load(opt_.profile_cache);
-    if (auto measured = cache.ok() ? cache->GangSpeedup(opt_.devices.kind) : std::nullopt) {
+    if (const std::optional<double> measured = cached_gang_speedup_) {
       options.interleave_speedup = *measured;
       char buf[200];
       std::snprintf(buf, sizeof(buf), "gangs timed at %.2fx, as measured on %s before (%s)",

@@ -101,10 +101,6 @@ std::vector<int> SpillOnlyTasks(const Problem& problem) {
 }
 
 GangedProblem GroupInterleaved(const Problem& problem, const InterleaveOptions& options) {
-  GangedProblem out;
-  out.problem = problem;
-  out.problem.tasks.clear();
-  std::vector<bool> grouped(problem.tasks.size(), false);
   std::vector<std::vector<int>> gangs;
   if (options.speedup > 1 && options.gang_size >= 2) {
     // Tasks restricted to the same GPU types, by alone time.
@@ -121,8 +117,18 @@ GangedProblem GroupInterleaved(const Problem& problem, const InterleaveOptions& 
                            tasks.begin() + static_cast<std::ptrdiff_t>(i + k));
     }
   }
+  return GroupAs(problem, gangs, options.speedup);
+}
+
+GangedProblem GroupAs(const Problem& problem, const std::vector<std::vector<int>>& gangs,
+                      double speedup) {
+  GangedProblem out;
+  out.problem = problem;
+  out.problem.tasks.clear();
+  std::vector<bool> grouped(problem.tasks.size(), false);
   for (const std::vector<int>& members : gangs) {
-    Task gang = GangTask(problem, members, options.speedup);
+    if (members.size() < 2) continue;
+    Task gang = GangTask(problem, members, speedup);
     if (gang.configs.empty()) continue;  // no GPU type in common
     for (int m : members) grouped[static_cast<size_t>(m)] = true;
     out.problem.tasks.push_back(std::move(gang));

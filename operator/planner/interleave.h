@@ -58,6 +58,14 @@ struct GangedProblem {
 };
 GangedProblem GroupInterleaved(const Problem& problem, const InterleaveOptions& options = {});
 
+// `problem` with the given gangs (task indices, two or more each) merged as
+// GroupInterleaved merges its own, each timed at `speedup` whatever its value
+// (a gang measured slower than its members one after the other is timed as
+// slow as it is), the other tasks as they are; a gang whose members share no
+// GPU type stays its members. For re-timing a plan that has gangs.
+GangedProblem GroupAs(const Problem& problem, const std::vector<std::vector<int>>& gangs,
+                      double speedup);
+
 // The gang's seconds from its members' alone seconds T_i (work over their
 // one-GPU spill throughput) and the interleaving speedup s:
 //   G = max(sum_i T_i / s, max_i T_i);

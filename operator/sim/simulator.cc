@@ -261,6 +261,10 @@ std::vector<planner::GpuSlot> Sim::PickGpus(const std::vector<planner::GpuSlot>&
 
 void Sim::Start(const engine::LaunchAction& l) {
   const std::vector<planner::GpuSlot> gpus = PickGpus(l.gpus);
+  if (gpus.size() != l.gpus.size()) {
+    ++result_.launches_refused;  // never onto fewer GPUs than asked, or shared ones
+    return;
+  }
   std::vector<const engine::LaunchAction*> all = {&l};
   for (const engine::LaunchAction& m : l.interleaved) all.push_back(&m);
   // A gang's process restores every member before any trains: it pays the
@@ -610,6 +614,10 @@ std::string ResultTable(const SimResult& r) {
   out << "  re-plans / adopted  " << r.replans << " / " << r.adoptions << "\n";
   out << "  switches            " << r.switches << "\n";
   out << "  coalesced steps     " << r.coalesced << "\n";
+  if (r.launches_refused > 0) {
+    out << "  launches refused    " << r.launches_refused
+        << " (the engine counted GPUs that were not free)\n";
+  }
   if (r.gangs > 0) {
     out << "  interleaved gangs   " << r.gangs;
     if (!r.gang_speedups.empty()) out << " (measured";

@@ -79,6 +79,9 @@ struct SimResult {
   int adoptions = 0;
   int switches = 0;  // running tasks checkpointed and moved by an adopted plan
   int gangs = 0;     // interleaved gangs launched
+  // Launches the engine made onto GPUs that were not free, which the world
+  // refused (the task waits for the next step): 0 unless the engine miscounts.
+  int launches_refused = 0;
   // Each gang's measured speedup over its members one after the other, in
   // order of measurement (fed back to the engine as `orrery run` does).
   std::vector<double> gang_speedups;

@@ -30,6 +30,9 @@ Status SetGangFlag(const std::string& name, const std::string& value, GangArgs& 
                                   ", not '" + value + "'");
     }
     out.interleave_order = value;
+  } else if (name == "stop-file") {
+    if (value.empty()) return InvalidArgumentError("--stop-file takes a path, not ''");
+    out.stop_file = value;
   } else if (name == "device") {
     if (value != "cpu" && value != "cuda")
       return InvalidArgumentError("--device takes cpu|cuda, not '" + value + "'");
@@ -37,7 +40,8 @@ Status SetGangFlag(const std::string& name, const std::string& value, GangArgs& 
   } else {
     return InvalidArgumentError("unknown gang flag --" + name +
                                 " (gang flags: --spill-budget-bytes, --interleave-order, "
-                                "--device, --spill-link-bytes-per-s; a task's flags follow '--')");
+                                "--device, --spill-link-bytes-per-s, --stop-file; a task's flags "
+                                "follow '--')");
   }
   return OkStatus();
 }
@@ -98,6 +102,7 @@ std::vector<std::string> ToGangArgs(const GangArgs& gang) {
   if (gang.device) out.push_back("--device=" + *gang.device);
   if (gang.spill_link_bytes_per_s)
     out.push_back("--spill-link-bytes-per-s=" + std::to_string(*gang.spill_link_bytes_per_s));
+  if (gang.stop_file) out.push_back("--stop-file=" + *gang.stop_file);
   for (const WorkerArgs& t : gang.tasks) {
     out.emplace_back(kSeparator);
     for (std::string& a : ToArgs(t)) out.push_back(std::move(a));
@@ -152,7 +157,8 @@ StatusOr<GangArgs> ParseGangArgs(const std::vector<std::string>& argv) {
 
 std::string GangFlagsHelp() {
   return std::string("  --spill-budget-bytes N\n  --interleave-order ") + kInterleaveOrders +
-         "\n  --device cpu|cuda\n  --spill-link-bytes-per-s N\n";
+         "\n  --device cpu|cuda\n  --spill-link-bytes-per-s N\n"
+         "  --stop-file PATH   a line naming a task stops it alone (it checkpoints)\n";
 }
 
 }  // namespace orrery::contract

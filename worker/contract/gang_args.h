@@ -4,7 +4,12 @@
 //
 //   orrery-worker gang --spill-budget-bytes N [--interleave-order auto|round_robin|
 //                      model_after_model] [--device cpu|cuda] [--spill-link-bytes-per-s N]
-//                      -- [task A's flags] -- [task B's flags] ...
+//                      [--stop-file PATH] -- [task A's flags] -- [task B's flags] ...
+//
+// --stop-file names a file the gang reads while it runs: each line naming one
+// of its tasks stops that task alone (it checkpoints and ends "preempted"),
+// the others run on. The file need not exist; a caller appends task names to
+// it (one per line) and gives each gang a path of its own.
 //
 // Each task's flags are a `train` command line (worker_args.h, written by
 // ToArgs, so a task's part is byte for byte what it would be alone); the gang
@@ -35,6 +40,7 @@ struct GangArgs {
   std::optional<std::string> interleave_order;  // kInterleaveOrders
   std::optional<std::string> device;            // cpu | cuda
   std::optional<int64_t> spill_link_bytes_per_s;
+  std::optional<std::string> stop_file;  // per-task stop requests, one name a line
   std::vector<WorkerArgs> tasks;
 
   bool operator==(const GangArgs&) const = default;

@@ -1,8 +1,10 @@
 // See gang.h.
 #include "worker/train/gang.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <fstream>
 #include <mutex>
 #include <streambuf>
 #include <thread>
@@ -114,7 +116,87 @@ StatusOr<TrainResult> RunTask(const TaskConfig& task, parallel::InterleavedDevic
   return r;
 }
 
+// While the gang's tasks run: passes the gang-wide stop to every task and
+// each line of the stop file to the task it names, every kStopFilePollMs.
+class StopWatcher {
+ public:
+  StopWatcher(const std::atomic<bool>* stop, std::string stop_file, GangStops& stops,
+              std::ostream& out, std::mutex& out_mu)
+      : stop_(stop), stop_file_(std::move(stop_file)), stops_(stops), out_(out), out_mu_(out_mu) {
+    if (stop_ == nullptr && stop_file_.empty()) return;
+    ReadStopFile();  // what was asked before the start holds from the first step
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~StopWatcher() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  StopWatcher(const StopWatcher&) = delete;
+  StopWatcher& operator=(const StopWatcher&) = delete;
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!done_) {
+      if (stop_ != nullptr && stop_->load()) stops_.RequestAll();
+      ReadStopFile();
+      cv_.wait_for(lock, std::chrono::milliseconds(kStopFilePollMs));
+    }
+  }
+  // Lines past those already read; a name the gang lacks is said once.
+  void ReadStopFile() {
+    if (stop_file_.empty()) return;
+    std::ifstream in(stop_file_);
+    std::string line;
+    for (size_t n = 0; std::getline(in, line); ++n) {
+      if (n < lines_read_) continue;
+      lines_read_ = n + 1;
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (line.empty() || stops_.Request(line)) continue;
+      std::lock_guard<std::mutex> out_lock(out_mu_);
+      out_ << Json({{"event", "stop_ignored"},
+                    {"name", line},
+                    {"reason", "the gang has no task of that name"}})
+                  .dump()
+           << std::endl;
+    }
+  }
+
+  const std::atomic<bool>* stop_;
+  const std::string stop_file_;
+  GangStops& stops_;
+  std::ostream& out_;
+  std::mutex& out_mu_;
+  size_t lines_read_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 }  // namespace
+
+GangStops::GangStops(std::vector<std::string> tasks)
+    : names_(std::move(tasks)), flags_(new std::atomic<bool>[names_.size()]) {
+  for (size_t i = 0; i < names_.size(); ++i) flags_[i].store(false);
+}
+
+bool GangStops::Request(const std::string& task) {
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (names_[i] != task) continue;
+    flags_[i].store(true);
+    return true;
+  }
+  return false;
+}
+
+void GangStops::RequestAll() {
+  for (size_t i = 0; i < names_.size(); ++i) flags_[i].store(true);
+}
 
 bool GangResult::ok() const {
   for (const auto& t : tasks)
@@ -129,6 +211,7 @@ StatusOr<GangConfig> ParseGangFlags(const std::vector<std::string>& args) {
   ORRERY_ASSIGN_OR_RETURN(out.order, Order(gang.interleave_order.value_or("auto")));
   out.link_bytes_per_s = gang.spill_link_bytes_per_s.value_or(0);
   out.device = gang.device.value_or("cpu");
+  out.stop_file = gang.stop_file.value_or("");
   for (size_t i = 0; i < gang.tasks.size(); ++i) {
     contract::WorkerArgs t = gang.tasks[i];
     t.template_name = "spill";
@@ -141,8 +224,14 @@ StatusOr<GangConfig> ParseGangFlags(const std::vector<std::string>& args) {
 }
 
 StatusOr<GangResult> TrainGang(const GangConfig& gang, std::ostream& out,
-                               const std::atomic<bool>* stop) {
+                               const std::atomic<bool>* stop, GangStops* stops) {
   if (gang.tasks.empty()) return InvalidArgumentError("a gang needs tasks");
+  std::vector<std::string> task_names;
+  for (const auto& t : gang.tasks) task_names.push_back(t.metrics.task);
+  std::optional<GangStops> own_stops;
+  if (stops == nullptr) stops = &own_stops.emplace(task_names);
+  if (stops->size() != gang.tasks.size())
+    return InvalidArgumentError("the gang's stops are for another set of tasks");
   const c10::Device device = gang.tasks.front().strategy.device;
   ORRERY_ASSIGN_OR_RETURN(auto shared,
                           parallel::InterleavedDevice::Create(device, gang.budget_bytes, gang.order,
@@ -167,16 +256,19 @@ StatusOr<GangResult> TrainGang(const GangConfig& gang, std::ostream& out,
   GangResult result;
   result.tasks.assign(gang.tasks.size(), InternalError("not run"));
   StartLine start(gang.tasks.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < gang.tasks.size(); ++i) {
-    threads.emplace_back([&, i] {
-      TaskLines lines(gang.tasks[i].metrics.task, out, out_mu);
-      std::ostream task_out(&lines);
-      result.tasks[i] = RunTask(gang.tasks[i], *shared, start, task_out, stop);
-      task_out.flush();
-    });
+  {
+    StopWatcher watcher(stop, gang.stop_file, *stops, out, out_mu);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < gang.tasks.size(); ++i) {
+      threads.emplace_back([&, i] {
+        TaskLines lines(gang.tasks[i].metrics.task, out, out_mu);
+        std::ostream task_out(&lines);
+        result.tasks[i] = RunTask(gang.tasks[i], *shared, start, task_out, stops->Flag(i));
+        task_out.flush();
+      });
+    }
+    for (auto& t : threads) t.join();
   }
-  for (auto& t : threads) t.join();
   result.stats = shared->stats();
   result.choice = shared->choice();
   Json tasks = Json::array();

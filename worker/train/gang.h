@@ -10,7 +10,10 @@
 // the gang's InterleavedDevice (one budget, one copier, one schedule of shard
 // visits); every task is built and resumed before any steps. A task that
 // finishes, fails or is stopped leaves the others running. SIGTERM stops all:
-// each checkpoints and exits as train does.
+// each checkpoints and exits as train does. One task is stopped alone by a
+// line naming it in the --stop-file (GangConfig::stop_file, read every
+// kStopFilePollMs), or through GangStops: it checkpoints at its next step
+// boundary and ends "preempted", and the others run on.
 //
 // Not per task in a gang: /metrics (a gang serves none; --metrics-address and
 // ORRERY_METRICS_ADDRESS are not read), and the CPU RNG state a checkpoint
@@ -25,6 +28,7 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -45,6 +49,26 @@ struct GangConfig {
   parallel::InterleaveOrder order = parallel::InterleaveOrder::kAuto;
   int64_t link_bytes_per_s = 0;
   std::string device = "cpu";  // --device as given, for the caller to resolve
+  std::string stop_file;       // --stop-file: "" for none
+};
+
+// How often a running gang reads its --stop-file.
+inline constexpr int kStopFilePollMs = 100;
+
+// The stop flag of each task of a gang, by name: Request stops one task alone
+// (at its next step boundary), RequestAll every one.
+class GangStops {
+ public:
+  explicit GangStops(std::vector<std::string> tasks);
+  // False (and nothing stopped) when the gang has no task `task`.
+  bool Request(const std::string& task);
+  void RequestAll();
+  const std::atomic<bool>* Flag(size_t i) const { return &flags_[i]; }
+  size_t size() const { return names_.size(); }
+
+ private:
+  std::vector<std::string> names_;
+  std::unique_ptr<std::atomic<bool>[]> flags_;
 };
 
 // Parses `orrery-worker gang`'s argv (contract::ParseGangArgs) into each
@@ -59,9 +83,11 @@ struct GangResult {
   bool ok() const;  // every task completed or was preempted
 };
 
-// Trains every task of the gang; `stop` (may be null) stops them all. An error
-// only where the gang's device cannot be made; a task's failure is its result.
+// Trains every task of the gang; `stop` (may be null) stops them all, `stops`
+// (may be null; else made for the gang's tasks, in its order) each alone, as
+// does a line of gang.stop_file. An error only where the gang's device cannot
+// be made; a task's failure is its result.
 StatusOr<GangResult> TrainGang(const GangConfig& gang, std::ostream& out,
-                               const std::atomic<bool>* stop);
+                               const std::atomic<bool>* stop, GangStops* stops = nullptr);
 
 }  // namespace orrery::train

@@ -43,6 +43,7 @@ void CheckIntervals(const planner::Workload& w, const SimResult& r, double switc
   std::map<planner::GpuSlot, std::vector<std::pair<double, double>>> busy;
   std::map<std::string, double> done;
   std::map<std::string, int> runs;
+  EXPECT_EQ(r.launches_refused, 0) << "the engine launched onto GPUs that were not free";
   for (const RunInterval& iv : r.intervals) {
     EXPECT_LT(iv.start, iv.end);
     EXPECT_EQ(static_cast<int>(iv.slots.size()), iv.gpus);

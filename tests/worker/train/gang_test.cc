@@ -7,6 +7,7 @@
 #include "worker/train/gang.h"
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -268,19 +269,123 @@ TEST(GangTest, FailedTaskLeavesTheOtherRunning) {
   EXPECT_FALSE(r->tasks[1].ok());
 }
 
+// Calls `on_line` with each whole line written through it, on the writer's
+// thread (a gang writes each task's lines from that task's thread).
+class LineWatch : public std::streambuf {
+ public:
+  explicit LineWatch(std::function<void(const std::string&)> on_line)
+      : on_line_(std::move(on_line)) {}
+  std::string text;
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (c == traits_type::eof()) return traits_type::not_eof(c);
+    text.push_back(static_cast<char>(c));
+    line_.push_back(static_cast<char>(c));
+    if (c == '\n') {
+      on_line_(line_);
+      line_.clear();
+    }
+    return c;
+  }
+
+ private:
+  std::function<void(const std::string&)> on_line_;
+  std::string line_;
+};
+
+// One task of a running gang stopped alone (after its step 2): it checkpoints
+// and ends preempted, the other runs on to its last step equal to itself
+// alone, and the stopped one resumes alone from its checkpoint, equal again.
+TEST(GangTest, OneTaskStoppedAloneCheckpointsAndTheOtherRunsOn) {
+  at::set_num_threads(1);
+  TempDir dir;
+  const TrainResult alone_a = Alone("a", 64, 3, dir);
+  const TrainResult alone_b = Alone("b", 96, 5, dir);
+  auto gang = ParseGangFlags(GangArgv(6, dir));
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  GangStops stops({"a", "b"});
+  LineWatch watch([&](const std::string& line) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.value("task", "") == "b" && j.value("event", "") == "progress" &&
+        j.value("step", 0) == 2) {
+      EXPECT_TRUE(stops.Request("b"));
+    }
+  });
+  std::ostream out(&watch);
+  auto r = TrainGang(*gang, out, nullptr, &stops);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->ok()) << watch.text;
+  ASSERT_TRUE(r->tasks[0].ok() && r->tasks[1].ok());
+  EXPECT_EQ(r->tasks[0]->status, "completed");
+  EXPECT_EQ(r->tasks[0]->step, 6);
+  ASSERT_EQ(r->tasks[0]->losses.size(), 6u);
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_NEAR(r->tasks[0]->losses[i], alone_a.losses[i], 1e-5) << "a, step " << i;
+  EXPECT_EQ(r->tasks[1]->status, "preempted");
+  EXPECT_EQ(r->tasks[1]->step, 2);
+  auto steps = checkpoint::CheckpointStore(dir.Sub("b"), 2).CommittedSteps();
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  ASSERT_FALSE(steps->empty());
+  EXPECT_EQ(steps->back(), 2);
+  // b's done line says preempted.
+  std::string b_done;
+  std::istringstream lines(watch.text);
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.value("task", "") == "b" && j.value("event", "") == "done")
+      b_done = j.value("status", "");
+  }
+  EXPECT_EQ(b_done, "preempted") << watch.text;
+  const TrainResult b = AloneIn("b", 96, 5, dir.Sub("b"));
+  EXPECT_EQ(b.resumed_from_step, 2);
+  ASSERT_EQ(b.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_NEAR(b.losses[i], alone_b.losses[2 + i], 1e-5 * std::max(1.0, alone_b.losses[2 + i]))
+        << "b, step " << 2 + i;
+}
+
+// The --stop-file: a line naming a task stops it (here written before the
+// gang starts: it stops before its first step), a line naming none is said
+// and ignored.
+TEST(GangTest, TheStopFileStopsTheTaskItNames) {
+  at::set_num_threads(1);
+  TempDir dir;
+  const std::string stop_file = dir.Sub("stop");
+  std::ofstream(stop_file) << "nobody\nb\n";
+  std::vector<std::string> argv = GangArgv(4, dir);
+  argv.insert(argv.begin(), "--stop-file=" + stop_file);
+  auto gang = ParseGangFlags(argv);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  EXPECT_EQ(gang->stop_file, stop_file);
+  std::ostringstream out;
+  auto r = TrainGang(*gang, out, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->tasks[0].ok() && r->tasks[1].ok()) << out.str();
+  EXPECT_EQ(r->tasks[0]->status, "completed");
+  EXPECT_EQ(r->tasks[0]->step, 4);
+  EXPECT_EQ(r->tasks[1]->status, "preempted");
+  EXPECT_EQ(r->tasks[1]->step, 0);
+  EXPECT_NE(out.str().find(R"({"event":"stop_ignored","name":"nobody")"), std::string::npos)
+      << out.str();
+}
+
 TEST(GangArgsTest, RoundTripsWithEachTaskAsAlone) {
   TempDir dir;
-  auto parsed = contract::ParseGangArgs(GangArgv(6, dir));
+  std::vector<std::string> argv = GangArgv(6, dir);
+  argv.insert(argv.begin(), "--stop-file=" + dir.Sub("stop"));
+  auto parsed = contract::ParseGangArgs(argv);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   ASSERT_EQ(parsed->tasks.size(), 2u);
+  EXPECT_EQ(parsed->stop_file, dir.Sub("stop"));
   EXPECT_EQ(contract::ParseGangArgs(contract::ToGangArgs(*parsed)).value(), *parsed);
   // A task's part of the command line is what `train` would be given alone.
   auto alone = contract::ParseWorkerArgs(MlpTask("a", 64, 3, 6, dir.Sub("a")));
   ASSERT_TRUE(alone.ok());
   const auto written = contract::ToGangArgs(*parsed);
   const auto task_a = contract::ToArgs(*alone);
-  ASSERT_GE(written.size(), 2 + task_a.size());
-  EXPECT_EQ(std::vector<std::string>(written.begin() + 2, written.begin() + 2 + task_a.size()),
+  ASSERT_GE(written.size(), 3 + task_a.size());
+  EXPECT_EQ(std::vector<std::string>(written.begin() + 3, written.begin() + 3 + task_a.size()),
             task_a);
 }
 
@@ -300,6 +405,8 @@ TEST(GangArgsTest, RefusesBadGangsNamingTheFlag) {
   };
   const std::vector<std::string> budget = {"--spill-budget-bytes=4096"};
   EXPECT_TRUE(gang(budget, a, b).ok());
+  EXPECT_NE(error(gang({"--spill-budget-bytes=4096", "--stop-file="}, a, b)).find("--stop-file"),
+            std::string::npos);
   EXPECT_NE(error(gang({}, a, b)).find("--spill-budget-bytes"), std::string::npos);
   EXPECT_NE(error(gang({"--spill-budget-bytes=4096", "--order=x"}, a, b)).find("--order"),
             std::string::npos);
