@@ -145,7 +145,8 @@ struct InterleavedGang {
   double started = 0;
   bool speedup_reported = false;
   // The gang's --stop-file: a member stopped alone is a line in it.
-  std::string stop_file;
+  std::string StopFile() const { return StopFileOf(log_prefix); }
+  static std::string StopFileOf(const std::string& prefix) { return prefix + ".stop"; }
 };
 
 struct TaskRun {
@@ -959,14 +960,15 @@ Status Runner::LaunchInterleaved(const engine::LaunchAction& l, const std::vecto
   const std::string name = planner::GangName(names);
   const std::string log_prefix = opt_.workdir + "/logs/" + name + "." + std::to_string(id) + "-" +
                                  std::to_string(launch_counter_++);
-  ORRERY_ASSIGN_OR_RETURN(std::vector<std::string> flags,
-                          engine::GangFlags(members, kGangSpillBudgetBytes, log_prefix + ".stop"));
+  ORRERY_ASSIGN_OR_RETURN(
+      std::vector<std::string> flags,
+      engine::GangFlags(members, kGangSpillBudgetBytes, InterleavedGang::StopFileOf(log_prefix)));
   std::vector<std::string> argv = {opt_.worker, "gang"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   ORRERY_ASSIGN_OR_RETURN(Process p,
                           Process::Spawn(argv, RankEnv(opt_.devices, devices[0], 0, 1, ""),
                                          log_prefix + ".r0.log", true));
-  InterleavedGang ig{std::move(p), {}, name, log_prefix, "", 0, Now(), false, log_prefix + ".stop"};
+  InterleavedGang ig{std::move(p), {}, name, log_prefix, "", 0, Now(), false};
   std::string from;
   for (size_t i = 0; i < actions.size(); ++i) {
     const size_t t = actions[i]->task;
@@ -1157,7 +1159,7 @@ void Runner::StopGang(size_t t, const std::string& reason, int signal) {
     // next step and leaves, the others run on (ReadInterleaved). The process
     // is signalled once every member still in it has been asked.
     if (!task.gang->stop_written) {
-      std::ofstream(ig.stop_file, std::ios::app) << task.spec.name << "\n";
+      std::ofstream(ig.StopFile(), std::ios::app) << task.spec.name << "\n";
       task.gang->stop_written = true;
     }
     for (size_t m : ig.members) {
