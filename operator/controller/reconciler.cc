@@ -1627,8 +1627,10 @@ void Reconciler::SettleStoppedGangs(JobContext& ctx) {
     ++it;
   }
   // Pods of gangs torn down (now or earlier) or of stale generations hold their
-  // GPUs until they are gone (a running rank checkpoints first): neither the
-  // planner nor a launch may count on those GPUs yet.
+  // GPUs until they are gone (a running rank checkpoints first): a launch may
+  // not count on those GPUs yet. The plan does: they are the job's own, free
+  // in moments, as a stopped task's are in the simulator (so a stop does not
+  // shrink the cluster the next plan sees, and its ranks leaving grow it back).
   for (const Json& p : ctx.gang_pods) {
     if (PodFinished(p)) continue;
     auto lv = live.find(Label(p, kTaskLabel));
@@ -1638,7 +1640,7 @@ void Reconciler::SettleStoppedGangs(JobContext& ctx) {
     }
     std::string node = PodNode(p);
     for (NodeCapacity& n : capacity) {
-      if (n.name == node) n.foreign += PodGpuRequest(p, resource);
+      if (n.name == node) n.stopping += PodGpuRequest(p, resource);
     }
   }
 }
@@ -1675,7 +1677,6 @@ Status Reconciler::ApplyClusterShare(JobContext& ctx) {
   const int quota = ctx.quota;
   int& launch_cap = ctx.launch_cap;
   engine::WorldView& world = ctx.world;
-  std::map<std::string, LiveGang>& live = ctx.live;
   std::vector<Json> untrained;  // pods other than training gangs: theirs are shared out
   for (const Json& p : ctx.all_pods) {
     if (!IsOrreryGangPod(p)) untrained.push_back(p);
@@ -1696,7 +1697,10 @@ Status Reconciler::ApplyClusterShare(JobContext& ctx) {
   }
   StatusOr<engine::ShareUpdate> update = [&] {
     std::lock_guard<std::mutex> lock(shares_mu_);
-    return shares_.Update(engine::DemandFromWorld(key, quota, world, ctx.loaded.tasks),
+    // No room (a Kueue admission its trials fill): it asks the share for
+    // nothing now (a demand's quota 0 would mean no cap).
+    return shares_.Update(quota > 0 ? engine::DemandFromWorld(key, quota, world, ctx.loaded.tasks)
+                                    : engine::JobDemand{key, 0, {}},
                           cluster_gpus, ctx.now);
   }();
   if (!update.ok()) {
@@ -1711,18 +1715,13 @@ Status Reconciler::ApplyClusterShare(JobContext& ctx) {
     auto mine = update->shares.find(key);
     if (mine != update->shares.end()) {
       const engine::JobShare& share = mine->second;
-      launch_cap = std::min(quota, share.cap);
-      int held_now = 0;  // GPUs the job's live gangs hold
-      for (const auto& [task, g] : live) held_now += static_cast<int>(g.config.nodes.size());
-      ORRERY_RETURN_IF_ERROR(StopShrunkGangs(ctx, share, &held_now));
-      int narrowest = 0;
-      for (const engine::TaskView& v : world.tasks) {
-        if (!v.arrived || v.done || v.profile.empty()) continue;
-        int least = v.profile.front().gpus;
-        for (const planner::Config& c : v.profile) least = std::min(least, c.gpus);
-        narrowest = std::max(narrowest, least);
-      }
-      world.gpu_cap = std::min(quota, std::max({launch_cap, held_now, narrowest}));
+      const engine::ShareStep step =
+          engine::StepShare(share, quota, world, ctx.state->applied_share_decision);
+      ctx.state->applied_share_decision =
+          std::max(ctx.state->applied_share_decision, share.decision);
+      launch_cap = step.launch_cap;
+      ORRERY_RETURN_IF_ERROR(StopShrunkGangs(ctx, share, step.stops));
+      world.gpu_cap = step.plan_cap;
       if (options_.metrics != nullptr) {
         options_.metrics->gpu_share.Add({{"msj", key}}).Set(launch_cap);
       }
@@ -1737,51 +1736,50 @@ Status Reconciler::ApplyClusterShare(JobContext& ctx) {
   return OkStatus();
 }
 
-// A running gang the share's decision shrinks to give its GPUs to other jobs is
-// stopped gracefully (its ranks checkpoint), once per decision, and the job
-// plans it again within its share when its ranks are gone.
-Status Reconciler::StopShrunkGangs(JobContext& ctx, const engine::JobShare& share, int* held_now) {
+// A running gang the share's decision shrinks to give its GPUs to other jobs
+// (engine::StepShare says which) is stopped gracefully (its ranks checkpoint),
+// and the job plans it again within its share when its ranks are gone.
+Status Reconciler::StopShrunkGangs(JobContext& ctx, const engine::JobShare& share,
+                                   const std::vector<engine::StopAction>& stops) {
   JobState& st = *ctx.state;
-  if (share.decision <= st.applied_share_decision) return OkStatus();
   const std::string& key = ctx.key;
-  const std::string& resource = ctx.resource;
-  const int launch_cap = ctx.launch_cap;
   std::map<std::string, LiveGang>& live = ctx.live;
   std::map<std::string, TaskObservation>& observed = ctx.observed;
   std::vector<NodeCapacity>& capacity = ctx.capacity;
-  st.applied_share_decision = share.decision;
-  for (const engine::ShareShrink& shrink : share.shrinks) {
-    if ((*held_now) <= launch_cap) break;  // within its share again
-    auto lv = live.find(shrink.task);
-    auto ob = observed.find(shrink.task);
+  for (const engine::StopAction& stop : stops) {
+    const std::string& task = ctx.world.tasks[stop.task].name;
+    auto lv = live.find(task);
+    auto ob = observed.find(task);
     if (lv == live.end() || ob == observed.end() || !ob->second.gang ||
-        ob->second.gang->generation != lv->second.generation ||
-        lv->second.config.gpus != shrink.from_gpus) {
-      continue;  // not running as the decision saw it
+        ob->second.gang->generation != lv->second.generation) {
+      continue;  // its gang is not observed as the view has it
     }
     const GangObservation& g = *ob->second.gang;
-    const std::string gang_label = GangLabelValue(shrink.task, g.generation);
-    const std::string to =
-        shrink.to_gpus > 0 ? std::to_string(shrink.to_gpus) + " GPUs" : "the queue";
+    const std::string gang_label = GangLabelValue(task, g.generation);
+    int to_gpus = 0;
+    for (const engine::ShareShrink& shrink : share.shrinks) {
+      if (shrink.task == task) to_gpus = shrink.to_gpus;
+    }
+    const std::string to = to_gpus > 0 ? std::to_string(to_gpus) + " GPUs" : "the queue";
+    const int from_gpus = static_cast<int>(lv->second.config.nodes.size());
     Log(LogLevel::kInfo, "Stopping gang the cluster share shrinks",
-        {{"job", key}, {"task", shrink.task}, {"gang", gang_label}, {"to", to}});
+        {{"job", key}, {"task", task}, {"gang", gang_label}, {"to", to}});
     std::string note = "stopping " + gang_label;
-    note += " (" + std::to_string(shrink.from_gpus) + " GPUs) to " + to;
+    note += " (" + std::to_string(from_gpus) + " GPUs) to " + to;
     note += ": the cluster share gives its GPUs to other jobs; it checkpoints first";
     Event(ctx, kube::EventType::kNormal, "Rescale", "Rescale", note);
     // The cluster share (engine/cluster_share.h) decided this stop: it goes in
     // the job's journal as an engine action.
-    ctx.state->engine->journal().IssuedShareStop(shrink.task, ctx.now);
-    ctx.state->engine->journal().Stopped(shrink.task);
-    ORRERY_RETURN_IF_ERROR(StopForRescale(ctx, shrink.task, g, "share"));
-    st.share_stopped[shrink.task] = g.generation;
+    ctx.state->engine->journal().IssuedShareStop(task, ctx.now);
+    ctx.state->engine->journal().Stopped(task);
+    ORRERY_RETURN_IF_ERROR(StopForRescale(ctx, task, g, "share"));
+    st.share_stopped[task] = g.generation;
     for (const Json& p : ctx.gang_pods) {  // its ranks hold their GPUs until gone
       if (Label(p, kGangLabel) != gang_label || PodFinished(p)) continue;
       for (NodeCapacity& n : capacity) {
-        if (n.name == PodNode(p)) n.foreign += PodGpuRequest(p, resource);
+        if (n.name == PodNode(p)) n.stopping += PodGpuRequest(p, ctx.resource);
       }
     }
-    (*held_now) -= static_cast<int>(lv->second.config.nodes.size());
     live.erase(lv);
     ctx.share_stopped_now = true;
   }
@@ -1829,7 +1827,7 @@ void Reconciler::StepEngine(JobContext& ctx) {
   // hold there (the world counts them as the job's own).
   in.free_gpus.assign(world.nodes.size(), 0);
   for (size_t n = 0; n < capacity.size() && n < in.free_gpus.size(); ++n) {
-    in.free_gpus[n] = capacity[n].Free();
+    in.free_gpus[n] = capacity[n].FreeNow();
     for (const auto& [task, g] : live) {
       for (const std::string& node : g.config.nodes) {
         if (node == capacity[n].name) --in.free_gpus[n];

@@ -17,6 +17,7 @@
 // without a cluster.
 #pragma once
 
+#include <algorithm>
 #include <ctime>
 #include <functional>
 #include <map>
@@ -68,6 +69,10 @@ struct NodeCapacity {
   int Free() const { return allocatable > foreign ? allocatable - foreign : 0; }
   std::string gpu_type = {};  // its GPU type label's value; "" = unlabelled
   double gpu_memory_gib = 0;  // from kGpuMemoryLabel; 0 = unlabelled (not modelled)
+  // Held by this job's own gang pods on their way out (a gang stopped or of a
+  // stale generation): the job's to plan on, not yet to launch on.
+  int stopping = 0;
+  int FreeNow() const { return std::max(0, Free() - stopping); }
 };
 
 // A node's GPU type (the value of `type_label`, "" without it) and each GPU's
@@ -380,7 +385,8 @@ class Reconciler {
   void SettleStoppedGangs(JobContext& ctx);
   void BuildWorld(JobContext& ctx);
   Status ApplyClusterShare(JobContext& ctx);
-  Status StopShrunkGangs(JobContext& ctx, const engine::JobShare& share, int* held_now);
+  Status StopShrunkGangs(JobContext& ctx, const engine::JobShare& share,
+                         const std::vector<engine::StopAction>& stops);
   void StepEngine(JobContext& ctx);
   Status ApplyStops(JobContext& ctx);
   Status ApplyLaunches(JobContext& ctx);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <utility>
 
 #include "operator/engine/profile_configs.h"
@@ -12,19 +13,32 @@ namespace orrery::engine {
 
 JobDemand DemandFromWorld(const std::string& job, int quota, const WorldView& world,
                           const std::vector<api::ExpandedTask>& tasks) {
+  std::vector<int> base;
+  std::vector<double> total;
+  for (size_t t = 0; t < world.tasks.size() && t < tasks.size(); ++t) {
+    base.push_back(static_cast<int>(tasks[t].task.training.batch_size));
+    total.push_back(static_cast<double>(SampleBudget(tasks[t].task)));
+  }
+  return DemandFromView(job, quota, world, base, total);
+}
+
+JobDemand DemandFromView(const std::string& job, int quota, const WorldView& world,
+                         const std::vector<int>& base_batch,
+                         const std::vector<double>& total_work) {
   JobDemand d;
   d.job = job;
   d.quota = quota;
-  for (size_t t = 0; t < world.tasks.size() && t < tasks.size(); ++t) {
+  for (size_t t = 0; t < world.tasks.size() && t < base_batch.size() && t < total_work.size();
+       ++t) {
     const TaskView& v = world.tasks[t];
     if (!v.arrived || v.done || v.remaining_work <= 0 || v.profile.empty()) continue;
-    const int base = static_cast<int>(tasks[t].task.training.batch_size);
+    const int base = base_batch[t];
     ScaleTask s;
     s.name = v.name;
     s.weight = v.weight;
     s.base_batch = base;
     s.remaining_work = v.remaining_work;
-    s.total_work = std::max(v.remaining_work, static_cast<double>(SampleBudget(tasks[t].task)));
+    s.total_work = std::max(v.remaining_work, total_work[t]);
     std::map<std::pair<int, int>, double> best;  // (gpus, batch) -> fastest throughput
     for (const planner::Config& c : v.profile) {
       if (c.gpus < 1 || !(c.throughput > 0)) continue;
@@ -238,6 +252,50 @@ StatusOr<ShareUpdate> ClusterShares::Decide(int capacity, ScaleTrigger trigger, 
 void ClusterShares::Remove(const std::string& job) {
   demands_.erase(job);
   shares_.erase(job);
+}
+
+ShareStep StepShare(const JobShare& share, int quota, const WorldView& world,
+                    int applied_decision) {
+  ShareStep out;
+  out.launch_cap = quota >= 0 ? std::min(quota, share.cap) : share.cap;
+  // What the job holds: each GPU once (an interleaved gang's members share theirs).
+  std::set<planner::GpuSlot> slots;
+  for (const TaskView& v : world.tasks) {
+    if (v.running) slots.insert(v.running->gpus.begin(), v.running->gpus.end());
+  }
+  out.held = static_cast<int>(slots.size());
+  if (share.decision > applied_decision) {
+    for (const ShareShrink& shrink : share.shrinks) {
+      if (out.held <= out.launch_cap) break;  // within its share again
+      for (size_t t = 0; t < world.tasks.size(); ++t) {
+        const TaskView& v = world.tasks[t];
+        if (v.name != shrink.task || !v.running || v.running->config < 0 ||
+            static_cast<size_t>(v.running->config) >= v.profile.size() ||
+            v.profile[static_cast<size_t>(v.running->config)].gpus != shrink.from_gpus) {
+          continue;  // not running as the decision saw it
+        }
+        out.stops.push_back({t, StopReason::kShare});
+        std::set<planner::GpuSlot> others;  // the GPUs the job's other tasks still hold
+        for (size_t u = 0; u < world.tasks.size(); ++u) {
+          const TaskView& w = world.tasks[u];
+          bool stopped = false;
+          for (const StopAction& s : out.stops) stopped = stopped || s.task == u;
+          if (w.running && !stopped) others.insert(w.running->gpus.begin(), w.running->gpus.end());
+        }
+        out.held = static_cast<int>(others.size());
+      }
+    }
+  }
+  int narrowest = 0;
+  for (const TaskView& v : world.tasks) {
+    if (!v.arrived || v.done || v.profile.empty()) continue;
+    int least = v.profile.front().gpus;
+    for (const planner::Config& c : v.profile) least = std::min(least, c.gpus);
+    narrowest = std::max(narrowest, least);
+  }
+  out.plan_cap = std::max({out.launch_cap, out.held, narrowest});
+  if (quota >= 0) out.plan_cap = std::min(quota, out.plan_cap);
+  return out;
 }
 
 std::optional<JobShare> ClusterShares::Share(const std::string& job) const {

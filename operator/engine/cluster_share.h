@@ -49,6 +49,11 @@ struct JobDemand {
 // option. Total work is the task's sample budget.
 JobDemand DemandFromWorld(const std::string& job, int quota, const WorldView& world,
                           const std::vector<api::ExpandedTask>& tasks);
+// The same from each task's own batch size (`base_batch`, a configuration
+// without one runs at it) and sample budget (`total_work`), by view index: for
+// a world without the spec's tasks (the simulator's workload).
+JobDemand DemandFromView(const std::string& job, int quota, const WorldView& world,
+                         const std::vector<int>& base_batch, const std::vector<double>& total_work);
 
 // A running task the allocation shrinks (to fewer GPUs, or queued) to give its
 // GPUs to others: the autoscaler found the gain worth the rescale.
@@ -77,6 +82,27 @@ struct ClusterShareOptions {
   AutoscalerOptions autoscaler;
   double interval_s = 300;  // re-decide at least this often while jobs are active
 };
+
+// What a job's share means for its next step, the same in every world that
+// runs the cluster share:
+//   - launch_cap: the GPUs its tasks may hold once it launches: the share's
+//     cap, within `quota` (< 0: none; 0 is no room at all, as a Kueue
+//     admission its trials fill leaves);
+//   - plan_cap: the cap its plan keeps within, never under what its tasks still
+//     hold after `stops` nor under its narrowest task's least GPUs (a cap a task
+//     cannot fit in makes no plan at all; such a task waits at launch instead);
+//   - stops: the running tasks the share's decision shrinks, in its order, until
+//     the job is within launch_cap (reason kShare; they checkpoint first, and
+//     the job plans them again within its share). Only from a decision newer
+//     than `applied_decision` (each decision stops once) and only a task still
+//     running on the GPUs the decision saw.
+struct ShareStep {
+  int launch_cap = 0;
+  int plan_cap = 0;
+  int held = 0;  // GPUs its running tasks hold once `stops` are done
+  std::vector<StopAction> stops;
+};
+ShareStep StepShare(const JobShare& share, int quota, const WorldView& world, int applied_decision);
 
 class ClusterShares {
  public:

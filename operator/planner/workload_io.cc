@@ -207,6 +207,44 @@ StatusOr<ClusterEvent> ParseEvent(const YAML::Node& en, const std::string& path,
   return e;
 }
 
+// `otherJobs[i]`: a name, when it arrives and leaves, its quota and its tasks
+// (as the workload's: names, work and profiles; they run on any pool).
+Status ParseOtherJobs(const YAML::Node& list, Workload& w) {
+  if (!list) return OkStatus();
+  if (!list.IsSequence()) return InvalidArgumentError("otherJobs: must be a list");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = "otherJobs[" + std::to_string(i) + "]";
+    const YAML::Node& jn = list[i];
+    if (!jn.IsMap()) return InvalidArgumentError(path + ": must be a mapping");
+    OtherJob job;
+    ORRERY_RETURN_IF_ERROR(Read(jn, "name", path, true, &job.name));
+    ORRERY_RETURN_IF_ERROR(Read(jn, "arrival", path, false, &job.arrival));
+    ORRERY_RETURN_IF_ERROR(Read(jn, "leave", path, false, &job.leave));
+    ORRERY_RETURN_IF_ERROR(Read(jn, "gpuQuota", path, false, &job.quota));
+    if (job.name.empty() || job.name == w.name)
+      return InvalidArgumentError(path + ".name: must be non-empty and not the workload's name");
+    for (const OtherJob& o : w.other_jobs) {
+      if (o.name == job.name) return InvalidArgumentError(path + ".name: duplicate " + job.name);
+    }
+    if (job.arrival < 0 || !std::isfinite(job.arrival))
+      return InvalidArgumentError(path + ".arrival: must not be negative");
+    if (!std::isfinite(job.leave))
+      return InvalidArgumentError(path + ".leave: must be a time (omit it: it stays)");
+    if (job.quota < 0) return InvalidArgumentError(path + ".gpuQuota: must not be negative");
+    YAML::Node tasks = jn["tasks"];
+    if (!tasks || !tasks.IsSequence() || tasks.size() == 0)
+      return InvalidArgumentError(path + ".tasks: required non-empty list");
+    Workload own = w;  // its tasks parsed as a workload's, on this cluster
+    own.problem.tasks.clear();
+    for (size_t t = 0; t < tasks.size(); ++t) {
+      ORRERY_RETURN_IF_ERROR(ParseTask(tasks[t], path + ".tasks[" + std::to_string(t) + "]", own));
+    }
+    job.tasks = std::move(own.problem.tasks);
+    w.other_jobs.push_back(std::move(job));
+  }
+  return OkStatus();
+}
+
 StatusOr<Workload> ParseRoot(const YAML::Node& root) {
   if (!root.IsMap()) return InvalidArgumentError("workload: must be a mapping");
   Workload w;
@@ -241,7 +279,28 @@ StatusOr<Workload> ParseRoot(const YAML::Node& root) {
       w.events.push_back(e);
     }
   }
+  ORRERY_RETURN_IF_ERROR(ParseOtherJobs(root["otherJobs"], w));
   return w;
+}
+
+void EmitTask(YAML::Emitter& out, const Task& task, double true_speed) {
+  out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << task.name << YAML::Key << "work"
+      << YAML::Value << task.work;
+  if (task.arrival > 0) out << YAML::Key << "arrival" << YAML::Value << task.arrival;
+  if (task.weight != 1) out << YAML::Key << "weight" << YAML::Value << task.weight;
+  if (true_speed != 1) out << YAML::Key << "trueSpeed" << YAML::Value << true_speed;
+  if (!task.gpu_types.empty())
+    out << YAML::Key << "gpuTypes" << YAML::Value << YAML::Flow << task.gpu_types;
+  out << YAML::Key << "profiles" << YAML::Value << YAML::BeginSeq;
+  for (const Config& c : task.configs) {
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "template" << YAML::Value << c.template_name
+        << YAML::Key << "gpus" << YAML::Value << c.gpus << YAML::Key << "batchSize" << YAML::Value
+        << c.batch_size << YAML::Key << "throughput" << YAML::Value << c.throughput << YAML::Key
+        << "memoryGiB" << YAML::Value << c.memory_gib;
+    if (!c.gpu_type.empty()) out << YAML::Key << "gpuType" << YAML::Value << c.gpu_type;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq << YAML::EndMap;
 }
 
 }  // namespace
@@ -283,25 +342,7 @@ std::string FormatWorkload(const Workload& w) {
   out << YAML::EndMap;
   out << YAML::Key << "tasks" << YAML::Value << YAML::BeginSeq;
   for (size_t t = 0; t < w.problem.tasks.size(); ++t) {
-    const Task& task = w.problem.tasks[t];
-    out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << task.name << YAML::Key << "work"
-        << YAML::Value << task.work;
-    if (task.arrival > 0) out << YAML::Key << "arrival" << YAML::Value << task.arrival;
-    if (task.weight != 1) out << YAML::Key << "weight" << YAML::Value << task.weight;
-    if (t < w.true_speed.size() && w.true_speed[t] != 1)
-      out << YAML::Key << "trueSpeed" << YAML::Value << w.true_speed[t];
-    if (!task.gpu_types.empty())
-      out << YAML::Key << "gpuTypes" << YAML::Value << YAML::Flow << task.gpu_types;
-    out << YAML::Key << "profiles" << YAML::Value << YAML::BeginSeq;
-    for (const Config& c : task.configs) {
-      out << YAML::Flow << YAML::BeginMap << YAML::Key << "template" << YAML::Value
-          << c.template_name << YAML::Key << "gpus" << YAML::Value << c.gpus << YAML::Key
-          << "batchSize" << YAML::Value << c.batch_size << YAML::Key << "throughput" << YAML::Value
-          << c.throughput << YAML::Key << "memoryGiB" << YAML::Value << c.memory_gib;
-      if (!c.gpu_type.empty()) out << YAML::Key << "gpuType" << YAML::Value << c.gpu_type;
-      out << YAML::EndMap;
-    }
-    out << YAML::EndSeq << YAML::EndMap;
+    EmitTask(out, w.problem.tasks[t], t < w.true_speed.size() ? w.true_speed[t] : 1.0);
   }
   out << YAML::EndSeq;
   if (!w.events.empty()) {
@@ -318,6 +359,19 @@ std::string FormatWorkload(const Workload& w) {
       if (e.kind == ClusterEvent::Kind::kQuota) out << YAML::Key << "gpus" << YAML::Value << e.gpus;
       if (!e.gpu_type.empty()) out << YAML::Key << "gpuType" << YAML::Value << e.gpu_type;
       out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  if (!w.other_jobs.empty()) {
+    out << YAML::Key << "otherJobs" << YAML::Value << YAML::BeginSeq;
+    for (const OtherJob& o : w.other_jobs) {
+      out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << o.name;
+      if (o.arrival > 0) out << YAML::Key << "arrival" << YAML::Value << o.arrival;
+      if (o.leave > o.arrival) out << YAML::Key << "leave" << YAML::Value << o.leave;
+      if (o.quota > 0) out << YAML::Key << "gpuQuota" << YAML::Value << o.quota;
+      out << YAML::Key << "tasks" << YAML::Value << YAML::BeginSeq;
+      for (const Task& t : o.tasks) EmitTask(out, t, 1.0);
+      out << YAML::EndSeq << YAML::EndMap;
     }
     out << YAML::EndSeq;
   }

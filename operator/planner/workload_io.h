@@ -36,6 +36,19 @@ struct Pool {
   double speed = 0;
 };
 
+// Another job on the same cluster. The operator's cluster share
+// (engine/cluster_share.h) divides the GPUs between jobs; the simulator runs
+// the workload's own tasks and, from `arrival` until `leave`, gives this job the
+// share the division decides for its tasks (their configurations and work):
+// those GPUs are not the workload's. Its own progress is not simulated.
+struct OtherJob {
+  std::string name;
+  double arrival = 0;
+  double leave = 0;  // <= arrival: it stays to the end
+  int quota = 0;     // its gpuQuota (0: none)
+  std::vector<Task> tasks;
+};
+
 struct Workload {
   std::string name;
   // The first pool's node shape (the only one without pools).
@@ -46,6 +59,9 @@ struct Workload {
   Problem problem;                 // arrival times as given; all nodes present at time 0
   std::vector<double> true_speed;  // per task: true throughput / profiled; 1 when absent
   std::vector<ClusterEvent> events;
+  // `otherJobs`: when given, the simulator divides the GPUs between the
+  // workload (as a job named `name`, quota problem.gpu_cap) and these.
+  std::vector<OtherJob> other_jobs = {};
 };
 
 // Configurations larger than a node span ceil(gpus / gpusPerNode) nodes; only

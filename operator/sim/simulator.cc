@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <limits>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <sstream>
@@ -27,6 +28,7 @@ enum class Kind {
   kMeasure,
   kGangMeasure,  // index: the gang
   kTick,
+  kOtherJob,  // index: the other job; epoch 0: it arrives, 1: it leaves
 };
 
 struct Event {
@@ -135,6 +137,13 @@ class Sim {
   // Observe, step, apply: the engine's stops and launches, and a wake-up for
   // its next periodic re-plan. The simulator decides nothing itself.
   Status Step();
+  // The cluster share (with otherJobs): updates every job's demand, stops what
+  // its decision shrinks and sets the cap the job's plan and launches keep
+  // within (`cap`: what its tasks may hold); `others` gets the GPUs the other
+  // jobs are given.
+  Status Share(engine::StepInput& in, int* others, int* cap);
+  engine::JobDemand OtherDemand(size_t job) const;
+  const std::string& JobName() const { return job_name_; }
   void Start(const engine::LaunchAction& launch);
   // Task `task` runs from now in `config` on `gpus` (alone or in gang `gang`).
   void StartOne(size_t task, int config, const std::vector<planner::GpuSlot>& gpus, int gang,
@@ -169,6 +178,15 @@ class Sim {
   double alive_since_ = 0;
   int alive_gpus_ = 0;
   int cap_ = 0;  // the job's GPU cap now (quota events edit it)
+  // The cluster share with the workload's otherJobs: which are on the
+  // cluster, the configuration each of their tasks was last given ("job/task"
+  // -> gpus, batch), and the decision last applied.
+  std::optional<engine::ClusterShares> shares_;
+  std::string job_name_;
+  std::vector<bool> other_present_;
+  std::map<std::string, std::pair<int, int>> other_current_;
+  size_t share_log_seen_ = 0;
+  int applied_share_ = 0;
 };
 
 engine::WorldView Sim::View() const {
@@ -199,23 +217,32 @@ Status Sim::Step() {
   for (SimTask& t : tasks_) Advance(t);
   engine::StepInput in;
   in.world = View();
+  int others = 0;
+  int cap = cap_ > 0 ? cap_ : -1;  // the GPUs the job may hold; -1: no cap
+  if (shares_) ORRERY_RETURN_IF_ERROR(Share(in, &others, &cap));
   // A switch is charged as lost progress (switch_cost_s), so a stopped task's
   // GPUs are free at once.
   in.stops_free_at_once = true;
   in.free_gpus.assign(nodes_.size(), 0);
-  int held = 0;
   for (size_t n = 0; n < nodes_.size(); ++n) {
     for (int g = 0; g < nodes_[n].gpus; ++g) {
       if (GpuUsable({static_cast<int>(n), g})) ++in.free_gpus[n];
     }
+  }
+  // The other jobs' GPUs are theirs (from the last nodes: which ones is the
+  // other jobs' business, not simulated).
+  for (size_t n = nodes_.size(); n-- > 0 && others > 0;) {
+    const int taken = std::min(others, in.free_gpus[n]);
+    in.free_gpus[n] -= taken;
+    others -= taken;
   }
   // The GPUs the job holds (a gang's members share theirs).
   std::set<planner::GpuSlot> held_slots;
   for (const SimTask& t : tasks_) {
     if (t.running) held_slots.insert(t.gpus.begin(), t.gpus.end());
   }
-  held = static_cast<int>(held_slots.size());
-  if (cap_ > 0) in.launch_budget = std::max(0, cap_ - held);
+  const int held = static_cast<int>(held_slots.size());
+  if (cap >= 0) in.launch_budget = std::max(0, cap - held);
   engine::StepResult r = engine_.Step(in);
   ORRERY_RETURN_IF_ERROR(r.error);
   if (r.decision) result_.solver_seconds += r.decision->solver_seconds;
@@ -237,6 +264,99 @@ Status Sim::Step() {
     tick_at_ = r.next_step_at;
     Push(r.next_step_at, Kind::kTick, 0);
   }
+  return OkStatus();
+}
+
+engine::JobDemand Sim::OtherDemand(size_t j) const {
+  const planner::OtherJob& job = w_.other_jobs[j];
+  engine::WorldView v;
+  v.now = now_;
+  std::vector<int> base;
+  std::vector<double> total;
+  for (const planner::Task& t : job.tasks) {
+    engine::TaskView tv;
+    tv.name = t.name;
+    tv.remaining_work = t.work;
+    tv.weight = t.weight;
+    tv.profile = t.configs;
+    int b = 0;  // its batch: the smallest a configuration names (1: none does)
+    for (const planner::Config& c : t.configs) {
+      if (c.batch_size > 0 && (b == 0 || c.batch_size < b)) b = c.batch_size;
+    }
+    base.push_back(std::max(b, 1));
+    total.push_back(t.work);
+    auto cur = other_current_.find(job.name + "/" + t.name);
+    for (size_t c = 0; cur != other_current_.end() && c < t.configs.size(); ++c) {
+      const planner::Config& config = t.configs[c];
+      if (config.gpus == cur->second.first &&
+          (config.batch_size > 0 ? config.batch_size : base.back()) == cur->second.second) {
+        tv.running = engine::RunningView{static_cast<int>(c), {}};
+        break;
+      }
+    }
+    v.tasks.push_back(std::move(tv));
+  }
+  return engine::DemandFromView(job.name, job.quota, v, base, total);
+}
+
+Status Sim::Share(engine::StepInput& in, int* others, int* cap) {
+  const int capacity = alive_gpus_;
+  // The job's own demand first, as it is now (its tasks running or not), then
+  // the other jobs': a decision any of them triggers sees every job as it is.
+  std::vector<int> base;
+  std::vector<double> total;
+  for (const SimTask& t : tasks_) {
+    int b = 0;
+    for (const planner::Config& c : t.spec->configs) {
+      if (c.batch_size > 0 && (b == 0 || c.batch_size < b)) b = c.batch_size;
+    }
+    base.push_back(std::max(b, 1));
+    total.push_back(t.spec->work);
+  }
+  bool decided = false;
+  StatusOr<engine::ShareUpdate> u = shares_->Update(
+      engine::DemandFromView(JobName(), cap_, in.world, base, total), capacity, now_);
+  ORRERY_RETURN_IF_ERROR(u.status());
+  decided = u->decided;
+  for (size_t j = 0; j < w_.other_jobs.size(); ++j) {
+    if (!other_present_[j]) continue;
+    u = shares_->Update(OtherDemand(j), capacity, now_);
+    ORRERY_RETURN_IF_ERROR(u.status());
+    decided = decided || u->decided;
+  }
+  // What each other job's tasks were given: their state in the next demand.
+  const std::vector<engine::ScaleDecision>& log = shares_->log();
+  for (; share_log_seen_ < log.size(); ++share_log_seen_) {
+    const engine::ScaleDecision& d = log[share_log_seen_];
+    if (d.action == engine::ScaleDecision::Action::kStart ||
+        d.action == engine::ScaleDecision::Action::kRescale) {
+      other_current_[d.task] = {d.to_gpus, d.to_batch};
+    } else if (d.action == engine::ScaleDecision::Action::kPreempt) {
+      other_current_.erase(d.task);
+    }
+  }
+  result_.share_decisions = shares_->decisions();
+  if (decided) Push(now_ + o_.cluster_share.interval_s, Kind::kTick, 0);
+  for (const auto& [job, share] : u->shares) {
+    if (job != JobName()) *others += share.gpus;
+  }
+  auto mine = u->shares.find(JobName());
+  if (mine == u->shares.end()) return OkStatus();  // nothing of the job's waits
+  const engine::ShareStep step =
+      engine::StepShare(mine->second, cap_ > 0 ? cap_ : -1, in.world, applied_share_);
+  applied_share_ = std::max(applied_share_, mine->second.decision);
+  for (const engine::StopAction& stop : step.stops) {
+    const std::string& name = tasks_[stop.task].spec->name;
+    engine_.journal().IssuedShareStop(name, now_);
+    engine_.journal().Stopped(name);
+    Stop(stop.task, "preempted");
+    ++result_.switches;
+    ++result_.share_stops;
+    in.also = engine::Trigger::kCapacityChanged;  // as the operator's: plan again on it
+  }
+  if (!step.stops.empty()) in.world = View();
+  in.world.gpu_cap = step.plan_cap;
+  *cap = step.launch_cap;
   return OkStatus();
 }
 
@@ -387,6 +507,22 @@ void Sim::Init() {
   result_.gpus_per_node = w_.gpus_per_node;
   nodes_ = w_.problem.nodes;
   cap_ = w_.problem.gpu_cap;
+  job_name_ = w_.name.empty() ? "workload" : w_.name;
+  if (!w_.other_jobs.empty()) {
+    engine::ClusterShareOptions so = o_.cluster_share;
+    so.autoscaler.rescale_cost_s = o_.engine.switch_cost_s;  // as the operator's
+    shares_.emplace(so);
+    other_present_.assign(w_.other_jobs.size(), false);
+    for (size_t j = 0; j < w_.other_jobs.size(); ++j) {
+      const planner::OtherJob& o = w_.other_jobs[j];
+      if (o.arrival > 0) {
+        Push(o.arrival, Kind::kOtherJob, static_cast<int>(j), 0);
+      } else {
+        other_present_[j] = true;
+      }
+      if (o.leave > o.arrival) Push(o.leave, Kind::kOtherJob, static_cast<int>(j), 1);
+    }
+  }
   alive_.assign(nodes_.size(), true);
   for (const planner::Node& n : nodes_) alive_gpus_ += n.gpus;
   for (size_t i = 0; i < w_.problem.tasks.size(); ++i) {
@@ -482,6 +618,10 @@ bool Sim::Handle(const Event& e) {
       break;
     case Kind::kTick:  // the engine asked to be asked again now
       break;
+    case Kind::kOtherJob:  // another job on the cluster arrives or leaves
+      other_present_[i] = e.epoch == 0;
+      if (e.epoch == 1) shares_->Remove(w_.other_jobs[i].name);
+      break;
   }
   return false;
 }
@@ -570,6 +710,8 @@ std::string ResultJson(const SimResult& r) {
   j["switches"] = r.switches;
   j["coalescedSteps"] = r.coalesced;
   j["gangs"] = r.gangs;
+  j["share_stops"] = r.share_stops;
+  j["share_decisions"] = r.share_decisions;
   j["gangSpeedups"] = r.gang_speedups;
   nlohmann::json log = nlohmann::json::array();
   for (const Replan& p : r.replan_log)
@@ -614,6 +756,10 @@ std::string ResultTable(const SimResult& r) {
   out << "  re-plans / adopted  " << r.replans << " / " << r.adoptions << "\n";
   out << "  switches            " << r.switches << "\n";
   out << "  coalesced steps     " << r.coalesced << "\n";
+  if (r.share_decisions > 0) {
+    out << "  share stops         " << r.share_stops << " (of " << r.share_decisions
+        << " cluster-share decisions with the other jobs)\n";
+  }
   if (r.launches_refused > 0) {
     out << "  launches refused    " << r.launches_refused
         << " (the engine counted GPUs that were not free)\n";

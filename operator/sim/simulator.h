@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "operator/engine/cluster_share.h"
 #include "operator/engine/engine.h"
 #include "operator/planner/workload_io.h"
 
@@ -32,6 +33,10 @@ struct SimOptions {
   double measure_after_s = 600;         // running time before throughput is known
   double checkpoint_interval_s = 1800;  // progress since the last checkpoint is lost with a node
   double max_time_s = 1e8;              // safety stop
+  // The cluster share between the workload and its otherJobs (the operator's
+  // ClusterShares; its rescale cost is the engine's switch_cost_s, as the
+  // operator's is). Unused without other jobs.
+  engine::ClusterShareOptions cluster_share = {};
 };
 
 struct RunInterval {
@@ -82,6 +87,10 @@ struct SimResult {
   // Launches the engine made onto GPUs that were not free, which the world
   // refused (the task waits for the next step): 0 unless the engine miscounts.
   int launches_refused = 0;
+  // Running tasks the cluster share stopped to give their GPUs to other jobs
+  // (workload otherJobs), and the share's decisions.
+  int share_stops = 0;
+  int share_decisions = 0;
   // Each gang's measured speedup over its members one after the other, in
   // order of measurement (fed back to the engine as `orrery run` does).
   std::vector<double> gang_speedups;

@@ -266,5 +266,88 @@ TEST(ClusterSharesTest, DemandComesFromThePlannersView) {
   EXPECT_EQ(s.current, 1);
 }
 
+// A view of three running tasks on one node: a on GPUs 0-1, b on 2-3, c on 4
+// (each profiled at 1 and 2 GPUs), and d waiting.
+WorldView ThreeRunning() {
+  WorldView w;
+  w.nodes = {{"n", 8, 80, true, ""}};
+  const std::vector<planner::Config> profile = {{"ddp", 1, 1, 0, 10, 1}, {"ddp", 2, 1, 0, 18, 1}};
+  for (const char* name : {"a", "b", "c", "d"}) {
+    TaskView v;
+    v.name = name;
+    v.remaining_work = 100;
+    v.profile = profile;
+    w.tasks.push_back(v);
+  }
+  w.tasks[0].running = RunningView{1, {{0, 0}, {0, 1}}};
+  w.tasks[1].running = RunningView{1, {{0, 2}, {0, 3}}};
+  w.tasks[2].running = RunningView{0, {{0, 4}}};
+  return w;
+}
+
+TEST(StepShareTest, StopsTheShrunkTasksInOrderUntilWithinTheShare) {
+  JobShare share;
+  share.cap = 3;
+  share.decision = 2;
+  share.shrinks = {{"c", 1, 0}, {"b", 2, 1}, {"a", 2, 1}};
+  ShareStep step = StepShare(share, 8, ThreeRunning(), /*applied_decision=*/1);
+  EXPECT_EQ(step.launch_cap, 3);
+  // c (1 GPU) and then b (2) stop: the job holds 2 <= 3; a runs on.
+  ASSERT_EQ(step.stops.size(), 2u);
+  EXPECT_EQ(step.stops[0].task, 2u);
+  EXPECT_EQ(step.stops[1].task, 1u);
+  EXPECT_EQ(step.stops[0].reason, StopReason::kShare);
+  EXPECT_EQ(step.held, 2);
+  EXPECT_EQ(step.plan_cap, 3);
+  // The same decision again stops nothing: a world applies it once.
+  step = StepShare(share, 8, ThreeRunning(), /*applied_decision=*/2);
+  EXPECT_TRUE(step.stops.empty());
+  EXPECT_EQ(step.held, 5);
+  // The plan never cuts under what the job still holds.
+  EXPECT_EQ(step.plan_cap, 5);
+}
+
+TEST(StepShareTest, ATaskNotRunningAsTheDecisionSawItIsLeftAlone) {
+  JobShare share;
+  share.cap = 2;
+  share.decision = 1;
+  // The decision saw c on 2 GPUs and d running: c runs on 1 now, d waits.
+  share.shrinks = {{"c", 2, 1}, {"d", 1, 0}, {"a", 2, 0}};
+  ShareStep step = StepShare(share, 8, ThreeRunning(), 0);
+  ASSERT_EQ(step.stops.size(), 1u);
+  EXPECT_EQ(step.stops[0].task, 0u);
+  EXPECT_EQ(step.held, 3);
+}
+
+TEST(StepShareTest, TheQuotaBoundsBothCapsAndNoRoomIsZero) {
+  JobShare share;
+  share.cap = 6;
+  share.decision = 1;
+  WorldView w = ThreeRunning();
+  EXPECT_EQ(StepShare(share, 4, w, 0).launch_cap, 4);
+  EXPECT_EQ(StepShare(share, -1, w, 0).launch_cap, 6);  // no quota
+  // No room at all (a Kueue admission its trials fill): nothing launches, and
+  // the plan keeps to what runs, at least the narrowest task's one GPU.
+  ShareStep none = StepShare(share, 0, w, 0);
+  EXPECT_EQ(none.launch_cap, 0);
+  EXPECT_EQ(none.plan_cap, 0);
+  for (TaskView& v : w.tasks) v.running.reset();
+  EXPECT_EQ(StepShare(share, 4, w, 0).held, 0);
+  share.cap = 0;
+  EXPECT_EQ(StepShare(share, 4, w, 0).plan_cap, 1);  // the narrowest task's least GPUs
+}
+
+TEST(ClusterSharesTest, DemandFromAViewUsesEachTasksOwnBatchAndBudget) {
+  WorldView w = ThreeRunning();
+  JobDemand d = DemandFromView("sim", 0, w, {16, 16, 16, 16}, {400, 400, 400, 50});
+  ASSERT_EQ(d.tasks.size(), 4u);
+  EXPECT_EQ(d.tasks[0].base_batch, 16);
+  EXPECT_EQ(d.tasks[0].total_work, 400);
+  EXPECT_EQ(d.tasks[3].total_work, 100);  // never under what remains
+  EXPECT_EQ(d.tasks[0].current, 1);       // 2 GPUs
+  EXPECT_EQ(d.tasks[2].current, 0);
+  EXPECT_EQ(d.tasks[3].current, -1);
+}
+
 }  // namespace
 }  // namespace orrery::engine

@@ -28,6 +28,16 @@ tasks:
 events:
   - {type: nodeLost, time: 100, node: 1}
   - {type: nodeJoined, time: 200}
+otherJobs:
+  - name: rival
+    arrival: 50
+    leave: 400
+    gpuQuota: 4
+    tasks:
+      - name: r
+        work: 900
+        profiles:
+          - {template: ddp, gpus: 1, batchSize: 8, throughput: 10, memoryGiB: 20}
 )";
 
 TEST(WorkloadIoTest, ParsesEveryField) {
@@ -48,6 +58,14 @@ TEST(WorkloadIoTest, ParsesEveryField) {
   EXPECT_EQ(w->events[0].kind, ClusterEvent::Kind::kNodeLost);
   EXPECT_EQ(w->events[0].node, 1);
   EXPECT_EQ(w->events[1].kind, ClusterEvent::Kind::kNodeJoined);
+  ASSERT_EQ(w->other_jobs.size(), 1u);
+  const OtherJob& rival = w->other_jobs[0];
+  EXPECT_EQ(rival.name, "rival");
+  EXPECT_DOUBLE_EQ(rival.arrival, 50);
+  EXPECT_DOUBLE_EQ(rival.leave, 400);
+  EXPECT_EQ(rival.quota, 4);
+  ASSERT_EQ(rival.tasks.size(), 1u);
+  EXPECT_EQ(rival.tasks[0].configs[0].throughput, 10);
 }
 
 TEST(WorkloadIoTest, RoundTripsThroughFormat) {
@@ -58,6 +76,7 @@ TEST(WorkloadIoTest, RoundTripsThroughFormat) {
   EXPECT_EQ(FormatWorkload(*again), FormatWorkload(*w));
   EXPECT_DOUBLE_EQ(again->problem.tasks[0].configs[1].throughput, 60);
   EXPECT_EQ(again->events.size(), 2u);
+  EXPECT_EQ(again->other_jobs.size(), 1u);
 }
 
 std::string Replace(std::string s, const std::string& from, const std::string& to) {
@@ -82,6 +101,9 @@ TEST(WorkloadIoTest, ErrorsNameTheFieldPath) {
       {"name: b", "name: a", "tasks[1].name: duplicate"},
       {"batchSize: 64,", "", "tasks[0].profiles[1].batchSize: required"},
       {"work: 500", "work: lots", "tasks[1].work: wrong type"},
+      {"name: rival", "name: tiny", "otherJobs[0].name: must be non-empty and not the workload's"},
+      {"work: 900", "work: 0", "otherJobs[0].tasks[0].work: must be positive"},
+      {"gpuQuota: 4", "gpuQuota: -1", "otherJobs[0].gpuQuota: must not be negative"},
   };
   for (const Case& c : cases) {
     auto w = ParseWorkload(Replace(kGood, c.from, c.to));

@@ -189,5 +189,54 @@ TEST(SimulatorTest, OutputsCarryEveryInterval) {
   EXPECT_NE(ResultTable(*r).find("makespan"), std::string::npos);
 }
 
+// Another job arrives on the cluster (the operator's cluster share): a
+// second GPU adds 20% to the workload's tasks, so the share gives the other
+// job's task one of their GPUs; one task stops for it (journalled as the
+// share's) and runs on what is left, and once the other job leaves the
+// workload plans on the whole cluster again.
+TEST(SimulatorTest, AnotherJobsArrivalShrinksTheShareAndItsLeavingGrowsIt) {
+  auto w = planner::ParseWorkload(R"(
+name: mine
+cluster: {nodes: 1, gpusPerNode: 4, gpuMemoryGiB: 40}
+tasks:
+  - {name: a, work: 96000, profiles: [{template: ddp, gpus: 1, batchSize: 16, throughput: 100, memoryGiB: 10},
+                                       {template: ddp, gpus: 2, batchSize: 16, throughput: 120, memoryGiB: 10}]}
+  - {name: b, work: 96000, profiles: [{template: ddp, gpus: 1, batchSize: 16, throughput: 100, memoryGiB: 10},
+                                       {template: ddp, gpus: 2, batchSize: 16, throughput: 120, memoryGiB: 10}]}
+otherJobs:
+  - name: theirs
+    arrival: 100
+    leave: 200
+    tasks:
+      - {name: t, work: 60000, profiles: [{template: ddp, gpus: 1, batchSize: 16, throughput: 100, memoryGiB: 10}]}
+)");
+  ASSERT_TRUE(w.ok()) << w.status();
+  SimOptions o = Options(true);
+  o.engine.switch_cost_s = 5;
+  auto r = Simulate(*w, o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->violations.empty()) << r->violations.front();
+  EXPECT_EQ(r->share_stops, 1);
+  EXPECT_GE(r->share_decisions, 3);  // arrivals, the other job's, its leaving
+  CheckIntervals(*w, *r, 5);
+  // While the other job is there, the workload holds at most the 3 GPUs of
+  // its share; the share stop is in the journal as an engine action.
+  for (double at : {120.0, 180.0}) {
+    int held = 0;
+    for (const RunInterval& iv : r->intervals) held += iv.start <= at && at < iv.end ? iv.gpus : 0;
+    EXPECT_LE(held, 3) << "at " << at;
+  }
+  bool share_stop = false;
+  for (const engine::JournalEntry& e : r->actions) {
+    share_stop = share_stop || (e.kind == "stop" && e.detail == "share");
+  }
+  EXPECT_TRUE(share_stop);
+  // After it leaves, both tasks run on two GPUs again.
+  int wide_after = 0;
+  for (const RunInterval& iv : r->intervals) wide_after += iv.start >= 200 && iv.gpus == 2 ? 1 : 0;
+  EXPECT_GE(wide_after, 1);
+  EXPECT_NE(ResultTable(*r).find("share stops"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace orrery::sim
