@@ -710,8 +710,8 @@ std::string ResultJson(const SimResult& r) {
   j["switches"] = r.switches;
   j["coalescedSteps"] = r.coalesced;
   j["gangs"] = r.gangs;
-  j["share_stops"] = r.share_stops;
-  j["share_decisions"] = r.share_decisions;
+  j["shareStops"] = r.share_stops;
+  j["shareDecisions"] = r.share_decisions;
   j["gangSpeedups"] = r.gang_speedups;
   nlohmann::json log = nlohmann::json::array();
   for (const Replan& p : r.replan_log)

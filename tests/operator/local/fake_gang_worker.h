@@ -7,39 +7,45 @@
 
 namespace orrery::local::testing {
 
-// profile: 100 samples/s. train: its --steps at 100 samples/s. gang: each
-// task (its part of the line after a "--", named by --task) reports twice at
-// GANG_SPEED samples/s and completes.
-inline std::string FakeGangWorker(int gang_speed) {
-  return R"sh(#!/bin/sh
+// The start of every fake worker: `profile` reports 100 samples/s and exits;
+// otherwise $mode is train or gang, $tasks lists each task as name:steps (its
+// part of the line after a "--", named by --task; one unnamed task for train)
+// and $stopfile is --stop-file's path (empty without one).
+inline const char* kFakeWorkerPrelude = R"sh(#!/bin/sh
 mode=$1
 shift
 if [ "$mode" = profile ]; then
   echo "{\"event\":\"profile\",\"world_size\":1,\"global_batch\":8,\"samples_per_s\":100,\"step_time_s\":{\"median\":0.08,\"p90\":0.08}}"
   exit 0
 fi
+stopfile=
 task=
 steps=0
 tasks=
 for a in "$@" --; do
   case $a in
+    --stop-file=*) stopfile=${a#--stop-file=} ;;
     --task=*) task=${a#--task=} ;;
     --steps=*) steps=${a#--steps=} ;;
     --) if [ "$steps" -gt 0 ]; then tasks="$tasks $task:$steps"; fi; task=; steps=0 ;;
   esac
 done
-speed=100
+tag() { if [ -n "$1" ]; then echo "\"task\":\"$1\","; fi; }
+)sh";
+
+// profile: 100 samples/s. train: its --steps at 100 samples/s. gang: each
+// task reports twice at GANG_SPEED samples/s and completes.
+inline std::string FakeGangWorker(int gang_speed) {
+  return std::string(kFakeWorkerPrelude) + R"sh(speed=100
 if [ "$mode" = gang ]; then speed=)sh" +
          std::to_string(gang_speed) + R"sh(; fi
 for t in $tasks; do
   name=${t%%:*}
   steps=${t##*:}
-  tag=
-  if [ -n "$name" ]; then tag="\"task\":\"$name\","; fi
-  echo "{${tag}\"event\":\"start\",\"steps\":$steps,\"global_batch\":8,\"resumed_from_step\":null}"
-  echo "{${tag}\"event\":\"progress\",\"step\":$((steps / 2)),\"steps\":$steps,\"loss\":1.5,\"samples_per_s\":$speed}"
-  echo "{${tag}\"event\":\"progress\",\"step\":$steps,\"steps\":$steps,\"loss\":1.5,\"samples_per_s\":$speed}"
-  echo "{${tag}\"event\":\"done\",\"status\":\"completed\",\"step\":$steps,\"loss\":1.5}"
+  echo "{$(tag "$name")\"event\":\"start\",\"steps\":$steps,\"global_batch\":8,\"resumed_from_step\":null}"
+  echo "{$(tag "$name")\"event\":\"progress\",\"step\":$((steps / 2)),\"steps\":$steps,\"loss\":1.5,\"samples_per_s\":$speed}"
+  echo "{$(tag "$name")\"event\":\"progress\",\"step\":$steps,\"steps\":$steps,\"loss\":1.5,\"samples_per_s\":$speed}"
+  echo "{$(tag "$name")\"event\":\"done\",\"status\":\"completed\",\"step\":$steps,\"loss\":1.5}"
 done
 )sh";
 }

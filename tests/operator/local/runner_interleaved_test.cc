@@ -33,6 +33,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using testing::FakeGangWorker;
+using testing::kFakeWorkerPrelude;
 using testing::SpilledSweepJob;
 
 // A temporary folder holding the fake worker `script`, and run options on one
@@ -129,28 +130,9 @@ TEST_F(RunnerInterleavedTest, TheNextRunStartsFromTheMeasuredSpeedup) {
 // samples/s in a gang, 0.8x its members one after the other; 100 alone),
 // then runs two more seconds, in which a task named in the stop file ends
 // "preempted" at once while the others run on and complete.
-const char* kStoppableWorker = R"sh(#!/bin/sh
-mode=$1
-shift
-if [ "$mode" = profile ]; then
-  echo "{\"event\":\"profile\",\"world_size\":1,\"global_batch\":8,\"samples_per_s\":100,\"step_time_s\":{\"median\":0.08,\"p90\":0.08}}"
-  exit 0
-fi
-stopfile=
-task=
-steps=0
-tasks=
-for a in "$@" --; do
-  case $a in
-    --stop-file=*) stopfile=${a#--stop-file=} ;;
-    --task=*) task=${a#--task=} ;;
-    --steps=*) steps=${a#--steps=} ;;
-    --) if [ "$steps" -gt 0 ]; then tasks="$tasks $task:$steps"; fi; task=; steps=0 ;;
-  esac
-done
-speed=100
+std::string StoppableWorker() {
+  return std::string(kFakeWorkerPrelude) + R"sh(speed=100
 if [ "$mode" = gang ]; then speed=40; fi
-tag() { if [ -n "$1" ]; then echo "\"task\":\"$1\","; fi; }
 for t in $tasks; do
   name=${t%%:*}
   steps=${t##*:}
@@ -181,13 +163,14 @@ for t in $live; do
   echo "{$(tag "$name")\"event\":\"done\",\"status\":\"completed\",\"step\":$steps,\"loss\":1.5}"
 done
 )sh";
+}
 
 // A gang measured at 0.8x: the re-plan runs its two members one after the
 // other, so the member it moves is stopped alone (a line in the gang's stop
 // file) while the one it keeps runs on in the gang's process and completes
 // there; the stopped one runs alone afterwards.
 TEST_F(RunnerInterleavedTest, AMemberStoppedAloneLeavesTheOtherRunningInTheGang) {
-  ASSERT_NO_FATAL_FAILURE(UseWorker(kStoppableWorker));
+  ASSERT_NO_FATAL_FAILURE(UseWorker(StoppableWorker()));
   auto job = api::LoadJobText(SpilledSweepJob("interleaved-stop", "[0.1, 0.2]"));
   ASSERT_TRUE(job.ok()) << job.status();
   std::ostringstream out, err;

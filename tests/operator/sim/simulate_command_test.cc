@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/operator/sim/shared_cluster_workload.h"
+
 namespace orrery::sim {
 namespace {
 
@@ -52,6 +54,30 @@ TEST_F(SimulateCommandTest, PrintsTableAndWritesJsonAndSvg) {
   ASSERT_EQ(Run({path, "--policy", "orrery-static", "--json", "-"}), 0) << err_.str();
   EXPECT_NE(out_.str().find("orrery-static"), std::string::npos);
   EXPECT_NE(out_.str().find("\"intervals\""), std::string::npos);
+}
+
+// A workload on a cluster it shares with another job (otherJobs): the table
+// and the JSON say how often the cluster share stopped one of its tasks.
+TEST_F(SimulateCommandTest, AWorkloadSharingTheClusterSaysWhatTheShareStopped) {
+  std::string path = Write("shared.yaml", testing::kSharedClusterWorkload);
+  // A switch of 5 s: taking a GPU from a task that a second GPU speeds up by
+  // 20% pays (at the default 120 s the share leaves the running tasks alone).
+  ASSERT_EQ(Run({path, "--switch-cost", "5", "--json", "-"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("\"shareStops\": 1"), std::string::npos) << out_.str().substr(0, 600);
+  ASSERT_EQ(Run({path, "--switch-cost", "5"}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("share stops         1"), std::string::npos) << out_.str();
+  ASSERT_EQ(Run({path}), 0) << err_.str();
+  EXPECT_NE(out_.str().find("share stops         0"), std::string::npos) << out_.str();
+  // A bad other job is named by its field path.
+  std::string bad = Write("bad.yaml", R"(
+cluster: {nodes: 1, gpusPerNode: 4, gpuMemoryGiB: 40}
+tasks:
+  - {name: a, work: 10, profiles: [{template: ddp, gpus: 1, batchSize: 16, throughput: 1, memoryGiB: 1}]}
+otherJobs:
+  - {name: theirs, leave: .inf, tasks: []}
+)");
+  EXPECT_NE(Run({bad}), 0);
+  EXPECT_NE(err_.str().find("otherJobs[0].leave"), std::string::npos) << err_.str();
 }
 
 // The re-planning budget's flags, and every re-plan's trigger, solver time

@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "operator/planner/checker.h"
 #include "operator/planner/planner.h"
+#include "tests/operator/sim/shared_cluster_workload.h"
 
 namespace orrery::sim {
 namespace {
@@ -195,21 +196,7 @@ TEST(SimulatorTest, OutputsCarryEveryInterval) {
 // share's) and runs on what is left, and once the other job leaves the
 // workload plans on the whole cluster again.
 TEST(SimulatorTest, AnotherJobsArrivalShrinksTheShareAndItsLeavingGrowsIt) {
-  auto w = planner::ParseWorkload(R"(
-name: mine
-cluster: {nodes: 1, gpusPerNode: 4, gpuMemoryGiB: 40}
-tasks:
-  - {name: a, work: 96000, profiles: [{template: ddp, gpus: 1, batchSize: 16, throughput: 100, memoryGiB: 10},
-                                       {template: ddp, gpus: 2, batchSize: 16, throughput: 120, memoryGiB: 10}]}
-  - {name: b, work: 96000, profiles: [{template: ddp, gpus: 1, batchSize: 16, throughput: 100, memoryGiB: 10},
-                                       {template: ddp, gpus: 2, batchSize: 16, throughput: 120, memoryGiB: 10}]}
-otherJobs:
-  - name: theirs
-    arrival: 100
-    leave: 200
-    tasks:
-      - {name: t, work: 60000, profiles: [{template: ddp, gpus: 1, batchSize: 16, throughput: 100, memoryGiB: 10}]}
-)");
+  auto w = planner::ParseWorkload(testing::kSharedClusterWorkload);
   ASSERT_TRUE(w.ok()) << w.status();
   SimOptions o = Options(true);
   o.engine.switch_cost_s = 5;
