@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -258,31 +259,31 @@ ShareStep StepShare(const JobShare& share, int quota, const WorldView& world,
                     int applied_decision) {
   ShareStep out;
   out.launch_cap = quota >= 0 ? std::min(quota, share.cap) : share.cap;
-  // What the job holds: each GPU once (an interleaved gang's members share theirs).
-  std::set<planner::GpuSlot> slots;
+  // What the job holds: each GPU once (an interleaved gang's members share
+  // theirs), with how many of its running tasks use it.
+  std::map<planner::GpuSlot, int> users;
   for (const TaskView& v : world.tasks) {
-    if (v.running) slots.insert(v.running->gpus.begin(), v.running->gpus.end());
+    if (!v.running) continue;
+    for (const planner::GpuSlot& g : v.running->gpus) ++users[g];
   }
-  out.held = static_cast<int>(slots.size());
+  out.held = static_cast<int>(users.size());
   if (share.decision > applied_decision) {
     for (const ShareShrink& shrink : share.shrinks) {
       if (out.held <= out.launch_cap) break;  // within its share again
       for (size_t t = 0; t < world.tasks.size(); ++t) {
         const TaskView& v = world.tasks[t];
-        if (v.name != shrink.task || !v.running || v.running->config < 0 ||
+        if (v.name != shrink.task) continue;
+        if (!v.running || v.running->config < 0 ||
             static_cast<size_t>(v.running->config) >= v.profile.size() ||
             v.profile[static_cast<size_t>(v.running->config)].gpus != shrink.from_gpus) {
-          continue;  // not running as the decision saw it
+          break;  // not running as the decision saw it
         }
         out.stops.push_back({t, StopReason::kShare});
-        std::set<planner::GpuSlot> others;  // the GPUs the job's other tasks still hold
-        for (size_t u = 0; u < world.tasks.size(); ++u) {
-          const TaskView& w = world.tasks[u];
-          bool stopped = false;
-          for (const StopAction& s : out.stops) stopped = stopped || s.task == u;
-          if (w.running && !stopped) others.insert(w.running->gpus.begin(), w.running->gpus.end());
+        for (const planner::GpuSlot& g : v.running->gpus) {
+          if (--users[g] == 0) users.erase(g);
         }
-        out.held = static_cast<int>(others.size());
+        out.held = static_cast<int>(users.size());
+        break;
       }
     }
   }

@@ -139,8 +139,8 @@ class Sim {
   Status Step();
   // The cluster share (with otherJobs): updates every job's demand, stops what
   // its decision shrinks and sets the cap the job's plan and launches keep
-  // within (`cap`: what its tasks may hold); `others` gets the GPUs the other
-  // jobs are given.
+  // within (`cap`: what its tasks may hold, in: its quota or -1, out: its
+  // share's launch cap); `others` gets the GPUs the other jobs are given.
   Status Share(engine::StepInput& in, int* others, int* cap);
   engine::JobDemand OtherDemand(size_t job) const;
   const std::string& JobName() const { return job_name_; }
@@ -187,6 +187,9 @@ class Sim {
   std::map<std::string, std::pair<int, int>> other_current_;
   size_t share_log_seen_ = 0;
   int applied_share_ = 0;
+  // The workload's tasks' batch and sample budget, as their demand reads them.
+  std::vector<int> own_base_batch_;
+  std::vector<double> own_total_work_;
 };
 
 engine::WorldView Sim::View() const {
@@ -267,6 +270,16 @@ Status Sim::Step() {
   return OkStatus();
 }
 
+// A task's own batch as the cluster share reads it: the smallest a
+// configuration names (1 when none does).
+int BaseBatch(const planner::Task& t) {
+  int b = 0;
+  for (const planner::Config& c : t.configs) {
+    if (c.batch_size > 0 && (b == 0 || c.batch_size < b)) b = c.batch_size;
+  }
+  return std::max(b, 1);
+}
+
 engine::JobDemand Sim::OtherDemand(size_t j) const {
   const planner::OtherJob& job = w_.other_jobs[j];
   engine::WorldView v;
@@ -279,11 +292,7 @@ engine::JobDemand Sim::OtherDemand(size_t j) const {
     tv.remaining_work = t.work;
     tv.weight = t.weight;
     tv.profile = t.configs;
-    int b = 0;  // its batch: the smallest a configuration names (1: none does)
-    for (const planner::Config& c : t.configs) {
-      if (c.batch_size > 0 && (b == 0 || c.batch_size < b)) b = c.batch_size;
-    }
-    base.push_back(std::max(b, 1));
+    base.push_back(BaseBatch(t));
     total.push_back(t.work);
     auto cur = other_current_.find(job.name + "/" + t.name);
     for (size_t c = 0; cur != other_current_.end() && c < t.configs.size(); ++c) {
@@ -303,19 +312,10 @@ Status Sim::Share(engine::StepInput& in, int* others, int* cap) {
   const int capacity = alive_gpus_;
   // The job's own demand first, as it is now (its tasks running or not), then
   // the other jobs': a decision any of them triggers sees every job as it is.
-  std::vector<int> base;
-  std::vector<double> total;
-  for (const SimTask& t : tasks_) {
-    int b = 0;
-    for (const planner::Config& c : t.spec->configs) {
-      if (c.batch_size > 0 && (b == 0 || c.batch_size < b)) b = c.batch_size;
-    }
-    base.push_back(std::max(b, 1));
-    total.push_back(t.spec->work);
-  }
   bool decided = false;
   StatusOr<engine::ShareUpdate> u = shares_->Update(
-      engine::DemandFromView(JobName(), cap_, in.world, base, total), capacity, now_);
+      engine::DemandFromView(JobName(), cap_, in.world, own_base_batch_, own_total_work_), capacity,
+      now_);
   ORRERY_RETURN_IF_ERROR(u.status());
   decided = u->decided;
   for (size_t j = 0; j < w_.other_jobs.size(); ++j) {
@@ -342,8 +342,7 @@ Status Sim::Share(engine::StepInput& in, int* others, int* cap) {
   }
   auto mine = u->shares.find(JobName());
   if (mine == u->shares.end()) return OkStatus();  // nothing of the job's waits
-  const engine::ShareStep step =
-      engine::StepShare(mine->second, cap_ > 0 ? cap_ : -1, in.world, applied_share_);
+  const engine::ShareStep step = engine::StepShare(mine->second, *cap, in.world, applied_share_);
   applied_share_ = std::max(applied_share_, mine->second.decision);
   for (const engine::StopAction& stop : step.stops) {
     const std::string& name = tasks_[stop.task].spec->name;
@@ -512,6 +511,10 @@ void Sim::Init() {
     engine::ClusterShareOptions so = o_.cluster_share;
     so.autoscaler.rescale_cost_s = o_.engine.switch_cost_s;  // as the operator's
     shares_.emplace(so);
+    for (const planner::Task& t : w_.problem.tasks) {
+      own_base_batch_.push_back(BaseBatch(t));
+      own_total_work_.push_back(t.work);
+    }
     other_present_.assign(w_.other_jobs.size(), false);
     for (size_t j = 0; j < w_.other_jobs.size(); ++j) {
       const planner::OtherJob& o = w_.other_jobs[j];
