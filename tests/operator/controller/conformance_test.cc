@@ -292,13 +292,7 @@ class Controller {
     }
     for (const auto& [task, names] : pods) {
       if (static_cast<int>(names.size()) != ranks) continue;
-      for (const std::string& name : names) {
-        kube::PatchOptions po;
-        po.subresource = "status";
-        auto patched = client_->Patch(kube::Pods(), kNs, name, kube::PatchType::kMerge,
-                                      {{"status", {{"phase", "Succeeded"}}}}, po);
-        ASSERT_TRUE(patched.ok()) << patched.status();
-      }
+      for (const std::string& name : names) ASSERT_NO_FATAL_FAILURE(SetPhase(name, "Succeeded"));
     }
   }
   // The kubelet: pods created run; pods deleted go at once; pods of a node
@@ -323,12 +317,16 @@ class Controller {
       }
       const std::string current = p["status"].value("phase", "");
       if (current == "Succeeded" || current == "Failed" || current == phase) continue;
-      kube::PatchOptions po;
-      po.subresource = "status";
-      auto patched = client_->Patch(kube::Pods(), kNs, name, kube::PatchType::kMerge,
-                                    {{"status", {{"phase", phase}}}}, po);
-      ASSERT_TRUE(patched.ok()) << patched.status();
+      ASSERT_NO_FATAL_FAILURE(SetPhase(name, phase));
     }
+  }
+  // Pod `name` of the namespace reaches `phase`, as its kubelet would say.
+  void SetPhase(const std::string& name, const char* phase) {
+    kube::PatchOptions po;
+    po.subresource = "status";
+    auto patched = client_->Patch(kube::Pods(), kNs, name, kube::PatchType::kMerge,
+                                  {{"status", {{"phase", phase}}}}, po);
+    ASSERT_TRUE(patched.ok()) << patched.status();
   }
   int Running() {
     int n = 0;
