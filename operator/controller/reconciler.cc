@@ -15,6 +15,7 @@
 #include "operator/controller/node_filter.h"
 #include "operator/controller/profile_pod.h"
 #include "operator/engine/job_options.h"
+#include "operator/engine/profile_step.h"
 #include "operator/engine/worker_command.h"
 #include "operator/kube/api_error.h"
 #include "worker/contract/templates.h"
@@ -35,20 +36,6 @@ namespace {
 
 constexpr double kGpuMemoryGib = 1e6;  // unlabelled nodes: memory is checked by profiling
 
-// `free` GPUs by node, only on nodes of `types` (all of them when empty): a
-// task restricted to some GPU types is profiled on one of them.
-std::map<std::string, int> TypedFree(const std::map<std::string, int>& free,
-                                     const std::vector<NodeCapacity>& nodes,
-                                     const std::vector<std::string>& types) {
-  if (types.empty()) return free;
-  std::map<std::string, int> out;
-  for (const NodeCapacity& n : nodes) {
-    auto it = free.find(n.name);
-    if (it != free.end() && std::find(types.begin(), types.end(), n.gpu_type) != types.end())
-      out.insert(*it);
-  }
-  return out;
-}
 constexpr auto kRequeueWhileActive = std::chrono::seconds(30);
 constexpr auto kRetryForbiddenAfter = std::chrono::seconds(30);  // pods forbidden at create
 // The Degraded reason of a job whose pods the API server rejected.
@@ -136,22 +123,6 @@ std::string PodNode(const Json& pod) {
     }
   }
   return "";
-}
-
-std::vector<std::string> FirstFitPlacement(const std::map<std::string, int>& free, int ranks) {
-  for (const auto& [node, n] : free) {  // one node when one has room: no cross-node traffic
-    if (n >= ranks) return std::vector<std::string>(static_cast<size_t>(ranks), node);
-  }
-  std::vector<std::string> placement;
-  std::map<std::string, int> left = free;
-  for (auto& [node, n] : left) {
-    while (n > 0 && static_cast<int>(placement.size()) < ranks) {
-      placement.push_back(node);
-      --n;
-    }
-  }
-  if (static_cast<int>(placement.size()) < ranks) return {};
-  return placement;
 }
 
 bool PodFinished(const Json& pod) {
@@ -1250,55 +1221,64 @@ void Reconciler::CountCapacity(JobContext& ctx) {
   for (const NodeCapacity& n : capacity) ctx.total_gpus += n.allocatable;
 }
 
-// Each task's configurations from the profiles; a profile gang for each one
-// missing, on GPUs free now.
-Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
-  const std::string& key = ctx.key;
-  const std::string& ns = ctx.ns;
-  const std::string& resource = ctx.resource;
-  api::ModelSelectionJob& job = ctx.loaded.job;
-  JobState& st = *ctx.state;
-  std::vector<NodeCapacity>& capacity = ctx.capacity;
-  std::vector<TaskConfigs>& configs = ctx.configs;
-  std::set<std::string>& profiling = ctx.profiling;
-  const int total_gpus = ctx.total_gpus;
-  std::set<std::string> running_profiles;
+// The GPUs trials may use now, for the engine's profile step: free now (not
+// used by others, nor by the job's own gangs), so a trial never crowds out a
+// planned gang; under a Kueue admission, within what its gangs and trials leave
+// of it. `trial_free` is the free GPUs by node the claims are checked against;
+// `trial_gpus` the GPUs the job's trials hold now.
+engine::ProfileRoom Reconciler::TrialRoom(JobContext& ctx, std::map<std::string, int>* trial_free,
+                                          int* trial_gpus) {
+  const api::ModelSelectionJob& job = ctx.loaded.job;
+  const JobState& st = *ctx.state;
+  engine::ProfileRoom room;
+  for (const NodeCapacity& n : ctx.capacity) (*trial_free)[n.name] = n.Free();
   for (const Json& p : ctx.job_pods) {
-    if (!Label(p, kProfileLabel).empty()) running_profiles.insert(Label(p, kProfileLabel));
-  }
-  std::set<std::string> requested;  // one profile gang per key, shared by equal signatures
-  // Trials are pinned to GPUs free now (not used by others, nor by the job's own
-  // gangs), so they never crowd out a planned gang; the rest wait for a later pass.
-  std::map<std::string, int> trial_free;
-  for (const NodeCapacity& n : capacity) trial_free[n.name] = n.Free();
-  for (const Json& p : ctx.job_pods) {
-    if (Label(p, kProfileLabel).empty() && !PodFinished(p)) {
-      trial_free[PodNode(p)] -= PodGpuRequest(p, resource);
+    const bool trial = !Label(p, kProfileLabel).empty();
+    // A trial whose pods are still there (finished ones until harvested) is
+    // not started again; its GPUs are counted with the claims (CountCapacity).
+    if (trial) room.running.insert(Label(p, kProfileLabel));
+    if (PodFinished(p)) continue;
+    if (trial) {
+      *trial_gpus += PodGpuRequest(p, ctx.resource);
+    } else {
+      (*trial_free)[PodNode(p)] -= PodGpuRequest(p, ctx.resource);
     }
   }
   for (const auto& [task, e] : st.expected) {
-    for (const std::string& node : e.gang.config.nodes) --trial_free[node];
+    for (const std::string& node : e.gang.config.nodes) --(*trial_free)[node];
+  }
+  for (const auto& [node, free] : *trial_free) {  // by name: the order a placement fills
+    std::string type;
+    for (const NodeCapacity& n : ctx.capacity) type = n.name == node ? n.gpu_type : type;
+    room.nodes.push_back({node, type, free});
   }
   // Under a Kueue admission trials count against the admitted GPUs as gangs
   // do: the job's live pods plus a new trial stay within them, and the gangs
   // planned below get what the trials leave.
-  int kueue_room = -1, trial_gpus = 0;
   if (ctx.kueue_admitted) {
-    kueue_room = job.spec.resources.gpu_quota;
-    for (const Json& p : ctx.job_pods) {
-      if (PodFinished(p)) continue;
-      kueue_room -= PodGpuRequest(p, resource);
-      if (!Label(p, kProfileLabel).empty()) trial_gpus += PodGpuRequest(p, resource);
-    }
-    for (const auto& [task, e] : st.expected) {
-      kueue_room -= static_cast<int>(e.gang.config.nodes.size());
-    }
+    int budget = job.spec.resources.gpu_quota;
+    for (const Json& p : ctx.job_pods)
+      budget -= PodFinished(p) ? 0 : PodGpuRequest(p, ctx.resource);
+    for (const auto& [task, e] : st.expected)
+      budget -= static_cast<int>(e.gang.config.nodes.size());
+    room.budget = std::max(0, budget);
   }
+  return room;
+}
+
+// Each task's configurations from the profiles (ctx.configs), the keys they
+// lack as the profile step's wants (their requests by key in `requests`), and
+// why a task can never run here (ctx.never_fits).
+std::vector<engine::ProfileWant> Reconciler::ProfileWants(
+    JobContext& ctx, const ProfileTable& table, std::map<std::string, ProfileRequest>* requests) {
+  const api::ModelSelectionJob& job = ctx.loaded.job;
+  const std::vector<NodeCapacity>& capacity = ctx.capacity;
   int widest = 0;  // the most GPUs one node the job may use has
   for (const NodeCapacity& n : capacity) widest = std::max(widest, n.allocatable);
+  std::vector<engine::ProfileWant> wants;
   for (const api::ExpandedTask& task : ctx.loaded.tasks) {
-    configs.push_back(ConfigsFromProfiles(job.spec, task, table, options_.device, total_gpus,
-                                          capacity, options_.gpu_type_speeds));
+    ctx.configs.push_back(ConfigsFromProfiles(job.spec, task, table, options_.device,
+                                              ctx.total_gpus, capacity, options_.gpu_type_speeds));
     const std::string profiled_type = ProfiledGpuType(task.task, capacity);
     // A gang lives on one node (BuildTaskConfigs never spans nodes): a task
     // whose narrowest choice is wider than every node never runs.
@@ -1315,14 +1295,15 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
       if (!ctx.never_fits.count(task.name)) ctx.never_fits[task.name] = why;
       continue;
     }
-    if (configs.back().missing.empty()) {
-      if (std::string why = ConfigsNeverFit(configs.back(), task.task, capacity); !why.empty()) {
-        if (!ctx.never_fits.count(task.name)) ctx.never_fits[task.name] = why;
+    if (ctx.configs.back().missing.empty()) {
+      if (std::string why = ConfigsNeverFit(ctx.configs.back(), task.task, capacity);
+          !why.empty() && !ctx.never_fits.count(task.name)) {
+        ctx.never_fits[task.name] = why;
       }
       continue;
     }
-    profiling.insert(task.name);
-    for (const engine::ProfileKeyRef& m : configs.back().missing) {
+    ctx.profiling.insert(task.name);
+    for (const engine::ProfileKeyRef& m : ctx.configs.back().missing) {
       ProfileRequest r;
       r.job = &job;
       r.task = &task;
@@ -1332,35 +1313,56 @@ Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
       r.device = TypedProfileDevice(options_.device, profiled_type);
       r.deadline_seconds = options_.profile_deadline_s;
       r.backend = options_.gang.backend;
-      std::string hash = ProfileKeyHash(ProfileKey(r).Key());
-      if (running_profiles.count(hash) > 0 || !requested.insert(hash).second) continue;
-      if (kueue_room >= 0 && m.gpus > kueue_room) continue;  // not within the admission now
+      engine::ProfileWant w;
+      w.task = task.name;
+      w.key = ProfileKeyHash(ProfileKey(r).Key());
+      w.what = std::string(api::EnumName(m.template_)) + " x" + std::to_string(m.gpus) + " b" +
+               std::to_string(m.batch_size);
+      w.gpus = m.gpus;
       // On the type the task's profiles are keyed by.
-      r.placement = FirstFitPlacement(
-          TypedFree(trial_free, capacity,
-                    profiled_type.empty() ? task.task.gpu_types
-                                          : std::vector<std::string>{profiled_type}),
-          m.gpus);
-      if (r.placement.empty()) continue;  // no room now
-      const std::string claim = ProfileGangKey(ctx.job_label, hash);
-      if (!claims_.TryClaim(key, claim, r.placement, &trial_free, ctx.claims_seq, clock_->Now())) {
-        ctx.claim_refused = true;  // another job took these GPUs since the snapshot
-        continue;
-      }
-      for (const std::string& node : r.placement) {
-        for (NodeCapacity& n : capacity) n.foreign += n.name == node ? 1 : 0;
-      }
-      auto pg = BuildProfileGang(r);
-      Status created = pg.ok() ? CreateObjects(ns, pg->service, pg->pods) : pg.status();
-      if (!created.ok()) {
-        claims_.Release(key, claim);
-        return created;
-      }
-      Log(LogLevel::kInfo, "Created profile gang",
-          {{"job", key}, {"task", task.name}, {"key", pg->key.Key()}});
-      if (kueue_room >= 0) kueue_room -= m.gpus;
-      trial_gpus += m.gpus;
+      w.gpu_types =
+          profiled_type.empty() ? task.task.gpu_types : std::vector<std::string>{profiled_type};
+      requests->emplace(w.key, r);
+      wants.push_back(std::move(w));
     }
+  }
+  return wants;
+}
+
+// The engine's profile step over the keys the job's tasks lack, and a profile
+// gang for each trial it starts, on the GPUs it chose.
+Status Reconciler::RequestProfiles(JobContext& ctx, const ProfileTable& table) {
+  api::ModelSelectionJob& job = ctx.loaded.job;
+  JobState& st = *ctx.state;
+  std::map<std::string, int> trial_free;
+  int trial_gpus = 0;
+  const engine::ProfileRoom room = TrialRoom(ctx, &trial_free, &trial_gpus);
+  std::map<std::string, ProfileRequest> requests;
+  const std::vector<engine::ProfileWant> wants = ProfileWants(ctx, table, &requests);
+  const engine::ProfileStep step = engine::StepProfiles(wants, room);
+  st.engine->journal().IssuedProfiles(step, ctx.now);
+  for (const engine::ProfileAction& a : step.start) {
+    ProfileRequest r = requests.at(a.key);
+    r.placement = a.placement;
+    const std::string claim = ProfileGangKey(ctx.job_label, a.key);
+    if (!claims_.TryClaim(ctx.key, claim, r.placement, &trial_free, ctx.claims_seq,
+                          clock_->Now())) {
+      ctx.claim_refused = true;  // another job took these GPUs since the snapshot
+      continue;
+    }
+    for (const std::string& node : r.placement) {
+      for (NodeCapacity& n : ctx.capacity) n.foreign += n.name == node ? 1 : 0;
+    }
+    auto pg = BuildProfileGang(r);
+    Status created = pg.ok() ? CreateObjects(ctx.ns, pg->service, pg->pods) : pg.status();
+    if (!created.ok()) {
+      claims_.Release(ctx.key, claim);
+      return created;
+    }
+    st.engine->journal().Profiling(a.key);
+    Log(LogLevel::kInfo, "Created profile gang",
+        {{"job", ctx.key}, {"task", a.task}, {"key", pg->key.Key()}});
+    trial_gpus += a.gpus;
   }
   if (ctx.kueue_admitted) {
     job.spec.resources.gpu_quota = std::max(0, job.spec.resources.gpu_quota - trial_gpus);

@@ -37,11 +37,13 @@
 #include "operator/controller/gpu_claims.h"
 #include "operator/controller/kueue.h"
 #include "operator/controller/profile_configmap.h"
+#include "operator/controller/profile_pod.h"
 #include "operator/controller/progress.h"
 #include "operator/controller/status.h"
 #include "operator/engine/cluster_share.h"
 #include "operator/engine/engine.h"
 #include "operator/engine/profile_configs.h"
+#include "operator/engine/profile_step.h"
 #include "operator/kube/client.h"
 #include "operator/kube/controller.h"
 #include "operator/kube/event_recorder.h"
@@ -113,11 +115,6 @@ std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
 // named by `pods` that are not in `nodes` at all (deleted: at once).
 std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vector<Json>& pods,
                                 std::time_t now = 0, double grace_s = 0);
-
-// Nodes for a profiling trial of `ranks` ranks among the GPUs `free` by node: all
-// on the first node (by name) with room, else spread in name order; empty when
-// they do not fit. Trials are pinned so their GPUs are counted like a gang's.
-std::vector<std::string> FirstFitPlacement(const std::map<std::string, int>& free, int ranks);
 
 // What the planner may choose for a task, from the profile cache: what
 // engine::BuildTaskConfigs builds (as the local runner does) over a lookup in
@@ -378,6 +375,10 @@ class Reconciler {
   bool RefusedForThisSpec(JobContext& ctx, const std::string& task);
   Status ReadProfiles(JobContext& ctx, ProfileTable* table);
   void CountCapacity(JobContext& ctx);
+  engine::ProfileRoom TrialRoom(JobContext& ctx, std::map<std::string, int>* trial_free,
+                                int* trial_gpus);
+  std::vector<engine::ProfileWant> ProfileWants(JobContext& ctx, const ProfileTable& table,
+                                                std::map<std::string, ProfileRequest>* requests);
   Status RequestProfiles(JobContext& ctx, const ProfileTable& table);
   void ObserveGangs(JobContext& ctx);
   Status ObserveTask(JobContext& ctx, size_t task_index);

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "operator/engine/engine.h"
+#include "operator/engine/profile_step.h"
 
 namespace orrery::engine {
 
@@ -74,6 +75,22 @@ void ActionJournal::Stopped(const std::string& task) {
   if (owed_stop_.erase(task) == 0) {
     violations_.push_back("stopped " + task + " without the engine saying so (after step " +
                           std::to_string(steps_) + ")");
+  }
+}
+
+void ActionJournal::IssuedProfiles(const ProfileStep& step, double at) {
+  owed_profiles_.clear();
+  for (const ProfileAction& a : step.start) {
+    profiles_.push_back({steps_, at, "", "profile", a.task, a.what});
+    owed_profiles_.insert(a.key);
+  }
+}
+
+void ActionJournal::Profiling(const std::string& key) {
+  if (owed_profiles_.erase(key) == 0) {
+    violations_.push_back("started the profiling trial " + key +
+                          " without the engine saying so (after step " + std::to_string(steps_) +
+                          ")");
   }
 }
 

@@ -16,6 +16,7 @@
 
 namespace orrery::engine {
 
+struct ProfileStep;
 struct StepResult;
 struct WorldView;
 
@@ -23,9 +24,11 @@ struct JournalEntry {
   int step = 0;         // the engine step that issued it (1, 2, ...)
   double at = 0;        // world time of that step
   std::string trigger;  // what the step re-planned on; "" when it did not
-  std::string kind;     // "launch" | "stop"
+  std::string kind;     // "launch" | "stop" | "profile"
   std::string task;
-  std::string detail;  // a launch's "<template> x<gpus>[ b<batch>]", a stop's reason
+  // A launch's "<template> x<gpus>[ b<batch>]", a stop's reason, a profiling
+  // trial's "<template> x<gpus> b<batch>".
+  std::string detail;
 };
 
 class ActionJournal {
@@ -41,6 +44,14 @@ class ActionJournal {
   // task's profile) / stopped it: a violation unless the latest step issued it.
   void Launched(const std::string& task, int config);
   void Stopped(const std::string& task);
+  // The profiling trials a profile step (profile_step.h) started, kept apart
+  // from the launches and stops (a world that holds every profile starts
+  // none, so they are not what the worlds are compared on); what the step
+  // before issued and the world did not start lapses. Profiling: the world
+  // started the trial of `key`, a violation unless the latest step issued it.
+  void IssuedProfiles(const ProfileStep& step, double at);
+  void Profiling(const std::string& key);
+  const std::vector<JournalEntry>& profiles() const { return profiles_; }
 
   const std::vector<JournalEntry>& entries() const { return entries_; }
   const std::vector<std::string>& violations() const { return violations_; }
@@ -57,6 +68,8 @@ class ActionJournal {
   std::vector<std::string> violations_;
   std::map<std::string, int> owed_launch_;  // task -> configuration
   std::set<std::string> owed_stop_;
+  std::vector<JournalEntry> profiles_;
+  std::set<std::string> owed_profiles_;  // keys
 };
 
 }  // namespace orrery::engine

@@ -28,6 +28,7 @@
 #include "operator/engine/gang_command.h"
 #include "operator/engine/job_options.h"
 #include "operator/engine/profile_configs.h"
+#include "operator/engine/profile_step.h"
 #include "operator/engine/worker_command.h"
 #include "operator/local/process.h"
 #include "operator/local/profile_cache.h"
@@ -216,9 +217,21 @@ class Runner {
   Status Prepare();
   Status RestoreFrom(const RunReport& previous);
   Status ProfileAll();
+  // One trial on `devices` (its ranks, in order); nullopt when it gave no
+  // usable profile (said in an event).
   StatusOr<std::optional<contract::ProfileEntry>> ProfileOne(const TaskRun& task,
                                                              const std::string& template_name,
-                                                             int gpus, int64_t batch);
+                                                             const std::vector<int>& devices,
+                                                             int64_t batch);
+  // The engine's profile room over the alive devices: one node per GPU type.
+  engine::ProfileRoom TrialRoom() const;
+  // "profiled <config>: <speed>..." for a trial `e` of template `name`.
+  void ProfiledEvent(const TaskRun& task, const std::string& name, const contract::ProfileEntry& e);
+  // Measures `trials` (keys the cache lacks) as the engine's profile steps
+  // start them, one after another; by key, what each gave.
+  StatusOr<std::map<std::string, std::optional<contract::ProfileEntry>>> MeasureTrials(
+      const std::vector<engine::ProfileWant>& trials,
+      const std::map<std::string, std::pair<size_t, engine::ProfileKeyRef>>& of);
   int64_t SamplesAtStep(const TaskRun& task, int64_t step) const;
   bool Elastic() const { return job_.job.spec.elasticity.enabled; }
   void BuildConfigs();
@@ -287,6 +300,9 @@ class Runner {
   std::vector<bool> alive_;
   RunReport report_;
   std::unique_ptr<engine::Engine> engine_;
+  // The profile steps' journal (before the engine exists: its options wait
+  // for what the cache knows of gangs); its violations join the engine's.
+  engine::ActionJournal profile_journal_;
   std::optional<planner::Plan> plan_;  // absolute run times, world indices
   // Slot k of node n in plan_ is device plan_devices_[n][k].
   std::vector<std::vector<int>> plan_devices_;
@@ -469,7 +485,9 @@ std::map<std::string, std::string> RankEnv(const DeviceSet& devices, int device,
 
 StatusOr<std::optional<contract::ProfileEntry>> Runner::ProfileOne(const TaskRun& task,
                                                                    const std::string& template_name,
-                                                                   int gpus, int64_t batch) {
+                                                                   const std::vector<int>& devices,
+                                                                   int64_t batch) {
+  const int gpus = static_cast<int>(devices.size());
   engine::LaunchConfig lc;
   lc.template_name = template_name;
   lc.gpus = gpus;
@@ -480,7 +498,6 @@ StatusOr<std::optional<contract::ProfileEntry>> Runner::ProfileOne(const TaskRun
   for (auto& f : engine::ProfileFlags(task.spec, lc, job_.job.spec.profiling.trial_steps)) {
     argv.push_back(f);
   }
-  std::vector<int> alive = AliveDevices();
   int n = ++launch_counter_;
   std::string store = opt_.workdir + "/rdv/profile-" + std::to_string(n);
   std::error_code ec;
@@ -491,7 +508,7 @@ StatusOr<std::optional<contract::ProfileEntry>> Runner::ProfileOne(const TaskRun
   for (int r = 0; r < gpus; ++r) {
     ORRERY_ASSIGN_OR_RETURN(
         Process p,
-        Process::Spawn(argv, RankEnv(opt_.devices, alive[static_cast<size_t>(r)], r, gpus, store),
+        Process::Spawn(argv, RankEnv(opt_.devices, devices[static_cast<size_t>(r)], r, gpus, store),
                        log + ".r" + std::to_string(r) + ".log", r == 0));
     ranks.push_back(std::move(p));
   }
@@ -526,6 +543,51 @@ StatusOr<std::optional<contract::ProfileEntry>> Runner::ProfileOne(const TaskRun
   return std::optional<contract::ProfileEntry>(e);
 }
 
+engine::ProfileRoom Runner::TrialRoom() const {
+  engine::ProfileRoom room;
+  const std::vector<std::string> pools = opt_.devices.Pools();
+  const std::vector<std::vector<int>> alive = AliveByPool();
+  for (size_t p = 0; p < pools.size(); ++p) {
+    room.nodes.push_back({std::to_string(p), pools[p], static_cast<int>(alive[p].size())});
+  }
+  return room;
+}
+
+StatusOr<std::map<std::string, std::optional<contract::ProfileEntry>>> Runner::MeasureTrials(
+    const std::vector<engine::ProfileWant>& trials,
+    const std::map<std::string, std::pair<size_t, engine::ProfileKeyRef>>& of) {
+  std::map<std::string, std::optional<contract::ProfileEntry>> measured;
+  std::vector<engine::ProfileWant> left = trials;
+  while (!left.empty()) {
+    // The engine's Profile action over the devices alive now, one trial at a
+    // time: trials beside each other would share the host's cores and memory
+    // bandwidth and time each other.
+    engine::ProfileRoom room = TrialRoom();
+    room.max_start = 1;
+    const engine::ProfileStep step = engine::StepProfiles(left, room);
+    profile_journal_.IssuedProfiles(step, Now());
+    if (step.start.empty()) break;  // none fits what is alive: they give no configuration
+    for (const engine::ProfileAction& a : step.start) {
+      const auto& [t, want] = of.at(a.key);
+      const TaskRun& task = tasks_[t];
+      const std::string name(api::EnumName(want.template_));
+      const std::vector<int> pool = AliveByPool()[std::stoul(a.placement.front())];
+      const std::vector<int> devices(pool.begin(), pool.begin() + a.gpus);
+      profile_journal_.Profiling(a.key);
+      report_.tasks[t].state = "profiling";
+      std::string on;
+      for (int d : devices) on += (on.empty() ? "" : ",") + std::to_string(d);
+      Event("profiling " + task.signature + " as " +
+            ConfigText(name, a.gpus, want.batch_size, task.batch) + " on " + opt_.devices.kind +
+            ":" + on + " (" + std::to_string(job_.job.spec.profiling.trial_steps) +
+            " trial steps)");
+      ORRERY_ASSIGN_OR_RETURN(measured[a.key], ProfileOne(task, name, devices, want.batch_size));
+    }
+    std::erase_if(left, [&](const engine::ProfileWant& w) { return measured.count(w.key) > 0; });
+  }
+  return measured;
+}
+
 Status Runner::ProfileAll() {
   ORRERY_ASSIGN_OR_RETURN(ProfileCache cache, ProfileCache::Load(opt_.profile_cache));
   cached_gang_speedup_ = cache.GangSpeedup(opt_.devices.kind);
@@ -534,76 +596,84 @@ Status Runner::ProfileAll() {
   profile_max_gpus_ = 0;
   for (const std::vector<int>& pool : AliveByPool())
     profile_max_gpus_ = std::max(profile_max_gpus_, static_cast<int>(pool.size()));
+  // Every (template, GPUs, batch) each signature's configurations are built
+  // from, in build order: the cache's, and the trials the rest need.
+  struct Wanted {
+    size_t task;
+    std::string members;
+    engine::ProfileKeyRef want;
+    contract::ProfileEntry key;
+    const contract::ProfileEntry* hit;
+  };
+  std::vector<Wanted> wanted;
+  std::vector<engine::ProfileWant> trials;
+  std::map<std::string, std::pair<size_t, engine::ProfileKeyRef>> trial_of;
   std::set<std::string> seen;
-  report_.profiles.clear();
   for (size_t i = 0; i < tasks_.size(); ++i) {
-    TaskRun& task = tasks_[i];
-    if (task.done) continue;
+    const TaskRun& task = tasks_[i];
+    if (task.done || !seen.insert(task.signature).second) continue;
     std::string members;
     for (const TaskRun& o : tasks_) {
       if (o.signature == task.signature) members += (members.empty() ? "" : ",") + o.spec.name;
     }
-    if (!seen.insert(task.signature).second) continue;
-    // Every (template, GPUs, batch) the task's configurations are built from: with
-    // a store that holds nothing, they all come back missing, in build order.
-    engine::TaskConfigs wanted = engine::BuildTaskConfigs(
+    // With a store that holds nothing, every key comes back missing, in build order.
+    const engine::TaskConfigs all = engine::BuildTaskConfigs(
         spec, task.spec.task, [](api::Template, int, int64_t) { return engine::ProfilePoint{}; },
         profile_max_gpus_);
-    for (const engine::ProfileKeyRef& want : wanted.missing) {
-      std::string name(api::EnumName(want.template_));
-      int g = want.gpus;
-      std::string text = ConfigText(name, g, want.batch_size, task.batch);
+    for (const engine::ProfileKeyRef& want : all.missing) {
+      const std::string name(api::EnumName(want.template_));
       contract::ProfileEntry key;
       key.signature = task.signature;
-      key.template_name = contract::WorkerTemplate(name, g);
-      key.gpus = g;
+      key.template_name = contract::WorkerTemplate(name, want.gpus);
+      key.gpus = want.gpus;
       key.batch_size = want.batch_size;
       key.device = opt_.devices.kind;
       const contract::ProfileEntry* hit = spec.profiling.reuse_cache ? cache.Find(key) : nullptr;
-      contract::ProfileEntry e;
-      bool cached = hit != nullptr;
-      if (cached) {
-        e = *hit;
-      } else {
-        report_.tasks[i].state = "profiling";
-        Event("profiling " + task.signature + " as " + text + " (" +
-              std::to_string(spec.profiling.trial_steps) + " trial steps)");
-        ORRERY_ASSIGN_OR_RETURN(std::optional<contract::ProfileEntry> measured,
-                                ProfileOne(task, name, g, want.batch_size));
-        if (!measured) continue;
-        e = *measured;
-        e.signature = key.signature;
-        e.template_name = key.template_name;
-        e.gpus = g;
-        e.batch_size = key.batch_size;
-        e.device = key.device;
-        e.measured_at = Rfc3339Now();
-        cache.Put(e);
-        ORRERY_RETURN_IF_ERROR(cache.Save());
-        char buf[160];
-        std::snprintf(buf, sizeof(buf), "  %.1f samples/s, step %.3f s (p90 %.3f s)",
-                      e.samples_per_s, e.step_time_s, e.step_time_p90_s);
-        std::string line = "profiled " + text + ":" + buf;
-        if (e.device_allocated_bytes > 0) {  // what the planner fits to a device
-          std::snprintf(buf, sizeof(buf), ", peak %.0f MiB", e.device_allocated_bytes / 1048576.0);
-          line += buf + (e.recompute.empty() ? "" : " (recompute " + e.recompute + ")");
-        }
-        Event(line);
-      }
-      ReportProfile rp;
-      rp.signature = task.signature;
-      rp.tasks = members;
-      rp.template_name = name;
-      rp.gpus = g;
-      rp.batch_size = static_cast<int>(e.batch_size);
-      rp.samples_per_s = e.samples_per_s;
-      rp.step_time_s = e.step_time_s;
-      rp.peak_memory_mib = e.peak_memory_bytes / (1024.0 * 1024.0);
-      rp.device_allocated_mib = e.device_allocated_bytes / (1024.0 * 1024.0);
-      rp.recompute = e.recompute;
-      rp.from_cache = cached;
-      report_.profiles.push_back(rp);
+      wanted.push_back({i, members, want, key, hit});
+      if (hit != nullptr) continue;
+      engine::ProfileWant w;
+      w.task = task.spec.name;
+      w.key = task.signature + " " + key.Key();
+      w.what = name + " x" + std::to_string(want.gpus) + " b" + std::to_string(want.batch_size);
+      w.gpus = want.gpus;
+      if (!opt_.devices.types.empty()) w.gpu_types = task.spec.task.gpu_types;
+      trial_of[w.key] = {i, want};
+      trials.push_back(std::move(w));
     }
+  }
+  ORRERY_ASSIGN_OR_RETURN(auto measured, MeasureTrials(trials, trial_of));
+  report_.profiles.clear();
+  for (const Wanted& w : wanted) {
+    contract::ProfileEntry e;
+    if (w.hit != nullptr) {
+      e = *w.hit;
+    } else {
+      auto it = measured.find(tasks_[w.task].signature + " " + w.key.Key());
+      if (it == measured.end() || !it->second) continue;  // not run, or no usable profile
+      e = *it->second;
+      e.signature = w.key.signature;
+      e.template_name = w.key.template_name;
+      e.gpus = w.key.gpus;
+      e.batch_size = w.key.batch_size;
+      e.device = w.key.device;
+      e.measured_at = Rfc3339Now();
+      cache.Put(e);
+      ORRERY_RETURN_IF_ERROR(cache.Save());
+      ProfiledEvent(tasks_[w.task], std::string(api::EnumName(w.want.template_)), e);
+    }
+    ReportProfile rp;
+    rp.signature = w.key.signature;
+    rp.tasks = w.members;
+    rp.template_name = std::string(api::EnumName(w.want.template_));
+    rp.gpus = w.want.gpus;
+    rp.batch_size = static_cast<int>(e.batch_size);
+    rp.samples_per_s = e.samples_per_s;
+    rp.step_time_s = e.step_time_s;
+    rp.peak_memory_mib = e.peak_memory_bytes / (1024.0 * 1024.0);
+    rp.device_allocated_mib = e.device_allocated_bytes / (1024.0 * 1024.0);
+    rp.recompute = e.recompute;
+    rp.from_cache = w.hit != nullptr;
+    report_.profiles.push_back(rp);
   }
   int reused = 0;
   for (const ReportProfile& p : report_.profiles) reused += p.from_cache ? 1 : 0;
@@ -611,6 +681,19 @@ Status Runner::ProfileAll() {
     Event("reused " + std::to_string(reused) + " cached profiles from " + cache.path());
   }
   return OkStatus();
+}
+
+void Runner::ProfiledEvent(const TaskRun& task, const std::string& name,
+                           const contract::ProfileEntry& e) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "  %.1f samples/s, step %.3f s (p90 %.3f s)", e.samples_per_s,
+                e.step_time_s, e.step_time_p90_s);
+  std::string line = "profiled " + ConfigText(name, e.gpus, e.batch_size, task.batch) + ":" + buf;
+  if (e.device_allocated_bytes > 0) {  // what the planner fits to a device
+    std::snprintf(buf, sizeof(buf), ", peak %.0f MiB", e.device_allocated_bytes / 1048576.0);
+    line += buf + (e.recompute.empty() ? "" : " (recompute " + e.recompute + ")");
+  }
+  Event(line);
 }
 
 void Runner::BuildConfigs() {
@@ -1466,10 +1549,14 @@ std::vector<TaskProgress> Runner::ProgressView() const {
 void Runner::WriteReport() {
   report_.wall_s = Now();
   report_.actions.clear();
-  for (const engine::JournalEntry& e : engine_->journal().entries()) {
-    report_.actions.push_back({e.at, e.kind, e.task, e.detail, e.trigger});
+  report_.violations = profile_journal_.violations();
+  if (engine_) {  // none before the job is planned
+    for (const engine::JournalEntry& e : engine_->journal().entries()) {
+      report_.actions.push_back({e.at, e.kind, e.task, e.detail, e.trigger});
+    }
+    report_.violations.insert(report_.violations.end(), engine_->journal().violations().begin(),
+                              engine_->journal().violations().end());
   }
-  report_.violations = engine_->journal().violations();
   std::vector<ReportBar> all = report_.actual;
   RunReport snapshot = report_;
   for (size_t t = 0; t < tasks_.size(); ++t) {

@@ -16,9 +16,9 @@
 //     plan and relaunched on two GPUs at batch 32, where a GPU works best;
 //   - drift (simulator and controller): under a quota of 3 the task on one GPU
 //     trains at half its profiled speed; the re-plan swaps the two tasks;
-//   - node loss (simulator and controller: the local world has one node): two
-//     nodes of two GPUs, the second lost while both run; its task waits for
-//     the first and runs after it.
+//   - node loss: two nodes of two GPUs, the second lost while both run (the
+//     local world: its devices 2 and 3 fail together); its task waits for the
+//     first and runs after it.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -577,7 +577,7 @@ TEST_F(ConformanceTest, QuotaEditedDownThenUpStopsAndRelaunchesAlikeInEveryWorld
   Compare(worlds);
 }
 
-TEST_F(ConformanceTest, NodeLostWhileRunningReplansAlikeInSimulatorAndController) {
+TEST_F(ConformanceTest, NodeLostWhileRunningReplansAlikeInEveryWorld) {
   std::map<std::string, WorldRun> worlds;
   worlds["simulator"] = RunSim(job_, {2, 2}, {{100, planner::ClusterEvent::Kind::kNodeLost, 1}});
   {
@@ -593,6 +593,15 @@ TEST_F(ConformanceTest, NodeLostWhileRunningReplansAlikeInSimulatorAndController
     c.Finish();
     worlds["controller"] = c.Journal();
   }
+  // The local world has one machine: the second node is its devices 2 and 3,
+  // lost in one control-file write (as a node's GPUs go together). Its gang
+  // dies with them; the engine plans again on the two left.
+  worlds["local"] = RunLocal(job_, dir_ + "/local", [](const std::string& workdir) {
+    ASSERT_TRUE(
+        WaitUntil([&] { return LocalCount(ReadReport(workdir), "running", "running") == 2; },
+                  std::chrono::seconds(120)));
+    Control(workdir, "fail 2\nfail 3");
+  });
   Compare(worlds);
 }
 

@@ -143,15 +143,6 @@ TEST_F(ReconcilerPureTest, PinnedProfilePodsCountOnTheirNode) {
   EXPECT_EQ(PodNode(ForeignPod("", 1)), "");
 }
 
-TEST_F(ReconcilerPureTest, TrialsGoToOneNodeWhenOneHasRoom) {
-  std::map<std::string, int> free = {{"a", 1}, {"b", 3}, {"c", 2}};
-  EXPECT_EQ(FirstFitPlacement(free, 1), (std::vector<std::string>{"a"}));
-  EXPECT_EQ(FirstFitPlacement(free, 2), (std::vector<std::string>{"b", "b"}));
-  EXPECT_EQ(FirstFitPlacement(free, 4), (std::vector<std::string>{"a", "b", "b", "b"}));
-  EXPECT_TRUE(FirstFitPlacement(free, 7).empty());
-  EXPECT_TRUE(FirstFitPlacement({{"a", -1}}, 1).empty());
-}
-
 TEST_F(ReconcilerPureTest, LostNodesAreNotReadyOrGone) {
   std::vector<Json> nodes = {Node("a", 8), Node("b", 8, false)};
   std::vector<Json> pods = GangPods(0, {"a", "gone"}, "Running");

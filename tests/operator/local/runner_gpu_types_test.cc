@@ -149,7 +149,42 @@ TEST_F(RunnerGpuTypesTest, GangsKeepToOneTypeAndARestrictedTaskToItsOwn) {
     std::string log;
     ASSERT_EQ(Run(want, "cpu:2=big+cpu:2=small", &log), 0) << log;
     ExpectTypedReport(want);
+    // Every profiling trial on one type (devices 0-1 are big, 2-3 small);
+    // the second run reuses the first's profiles.
+    const nlohmann::json report = Report();
+    for (const auto& e : report["events"]) {
+      const std::string text = e.value("text", "");
+      if (text.rfind("profiling ", 0) != 0) continue;
+      const bool small = text.find(" on cpu:2") != std::string::npos ||
+                         text.find(" on cpu:3") != std::string::npos;
+      const bool big = text.find(" on cpu:0") != std::string::npos ||
+                       text.find(" on cpu:1") != std::string::npos;
+      EXPECT_NE(small, big) << "a trial on one type: " << text;
+      if (text.find("×2") != std::string::npos) {
+        EXPECT_TRUE(text.find("cpu:0,1") != std::string::npos ||
+                    text.find("cpu:2,3") != std::string::npos)
+            << text;
+      }
+    }
   }
+}
+
+// Trials of a task pinned to the small devices run there, even when the big
+// ones come first.
+TEST_F(RunnerGpuTypesTest, APinnedTasksTrialsRunOnItsType) {
+  std::string log;
+  ASSERT_EQ(Run("small", "cpu:2=big+cpu:2=small", &log), 0) << log;
+  int pinned = 0;
+  const nlohmann::json report = Report();
+  for (const auto& e : report["events"]) {
+    const std::string text = e.value("text", "");
+    if (text.rfind("profiling ", 0) != 0) continue;
+    // The pinned task's model (hidden 16) has its own signature; its trials
+    // are the ones on the small devices.
+    if (text.find(" on cpu:2") != std::string::npos) ++pinned;
+    EXPECT_EQ(text.find("cpu:1,2"), std::string::npos) << "a trial spans types: " << text;
+  }
+  EXPECT_EQ(pinned, 2) << "x1 and x2 on small:\n" << report["events"].dump(1);
 }
 
 TEST_F(RunnerGpuTypesTest, ATypeNoDeviceGroupHasIsAnErrorNamingTheField) {
