@@ -360,6 +360,7 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
   }
   RemainingProblem rp =
       BuildRemainingProblem(GangsAsWaiting(world, gangs_), options_.switch_cost_s);
+  rp.problem.objective = options_.objective;
   std::vector<std::vector<int>> gangs;  // problem indices
   planner::Plan fresh;
   d.trigger = trigger;

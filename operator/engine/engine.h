@@ -48,6 +48,10 @@ struct EngineOptions {
   // over its members one after the other (measured by a world that ran one).
   bool interleave = false;
   double interleave_speedup = planner::kInterleaveSpeedup;
+  // What a plan minimises (spec.scheduling.objective; a workload's objective in
+  // the simulator): the makespan of what remains, or the weighted sum of its
+  // tasks' completion times from now. Adoption compares plans on it too.
+  planner::Objective objective = planner::Objective::kMakespan;
   bool operator==(const EngineOptions&) const = default;
 };
 

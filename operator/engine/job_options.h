@@ -1,6 +1,6 @@
 // The engine's options for one job, the same in every world: the job's
 // spec.scheduling (re-plan interval, the gain that justifies a switch, the
-// solver's time limit) over what the world sets itself (the switch cost of its
+// solver's time limit, the objective) over what the world sets itself (the switch cost of its
 // gangs, the drift tolerance, the seed). A world's solver limit, when it sets
 // one, caps the spec's (an operator flag bounds every job's solves).
 #pragma once

@@ -72,12 +72,19 @@ struct SimGang {
   bool measured = false;
 };
 
+// The engine plans for the workload's objective, as the operator plans for
+// the job's spec.scheduling.objective.
+engine::EngineOptions WithObjective(engine::EngineOptions o, planner::Objective objective) {
+  o.objective = objective;
+  return o;
+}
+
 class Sim {
  public:
   Sim(const planner::Workload& w, const SimOptions& o, const Clock* clock)
       : w_(w),
         o_(o),
-        engine_(o.engine, clock),
+        engine_(WithObjective(o.engine, w.problem.objective), clock),
         gang_speedup_(o.gang_speedup > 0 ? o.gang_speedup : o.engine.interleave_speedup) {}
 
   StatusOr<SimResult> Run();

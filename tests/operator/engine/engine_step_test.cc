@@ -231,7 +231,7 @@ TEST(EngineStep, AnOutdatedTaskStopsForTheSpecAndRunsAgainAsPlanned) {
 }
 
 // SelectLaunches alone: planned order, claims, the budget, and nodes by name.
-planner::Plan PlanOf(std::vector<std::pair<int, std::vector<planner::GpuSlot>>> tasks) {
+planner::Plan PlanOf(const std::vector<std::pair<int, std::vector<planner::GpuSlot>>>& tasks) {
   planner::Plan p;
   double start = 0;
   for (auto& [config, gpus] : tasks) {
@@ -572,6 +572,50 @@ TEST(EngineStep, AMeasuredSpeedupBelowOneEndsTheGangs) {
   EXPECT_FALSE(engine.UpdateOptions(o));
   StepResult same = engine.Step(in);
   EXPECT_FALSE(same.decision && same.decision->adopted);
+}
+
+}  // namespace
+}  // namespace orrery::engine
+
+namespace orrery::engine {
+namespace {
+
+// One GPU, a long task (1000 samples) and a short one (100), 1 sample/s each:
+// every order has the same makespan, but under spec.scheduling.objective
+// weightedCompletionTime the engine runs first what finishes the weighted sum
+// soonest: the short task, unless the long one weighs enough more.
+TEST(EngineStep, TheJobsObjectiveOrdersWhatRunsFirst) {
+  auto first_launch = [](planner::Objective objective, double long_weight) {
+    EngineOptions o = Options();
+    o.objective = objective;
+    Engine engine(o, nullptr);
+    StepInput in;
+    in.world.now = 0;
+    in.world.nodes = {{"a", 1, 40, true}};
+    for (const auto& [name, work] :
+         {std::pair<std::string, double>{"long", 1000}, {"short", 100}}) {
+      TaskView t;
+      t.name = name;
+      t.remaining_work = work;
+      t.weight = name == "long" ? long_weight : 1;
+      t.profile = {testing::Cfg(1, 1)};
+      in.world.tasks.push_back(t);
+    }
+    StepResult r = engine.Step(in);
+    EXPECT_TRUE(r.decision && r.decision->adopted);
+    EXPECT_EQ(r.launches.size(), 1u);
+    return std::make_pair(
+        r.launches.empty() ? std::string() : in.world.tasks[r.launches[0].task].name,
+        r.decision ? r.decision->new_objective : 0.0);
+  };
+  const auto [wct_first, wct] = first_launch(planner::Objective::kWeightedCompletion, 1);
+  EXPECT_EQ(wct_first, "short");
+  EXPECT_DOUBLE_EQ(wct, 100 + 1100);  // the sum of completion times from now
+  const auto [heavy_first, heavy] = first_launch(planner::Objective::kWeightedCompletion, 20);
+  EXPECT_EQ(heavy_first, "long");
+  EXPECT_DOUBLE_EQ(heavy, 20 * 1000 + 1100);
+  const auto [makespan_first, makespan] = first_launch(planner::Objective::kMakespan, 1);
+  EXPECT_DOUBLE_EQ(makespan, 1100);
 }
 
 }  // namespace

@@ -136,5 +136,16 @@ TEST(ReplanBudget, TheJobSpecSetsTheWindowAndWarmStarts) {
   EXPECT_NE(o, defaults) << "an edit of either is a spec change the engine re-plans on";
 }
 
+// spec.scheduling.objective reaches the engine in every world (it was honoured
+// by `orrery plan` only): makespan by default, else the weighted completion.
+TEST(ReplanBudget, TheJobSpecSetsTheObjective) {
+  api::SchedulingSpec spec;
+  EXPECT_EQ(JobEngineOptions(spec, {}).objective, planner::Objective::kMakespan);
+  spec.objective = api::Objective::kWeightedCompletionTime;
+  const EngineOptions o = JobEngineOptions(spec, {});
+  EXPECT_EQ(o.objective, planner::Objective::kWeightedCompletion);
+  EXPECT_NE(o, JobEngineOptions({}, {})) << "an edit is a spec change the engine re-plans on";
+}
+
 }  // namespace
 }  // namespace orrery::engine

@@ -227,3 +227,36 @@ TEST(SimulatorTest, AnotherJobsArrivalShrinksTheShareAndItsLeavingGrowsIt) {
 
 }  // namespace
 }  // namespace orrery::sim
+
+namespace orrery::sim {
+namespace {
+
+// The workload's objective is the engine's: on one GPU a long and a short task
+// have the same makespan in either order, and a weighted-completion workload
+// runs the short one first, so its tasks finish sooner on average.
+TEST(SimulatorTest, TheWorkloadsObjectiveIsWhatTheEnginePlansFor) {
+  auto run = [](const std::string& objective) {
+    auto w = planner::ParseWorkload(R"(
+name: one-gpu
+objective: )" + objective + R"(
+cluster: {nodes: 1, gpusPerNode: 1, gpuMemoryGiB: 40}
+tasks:
+  - {name: long, work: 3600, profiles: [{template: ddp, gpus: 1, batchSize: 8, throughput: 1, memoryGiB: 10}]}
+  - {name: short, work: 360, profiles: [{template: ddp, gpus: 1, batchSize: 8, throughput: 1, memoryGiB: 10}]}
+)");
+    EXPECT_TRUE(w.ok()) << w.status();
+    auto r = Simulate(*w, Options(true), nullptr);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : SimResult{};
+  };
+  const SimResult makespan = run("makespan");
+  const SimResult weighted = run("weightedCompletion");
+  EXPECT_DOUBLE_EQ(weighted.makespan, makespan.makespan);
+  ASSERT_EQ(weighted.completion.size(), 2u);
+  EXPECT_LT(weighted.completion[1], weighted.completion[0]) << "the short task first";
+  EXPECT_DOUBLE_EQ(weighted.mean_completion, (360.0 + 3960.0) / 2);
+  EXPECT_LE(weighted.mean_completion, makespan.mean_completion);
+}
+
+}  // namespace
+}  // namespace orrery::sim
