@@ -145,6 +145,11 @@ struct InterleavedGang {
   double stop_requested = 0;
   double started = 0;
   bool speedup_reported = false;
+  size_t size = 0;  // members at launch
+  // Each member's measured speed over its alone speed, once past its first
+  // report (warm-up): kept when the member leaves, since members finish at
+  // different times and their lines arrive in different reads.
+  std::map<size_t, double> ratio;
   // The gang's --stop-file: a member stopped alone is a line in it.
   std::string StopFile() const { return StopFileOf(log_prefix); }
   static std::string StopFileOf(const std::string& prefix) { return prefix + ".stop"; }
@@ -227,11 +232,14 @@ class Runner {
   engine::ProfileRoom TrialRoom() const;
   // "profiled <config>: <speed>..." for a trial `e` of template `name`.
   void ProfiledEvent(const TaskRun& task, const std::string& name, const contract::ProfileEntry& e);
-  // Measures `trials` (keys the cache lacks) as the engine's profile steps
-  // start them, one after another; by key, what each gave.
+  // Measures `trials` (keys the cache lacks; `of` names each key's task and
+  // its template, GPUs and batch) as the engine's profile steps start them,
+  // one after another, and saves each profile to `cache` as it is measured (an
+  // interrupted run keeps what it measured); by key, what each gave.
   StatusOr<std::map<std::string, std::optional<contract::ProfileEntry>>> MeasureTrials(
       const std::vector<engine::ProfileWant>& trials,
-      const std::map<std::string, std::pair<size_t, engine::ProfileKeyRef>>& of);
+      const std::map<std::string, std::pair<size_t, engine::ProfileKeyRef>>& of,
+      ProfileCache& cache);
   int64_t SamplesAtStep(const TaskRun& task, int64_t step) const;
   bool Elastic() const { return job_.job.spec.elasticity.enabled; }
   void BuildConfigs();
@@ -555,7 +563,8 @@ engine::ProfileRoom Runner::TrialRoom() const {
 
 StatusOr<std::map<std::string, std::optional<contract::ProfileEntry>>> Runner::MeasureTrials(
     const std::vector<engine::ProfileWant>& trials,
-    const std::map<std::string, std::pair<size_t, engine::ProfileKeyRef>>& of) {
+    const std::map<std::string, std::pair<size_t, engine::ProfileKeyRef>>& of,
+    ProfileCache& cache) {
   std::map<std::string, std::optional<contract::ProfileEntry>> measured;
   std::vector<engine::ProfileWant> left = trials;
   while (!left.empty()) {
@@ -581,7 +590,20 @@ StatusOr<std::map<std::string, std::optional<contract::ProfileEntry>>> Runner::M
             ConfigText(name, a.gpus, want.batch_size, task.batch) + " on " + opt_.devices.kind +
             ":" + on + " (" + std::to_string(job_.job.spec.profiling.trial_steps) +
             " trial steps)");
-      ORRERY_ASSIGN_OR_RETURN(measured[a.key], ProfileOne(task, name, devices, want.batch_size));
+      ORRERY_ASSIGN_OR_RETURN(std::optional<contract::ProfileEntry> e,
+                              ProfileOne(task, name, devices, want.batch_size));
+      if (e) {
+        e->signature = task.signature;
+        e->template_name = contract::WorkerTemplate(name, a.gpus);
+        e->gpus = a.gpus;
+        e->batch_size = want.batch_size;
+        e->device = opt_.devices.kind;
+        e->measured_at = Rfc3339Now();
+        cache.Put(*e);
+        ORRERY_RETURN_IF_ERROR(cache.Save());
+        ProfiledEvent(task, name, *e);
+      }
+      measured[a.key] = std::move(e);
     }
     std::erase_if(left, [&](const engine::ProfileWant& w) { return measured.count(w.key) > 0; });
   }
@@ -603,7 +625,7 @@ Status Runner::ProfileAll() {
     std::string members;
     engine::ProfileKeyRef want;
     contract::ProfileEntry key;
-    const contract::ProfileEntry* hit;
+    std::optional<contract::ProfileEntry> hit;  // the cache's, when reused
   };
   std::vector<Wanted> wanted;
   std::vector<engine::ProfileWant> trials;
@@ -629,7 +651,8 @@ Status Runner::ProfileAll() {
       key.batch_size = want.batch_size;
       key.device = opt_.devices.kind;
       const contract::ProfileEntry* hit = spec.profiling.reuse_cache ? cache.Find(key) : nullptr;
-      wanted.push_back({i, members, want, key, hit});
+      wanted.push_back(
+          {i, members, want, key, hit != nullptr ? std::optional(*hit) : std::nullopt});
       if (hit != nullptr) continue;
       engine::ProfileWant w;
       w.task = task.spec.name;
@@ -641,25 +664,16 @@ Status Runner::ProfileAll() {
       trials.push_back(std::move(w));
     }
   }
-  ORRERY_ASSIGN_OR_RETURN(auto measured, MeasureTrials(trials, trial_of));
+  ORRERY_ASSIGN_OR_RETURN(auto measured, MeasureTrials(trials, trial_of, cache));
   report_.profiles.clear();
   for (const Wanted& w : wanted) {
     contract::ProfileEntry e;
-    if (w.hit != nullptr) {
+    if (w.hit) {
       e = *w.hit;
     } else {
       auto it = measured.find(tasks_[w.task].signature + " " + w.key.Key());
       if (it == measured.end() || !it->second) continue;  // not run, or no usable profile
       e = *it->second;
-      e.signature = w.key.signature;
-      e.template_name = w.key.template_name;
-      e.gpus = w.key.gpus;
-      e.batch_size = w.key.batch_size;
-      e.device = w.key.device;
-      e.measured_at = Rfc3339Now();
-      cache.Put(e);
-      ORRERY_RETURN_IF_ERROR(cache.Save());
-      ProfiledEvent(tasks_[w.task], std::string(api::EnumName(w.want.template_)), e);
     }
     ReportProfile rp;
     rp.signature = w.key.signature;
@@ -672,7 +686,7 @@ Status Runner::ProfileAll() {
     rp.peak_memory_mib = e.peak_memory_bytes / (1024.0 * 1024.0);
     rp.device_allocated_mib = e.device_allocated_bytes / (1024.0 * 1024.0);
     rp.recompute = e.recompute;
-    rp.from_cache = w.hit != nullptr;
+    rp.from_cache = w.hit.has_value();
     report_.profiles.push_back(rp);
   }
   int reused = 0;
@@ -1051,7 +1065,7 @@ Status Runner::LaunchInterleaved(const engine::LaunchAction& l, const std::vecto
   ORRERY_ASSIGN_OR_RETURN(Process p,
                           Process::Spawn(argv, RankEnv(opt_.devices, devices[0], 0, 1, ""),
                                          log_prefix + ".r0.log", true));
-  InterleavedGang ig{std::move(p), {}, name, log_prefix, "", 0, Now(), false};
+  InterleavedGang ig{std::move(p), {}, name, log_prefix, "", 0, Now(), false, actions.size(), {}};
   std::string from;
   for (size_t i = 0; i < actions.size(); ++i) {
     const size_t t = actions[i]->task;
@@ -1336,15 +1350,18 @@ void Runner::ReapInterleaved(int id) {
 
 void Runner::MeasureInterleaved(int id) {
   InterleavedGang& ig = igangs_.at(id);
-  if (ig.speedup_reported || ig.members.size() < 2) return;
-  double speedup = 0;
+  if (ig.speedup_reported || ig.size < 2) return;
   for (size_t m : ig.members) {
     const TaskRun& task = tasks_[m];
     const planner::Config& c = task.configs[static_cast<size_t>(task.gang->config)];
     // Past the first report (warm-up), as OnProgress's drift.
-    if (task.gang->progress_lines < 2 || c.throughput <= 0) return;
-    speedup += task.samples_per_s / c.throughput;
+    if (task.gang->progress_lines >= 2 && c.throughput > 0) {
+      ig.ratio[m] = task.samples_per_s / c.throughput;
+    }
   }
+  if (ig.ratio.size() < ig.size) return;  // a member not measured yet
+  double speedup = 0;
+  for (const auto& [m, r] : ig.ratio) speedup += r;
   ig.speedup_reported = true;
   engine::EngineOptions o = engine_->options();
   char buf[240];

@@ -34,12 +34,15 @@ tag() { if [ -n "$1" ]; then echo "\"task\":\"$1\","; fi; }
 )sh";
 
 // profile: 100 samples/s. train: its --steps at 100 samples/s. gang: each
-// task reports twice at GANG_SPEED samples/s and completes.
-inline std::string FakeGangWorker(int gang_speed) {
+// task reports twice at GANG_SPEED samples/s and completes, `pause_s` seconds
+// after the one before it.
+inline std::string FakeGangWorker(int gang_speed, const std::string& pause_s = "0") {
   return std::string(kFakeWorkerPrelude) + R"sh(speed=100
 if [ "$mode" = gang ]; then speed=)sh" +
          std::to_string(gang_speed) + R"sh(; fi
 for t in $tasks; do
+  sleep )sh" +
+         pause_s + R"sh(
   name=${t%%:*}
   steps=${t##*:}
   echo "{$(tag "$name")\"event\":\"start\",\"steps\":$steps,\"global_batch\":8,\"resumed_from_step\":null}"

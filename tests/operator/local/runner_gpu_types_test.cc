@@ -5,10 +5,13 @@
 // progress and done lines for its --steps), so the test needs no LibTorch.
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -185,6 +188,49 @@ TEST_F(RunnerGpuTypesTest, APinnedTasksTrialsRunOnItsType) {
     EXPECT_EQ(text.find("cpu:1,2"), std::string::npos) << "a trial spans types: " << text;
   }
   EXPECT_EQ(pinned, 2) << "x1 and x2 on small:\n" << report["events"].dump(1);
+}
+
+// A run interrupted while profiling (Ctrl-C) keeps every profile it measured
+// before: each is saved as its trial ends, and the next run profiles only the
+// rest.
+TEST_F(RunnerGpuTypesTest, AnInterruptedRunKeepsTheProfilesItMeasured) {
+  // Trials on two devices hang until interrupted.
+  std::string script = kWorker;
+  script.insert(script.find("if [ \"$mode\" = profile ]"),
+                "if [ \"$mode\" = profile ] && [ \"$WORLD_SIZE\" = 2 ]; then sleep 60; fi\n");
+  std::ofstream(worker_) << script;
+  std::string yaml = kJob;
+  yaml.replace(yaml.find("TYPES"), 5, "small");
+  auto job = api::LoadJobText(yaml);
+  ASSERT_TRUE(job.ok()) << job.status();
+  RunOptions o;
+  o.devices = *ParseDevices("cpu:2");
+  o.workdir = dir_ + "/run";
+  o.worker = worker_;
+  o.profile_cache = dir_ + "/profiles.json";
+  o.job_dir = dir_;
+  o.tick_s = 0.02;
+  std::atomic<bool> stop{false};
+  o.stop = &stop;
+  std::ostringstream out, err;
+  int code = -1;
+  std::thread run([&] { code = RunJob(*job, o, out, err); });
+  // The first trial (one device) is measured and saved; the second hangs.
+  auto cached = [&] {
+    std::stringstream text;
+    text << std::ifstream(o.profile_cache).rdbuf();
+    return text.str();
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline &&
+         cached().find("\"gpus\": 1") == std::string::npos) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop = true;
+  run.join();
+  EXPECT_EQ(code, 130) << out.str() << err.str();
+  EXPECT_NE(cached().find("\"gpus\": 1"), std::string::npos) << cached();
+  EXPECT_EQ(cached().find("\"gpus\": 2"), std::string::npos) << cached();
 }
 
 TEST_F(RunnerGpuTypesTest, ATypeNoDeviceGroupHasIsAnErrorNamingTheField) {

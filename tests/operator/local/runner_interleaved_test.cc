@@ -103,6 +103,19 @@ TEST_F(RunnerInterleavedTest, AGangMeasuredSlowerThanAloneEndsTheGangsNotYetStar
 
 // The speedup a gang measured is kept in the profile cache: the next run on
 // the same devices times its first gangs with it (0.8x: it forms none).
+// Members whose lines come in different reads (the first completes and leaves
+// the gang before the second reports) are still measured together: the gang's
+// speedup is the sum of what each measured.
+TEST_F(RunnerInterleavedTest, MembersThatFinishApartAreMeasuredTogether) {
+  ASSERT_NO_FATAL_FAILURE(UseWorker(FakeGangWorker(40, "0.3")));
+  auto job = api::LoadJobText(SpilledSweepJob("interleaved-apart", "[0.1, 0.2]"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::ostringstream out, err;
+  ASSERT_EQ(RunJob(*job, o_, out, err), 0) << out.str() << err.str();
+  EXPECT_NE(out.str().find("runs at 0.80x its members one after the other"), std::string::npos)
+      << out.str();
+}
+
 TEST_F(RunnerInterleavedTest, TheNextRunStartsFromTheMeasuredSpeedup) {
   ASSERT_NO_FATAL_FAILURE(UseWorker(FakeGangWorker(40)));
   auto job = api::LoadJobText(SpilledSweepJob("interleaved-fake"));
@@ -188,6 +201,7 @@ TEST_F(RunnerInterleavedTest, AMemberStoppedAloneLeavesTheOtherRunningInTheGang)
   }
   ASSERT_EQ(bars.size(), 2u) << report["actual"].dump();
   std::vector<std::vector<std::string>> shapes;
+  shapes.reserve(bars.size());
   for (const auto& [task, b] : bars) shapes.push_back(b);
   std::sort(shapes.begin(), shapes.end());
   EXPECT_EQ(shapes, (std::vector<std::vector<std::string>>{{"completed/gang"},
