@@ -87,23 +87,32 @@ class RunnerGpuTypesTest : public ::testing::Test {
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
-  // Runs the job with gpuTypes `types` on `devices`; returns the exit code.
-  int Run(const std::string& types, const std::string& devices, std::string* err_text) {
+  // The job with gpuTypes `types`.
+  static api::LoadedJob Job(const std::string& types) {
     std::string yaml = kJob;
     yaml.replace(yaml.find("TYPES"), 5, types);
     auto job = api::LoadJobText(yaml);
     EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : api::LoadedJob{};
+  }
+  // Run options on `devices` with the fake worker, the work folder and the
+  // profile cache in the test's folder.
+  RunOptions Options(const std::string& devices) const {
     RunOptions o;
     auto parsed = ParseDevices(devices);
     EXPECT_TRUE(parsed.ok()) << parsed.status();
-    o.devices = *parsed;
+    if (parsed.ok()) o.devices = *parsed;
     o.workdir = dir_ + "/run";
     o.worker = worker_;
     o.profile_cache = dir_ + "/profiles.json";
     o.job_dir = dir_;
     o.tick_s = 0.02;
+    return o;
+  }
+  // Runs the job with gpuTypes `types` on `devices`; returns the exit code.
+  int Run(const std::string& types, const std::string& devices, std::string* err_text) {
     std::ostringstream out, err;
-    int code = RunJob(*job, o, out, err);
+    int code = RunJob(Job(types), Options(devices), out, err);
     *err_text = out.str() + err.str();
     return code;
   }
@@ -199,22 +208,13 @@ TEST_F(RunnerGpuTypesTest, AnInterruptedRunKeepsTheProfilesItMeasured) {
   script.insert(script.find("if [ \"$mode\" = profile ]"),
                 "if [ \"$mode\" = profile ] && [ \"$WORLD_SIZE\" = 2 ]; then sleep 60; fi\n");
   std::ofstream(worker_) << script;
-  std::string yaml = kJob;
-  yaml.replace(yaml.find("TYPES"), 5, "small");
-  auto job = api::LoadJobText(yaml);
-  ASSERT_TRUE(job.ok()) << job.status();
-  RunOptions o;
-  o.devices = *ParseDevices("cpu:2");
-  o.workdir = dir_ + "/run";
-  o.worker = worker_;
-  o.profile_cache = dir_ + "/profiles.json";
-  o.job_dir = dir_;
-  o.tick_s = 0.02;
+  const api::LoadedJob job = Job("small");
+  RunOptions o = Options("cpu:2");
   std::atomic<bool> stop{false};
   o.stop = &stop;
   std::ostringstream out, err;
   int code = -1;
-  std::thread run([&] { code = RunJob(*job, o, out, err); });
+  std::thread run([&] { code = RunJob(job, o, out, err); });
   // The first trial (one device) is measured and saved; the second hangs.
   auto cached = [&] {
     std::stringstream text;
