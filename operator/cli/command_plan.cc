@@ -16,6 +16,7 @@
 #include "operator/cli/commands.h"
 #include "operator/cli/job_file.h"
 #include "operator/engine/estimate.h"
+#include "operator/engine/job_options.h"
 #include "operator/engine/profile_configs.h"
 #include "operator/engine/worker_command.h"
 #include "operator/local/pretrained_config.h"
@@ -192,9 +193,7 @@ int RunPlan(Invocation& in) {
   }
 
   planner::Problem problem;
-  problem.objective = spec.scheduling.objective == api::Objective::kMakespan
-                          ? planner::Objective::kMakespan
-                          : planner::Objective::kWeightedCompletion;
+  problem.objective = engine::PlanObjective(spec.scheduling.objective);
   for (int n = 0; n < nodes; ++n) {
     problem.nodes.push_back({"node-" + std::to_string(n), per_node, dm.memory_gib});
   }

@@ -1247,10 +1247,10 @@ engine::ProfileRoom Reconciler::TrialRoom(JobContext& ctx, std::map<std::string,
   for (const auto& [task, e] : st.expected) {
     for (const std::string& node : e.gang.config.nodes) --(*trial_free)[node];
   }
+  std::map<std::string, std::string> type_of;
+  for (const NodeCapacity& n : ctx.capacity) type_of[n.name] = n.gpu_type;
   for (const auto& [node, free] : *trial_free) {  // by name: the order a placement fills
-    std::string type;
-    for (const NodeCapacity& n : ctx.capacity) type = n.name == node ? n.gpu_type : type;
-    room.nodes.push_back({node, type, free});
+    room.nodes.push_back({node, type_of[node], free});
   }
   // Under a Kueue admission trials count against the admitted GPUs as gangs
   // do: the job's live pods plus a new trial stay within them, and the gangs
@@ -1316,8 +1316,7 @@ std::vector<engine::ProfileWant> Reconciler::ProfileWants(
       engine::ProfileWant w;
       w.task = task.name;
       w.key = ProfileKeyHash(ProfileKey(r).Key());
-      w.what = std::string(api::EnumName(m.template_)) + " x" + std::to_string(m.gpus) + " b" +
-               std::to_string(m.batch_size);
+      w.what = engine::TrialText(m);
       w.gpus = m.gpus;
       // On the type the task's profiles are keyed by.
       w.gpu_types =

@@ -11,13 +11,16 @@ EngineOptions JobEngineOptions(const api::SchedulingSpec& scheduling, EngineOpti
   o.adopt_gain = scheduling.min_switch_gain;
   o.coalesce_window_s = scheduling.coalesce_window_seconds;
   o.warm_start = scheduling.warm_start;
-  o.objective = scheduling.objective == api::Objective::kMakespan
-                    ? planner::Objective::kMakespan
-                    : planner::Objective::kWeightedCompletion;
+  o.objective = PlanObjective(scheduling.objective);
   const double spec_limit = scheduling.solver_time_limit_seconds;
   o.solver_time_limit_s =
       o.solver_time_limit_s > 0 ? std::min(o.solver_time_limit_s, spec_limit) : spec_limit;
   return o;
+}
+
+planner::Objective PlanObjective(api::Objective objective) {
+  return objective == api::Objective::kMakespan ? planner::Objective::kMakespan
+                                                : planner::Objective::kWeightedCompletion;
 }
 
 }  // namespace orrery::engine

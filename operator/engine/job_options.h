@@ -12,4 +12,8 @@ namespace orrery::engine {
 
 EngineOptions JobEngineOptions(const api::SchedulingSpec& scheduling, EngineOptions world);
 
+// The planner's objective for a spec's spec.scheduling.objective (the engine's
+// and `orrery plan`'s).
+planner::Objective PlanObjective(api::Objective objective);
+
 }  // namespace orrery::engine

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "operator/api/types.h"
+
 namespace orrery::engine {
 
 std::vector<std::string> FirstFitPlacement(const std::vector<ProfileNode>& nodes, int ranks) {
@@ -17,6 +19,11 @@ std::vector<std::string> FirstFitPlacement(const std::vector<ProfileNode>& nodes
   }
   if (static_cast<int>(placement.size()) < ranks) return {};
   return placement;
+}
+
+std::string TrialText(const ProfileKeyRef& key) {
+  return std::string(api::EnumName(key.template_)) + " x" + std::to_string(key.gpus) + " b" +
+         std::to_string(key.batch_size);
 }
 
 ProfileStep StepProfiles(const std::vector<ProfileWant>& wants, const ProfileRoom& room) {

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "operator/engine/profile_configs.h"
+
 namespace orrery::engine {
 
 // One key a task's store lacks.
@@ -64,6 +66,9 @@ struct ProfileStep {
 };
 
 ProfileStep StepProfiles(const std::vector<ProfileWant>& wants, const ProfileRoom& room);
+
+// A trial as the journal and events name it: "<template> x<gpus> b<batch>".
+std::string TrialText(const ProfileKeyRef& key);
 
 // Nodes for `ranks` ranks among `nodes`' free GPUs: all on the first node with
 // room, else spread in node order; empty when they do not fit.

@@ -657,7 +657,7 @@ Status Runner::ProfileAll() {
       engine::ProfileWant w;
       w.task = task.spec.name;
       w.key = task.signature + " " + key.Key();
-      w.what = name + " x" + std::to_string(want.gpus) + " b" + std::to_string(want.batch_size);
+      w.what = engine::TrialText(want);
       w.gpus = want.gpus;
       if (!opt_.devices.types.empty()) w.gpu_types = task.spec.task.gpu_types;
       trial_of[w.key] = {i, want};
