@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,10 +50,11 @@ inline api::TaskSpec Mlp(int layers, int hidden, int inputs, int outputs, int64_
   return t;
 }
 
-// The planner's bytes for one device; nullopt where it offers no configuration.
-inline std::optional<double> EstimateBytes(const Case& c) {
+// The planner's bytes for one device of `kind` (cpu | cuda); nullopt where it
+// offers no configuration.
+inline std::optional<double> EstimateBytes(const Case& c, const std::string& kind = "cpu") {
   auto config =
-      engine::EstimateConfig(c.task, c.template_name, c.ranks, engine::DefaultDevice("cpu"));
+      engine::EstimateConfig(c.task, c.template_name, c.ranks, engine::DefaultDevice(kind));
   if (!config) return std::nullopt;
   double bytes = config->memory_gib * (1024.0 * 1024.0 * 1024.0);
   if (auto a = engine::ActivationBytes(c.task, c.template_name, c.ranks, c.task.training.batch_size,
@@ -62,9 +64,11 @@ inline std::optional<double> EstimateBytes(const Case& c) {
 }
 
 // The worker's flags for the case's model, batch and knobs (AdamW: the
-// optimizer the estimate's 16 bytes per parameter assume).
-inline std::string WorkerFlags(const Case& c) {
+// optimizer the estimate's 16 bytes per parameter assume), on `device` (cpu or
+// cuda: every rank on the first GPU, over gloo).
+inline std::string WorkerFlags(const Case& c, const std::string& device = "cpu") {
   std::string f = " --optimizer=adamw --threads=1 --profile-warmup=1 --profile-steps=2";
+  f += " --device=" + device;
   f += " --batch=" + std::to_string(c.task.training.batch_size);
   // What the launchers run for the plan's template on this many ranks.
   f += " --template=" + contract::WorkerTemplate(c.template_name, c.ranks) +
@@ -86,19 +90,21 @@ inline std::string WorkerFlags(const Case& c) {
 // Runs the case's ranks as processes of `worker` (rendezvous over a file store
 // in `scratch`) and returns the profile's device_allocated peak.
 inline StatusOr<double> MeasureBytes(const std::string& worker, const Case& c,
-                                     const std::string& scratch) {
+                                     const std::string& scratch,
+                                     const std::string& device = "cpu") {
   std::filesystem::remove_all(scratch);
   std::filesystem::create_directories(scratch);
   std::vector<FILE*> ranks;
   for (int r = 0; r < c.ranks; ++r) {
     std::string cmd = "RANK=" + std::to_string(r);
     cmd += " WORLD_SIZE=" + std::to_string(c.ranks);
+    cmd += " LOCAL_RANK=0";
     cmd += " ORRERY_STORE_PATH=";
     cmd += scratch;
     cmd += "/store ";
     cmd += worker;
     cmd += " profile";
-    cmd += WorkerFlags(c);
+    cmd += WorkerFlags(c, device);
     cmd += " 2>";
     cmd += scratch;
     cmd += "/rank" + std::to_string(r) + ".err";
@@ -112,8 +118,15 @@ inline StatusOr<double> MeasureBytes(const std::string& worker, const Case& c,
     while (fgets(buf, sizeof(buf), ranks[r]) != nullptr) outs[r] += buf;
     failed |= pclose(ranks[r]) != 0;
   }
-  if (failed)
-    return InternalError("orrery-worker profile" + WorkerFlags(c) + " failed; see " + scratch);
+  if (failed) {
+    // The first rank's last line of stderr says why.
+    std::ifstream err(scratch + "/rank0.err");
+    std::string line, last_line;
+    while (std::getline(err, line))
+      if (!line.empty()) last_line = line;
+    return InternalError("orrery-worker profile" + WorkerFlags(c, device) +
+                         " failed: " + last_line.substr(0, 300));
+  }
   std::string last = outs[0];
   last = last.substr(last.rfind('{', last.find("\"event\"")));
   nlohmann::json doc = nlohmann::json::parse(last, nullptr, false);

@@ -2,9 +2,13 @@
 // `orrery-worker profile` measures (device_allocated), for every plannable
 // template in both recomputation modes on GPT-like and MLP shapes, and the
 // ratio. The goal (issue 26): every ratio within [1.0, 1.1], estimates over
-// rather than under. Usage: memory_model_bench [--smoke] [--worker PATH].
+// rather than under. --device cuda measures on the first GPU (the worker built
+// with the GPU path; a gang's ranks share the GPU over gloo): the CUDA caching
+// allocator's max_memory_allocated, where spill's host state is not counted.
+// Usage: memory_model_bench [--smoke] [--worker PATH] [--device cpu|cuda].
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,7 +18,9 @@ namespace mm = orrery::memory_model;
 
 namespace {
 
-std::vector<mm::Case> Cases(bool smoke) {
+// On cuda, GPU-sized shapes too: GPT-2 small's (fp32, AdamW, 1024 tokens) and
+// a wide MLP, where the estimate's proportional error shows.
+std::vector<mm::Case> Cases(bool smoke, const std::string& device) {
   struct Shape {
     std::string label;
     orrery::api::TaskSpec task;
@@ -28,6 +34,10 @@ std::vector<mm::Case> Cases(bool smoke) {
     shapes.push_back({"gpt-2L-h256-s128", mm::Gpt(2, 256, 8, 128, 512, 4)});
     shapes.push_back({"mlp-4L-h1024", mm::Mlp(4, 1024, 256, 16, 64)});
   }
+  if (device == "cuda") {
+    shapes.push_back({"gpt-12L-h768-s1024", mm::Gpt(12, 768, 12, 1024, 50257, 8)});
+    shapes.push_back({"mlp-4L-h4096", mm::Mlp(4, 4096, 1024, 16, 512)});
+  }
   std::vector<mm::Case> out;
   for (const Shape& s : shapes) {
     for (const char* tmpl : {"ddp", "fsdp", "tensor", "pipeline", "spill"}) {
@@ -36,7 +46,7 @@ std::vector<mm::Case> Cases(bool smoke) {
           mm::Case c{s.label, s.task, tmpl, ranks, recompute};
           // An MLP has no unit to recompute: the planner offers it "none" only.
           if (s.task.model.mlp && std::string(recompute) == "unit") continue;
-          if (!mm::EstimateBytes(c)) continue;  // the planner offers no such configuration
+          if (!mm::EstimateBytes(c, device)) continue;  // the planner offers no such configuration
           out.push_back(c);
         }
       }
@@ -50,25 +60,38 @@ std::vector<mm::Case> Cases(bool smoke) {
 int main(int argc, char** argv) {
   bool smoke = false;
   std::string worker = std::string(ORRERY_BINARY_DIR) + "/bin/orrery-worker";
+  std::string device = "cpu";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--smoke") {
       smoke = true;
     } else if (a == "--worker" && i + 1 < argc) {
       worker = argv[++i];
+    } else if (a == "--device" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "cpu" || std::string(argv[i + 1]) == "cuda")) {
+      device = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: memory_model_bench [--smoke] [--worker PATH]\n");
+      std::fprintf(stderr,
+                   "usage: memory_model_bench [--smoke] [--worker PATH] [--device cpu|cuda]\n");
       return 2;
     }
   }
   const std::string scratch =
       std::filesystem::temp_directory_path().string() + "/orrery-memory-model-bench";
+  std::printf("on %s\n", device.c_str());
   std::printf("%-18s %-9s %5s %-9s %14s %14s %7s\n", "model", "template", "ranks", "recompute",
               "estimate_B", "measured_B", "ratio");
   int outside = 0, failed = 0;
-  for (const mm::Case& c : Cases(smoke)) {
-    const double estimate = *mm::EstimateBytes(c);
-    auto measured = mm::MeasureBytes(worker, c, scratch);
+  // On one rank every template but spill runs as the plain loop: the same
+  // worker command is measured once.
+  std::map<std::string, orrery::StatusOr<double>> measured_by_command;
+  for (const mm::Case& c : Cases(smoke, device)) {
+    const double estimate = *mm::EstimateBytes(c, device);
+    const std::string command = mm::WorkerFlags(c, device) + " ranks=" + std::to_string(c.ranks);
+    auto it = measured_by_command.find(command);
+    if (it == measured_by_command.end())
+      it = measured_by_command.emplace(command, mm::MeasureBytes(worker, c, scratch, device)).first;
+    const orrery::StatusOr<double>& measured = it->second;
     if (!measured.ok()) {
       std::printf("%-18s %-9s %5d %-9s error: %s\n", c.model.c_str(), c.template_name.c_str(),
                   c.ranks, c.recompute.c_str(), measured.status().ToString().c_str());
@@ -78,7 +101,7 @@ int main(int argc, char** argv) {
     const double ratio = estimate / *measured;
     // Spill's estimate is the device's working set; on the CPU the host's
     // resident state is the same memory and is counted too: not comparable.
-    const bool comparable = c.template_name != "spill";
+    const bool comparable = device == "cuda" || c.template_name != "spill";
     const bool ok = ratio >= 1.0 && ratio <= 1.1;
     outside += ok || !comparable ? 0 : 1;
     std::printf("%-18s %-9s %5d %-9s %14.0f %14.0f %7.3f%s\n", c.model.c_str(),

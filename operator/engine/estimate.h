@@ -41,6 +41,14 @@ struct DeviceModel {
 };
 DeviceModel DefaultDevice(const std::string& kind);
 
+// What a CUDA device's peak holds beyond the model's state and activations,
+// whatever the model: LibTorch takes cuBLAS's and cuBLASLt's workspaces from
+// its caching allocator, so the profiler's device_allocated counts them. On an
+// H200 with torch 2.11 (CUDA 13.0), memory_model_bench --device cuda measured
+// every case's peak 64.0 to 64.6 MiB above the model's bytes, from a 3 MB MLP
+// to a GPT of 2 layers (docs/DEVELOPING.md). EstimateConfig adds it on cuda.
+inline constexpr double kCudaWorkspaceBytes = 64.0 * (1 << 20);
+
 // The architecture a Hugging Face config.json describes, as far as counting
 // parameters goes: the fields the worker reads to build it (worker/model
 // pretrained.h), GPT-2's n_layer, n_embd, n_head, n_inner, n_positions,
@@ -87,6 +95,12 @@ struct ParameterCount {
   // part of it that has gradients.
   double stored = 0;
   double stored_trainable = 0;
+  // The part of stored (and of stored_trainable) outside the transformer
+  // blocks: the embedding, the head and a tied head's second copy, which
+  // tensor parallelism does not slice (worker/model/transformer.cc
+  // SliceWeights slices blocks only). 0 for an MLP.
+  double stored_outside_blocks = 0;
+  double stored_trainable_outside_blocks = 0;
   // What the count rests on, for a plan's notes: "gpt2 from config.json:
   // 124.44M parameters, 0.30M trainable (LoRA r=8: c_attn)", or why unknown.
   std::string label;

@@ -111,6 +111,11 @@ class CudaShardCopier final : public ShardCopier {
     }
   }
 
+  void Synchronize() override {
+    c10::cuda::CUDAGuard guard(device_);
+    c10::cuda::getCurrentCUDAStream(device_.index()).synchronize();
+  }
+
  private:
   c10::Device device_;
   c10::cuda::CUDAStream side_;

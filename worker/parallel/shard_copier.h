@@ -32,6 +32,12 @@ class ShardCopier {
   // The buffer Start() filled, ordered before whatever the compute stream runs
   // next. INTERNAL if the copy failed.
   virtual StatusOr<at::Tensor> Finish() = 0;
+  // Waits, on the host, for everything queued on the compute stream (and so
+  // for any copy it was told to wait for). CUDA kernels and copies run
+  // asynchronously, so host clocks read around them time only their queueing;
+  // a caller that times a turn (an interleaved group's measuring round) calls
+  // this before reading the clock. The CPU's work is done when it returns.
+  virtual void Synchronize() {}
 };
 
 // CUDA devices need the GPU path (FAILED_PRECONDITION otherwise).

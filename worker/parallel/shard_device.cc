@@ -17,10 +17,11 @@ double Since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 StatusOr<at::Tensor> ShardDevice::Take(const void* owner, size_t unit, const at::Tensor& host,
-                                       const std::string& what, double& wait_s) {
+                                       const std::string& what, double& wait_s, bool timed) {
   if (copier_->pending() && owner_ == owner && unit_ == unit) {
     const auto start = std::chrono::steady_clock::now();
     StatusOr<at::Tensor> device = copier_->Finish();
+    if (timed && device.ok()) copier_->Synchronize();
     wait_s += Since(start);
     host_ = at::Tensor();
     if (!device.ok()) accountant_.Release(HostBytes(host));
@@ -30,6 +31,7 @@ StatusOr<at::Tensor> ShardDevice::Take(const void* owner, size_t unit, const at:
   ORRERY_RETURN_IF_ERROR(accountant_.Reserve(HostBytes(host), what));
   const auto start = std::chrono::steady_clock::now();
   at::Tensor device = copier_->CopyNow(host);
+  if (timed) copier_->Synchronize();
   wait_s += Since(start);
   return device;
 }

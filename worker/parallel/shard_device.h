@@ -31,15 +31,20 @@ class ShardDevice {
   // The device copy of shard `unit` of `owner` (whose host master is `host`):
   // the prefetched buffer when the prefetch is that shard, else (after
   // dropping any other prefetch) charged as `what` and copied now. Adds the
-  // seconds spent waiting for the copy to `wait_s`.
+  // seconds spent waiting for the copy to `wait_s`. `timed`: the copy is
+  // waited for on the host (ShardCopier::Synchronize), so that on CUDA the
+  // seconds are the copy's, not its queueing's (an interleaved group's
+  // measuring round; otherwise the compute stream waits for it on the device).
   StatusOr<at::Tensor> Take(const void* owner, size_t unit, const at::Tensor& host,
-                            const std::string& what, double& wait_s);
+                            const std::string& what, double& wait_s, bool timed = false);
   // Charges `host`'s bytes as `what` and starts copying it in the background.
   // An earlier prefetch must have been taken or dropped.
   Status Prefetch(const void* owner, size_t unit, const at::Tensor& host, const std::string& what);
   // Waits out a prefetch nobody will use and returns its budget.
   void Drop();
   bool pending() const { return copier_->pending(); }
+  // ShardCopier::Synchronize.
+  void Synchronize() { copier_->Synchronize(); }
 
  private:
   MemoryAccountant accountant_;

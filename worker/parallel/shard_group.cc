@@ -147,6 +147,9 @@ InterleavedStats ShardGroup::stats() {
 void ShardGroup::HandOffLocked() {
   const Slot s = slots_.front();
   slots_.pop_front();
+  // The measuring round times each turn's work: on CUDA, once the device has
+  // done it (the holder's thread, whose stream it queued on, calls this).
+  if (s.round == 0 && !choice_.has_value()) shard_device_.Synchronize();
   const double turn = Since(turn_start_);
   const double compute = std::max(0.0, turn - turn_wait_s_);
   stats_.busy_s += compute;

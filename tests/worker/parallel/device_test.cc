@@ -60,6 +60,11 @@ std::vector<Case> Cases() {
   spill.spill_budget_bytes = 160 << 10;  // a third fits one TinyGpt block: 4 shards
   StrategyConfig spill_serial = spill;
   spill_serial.spill_double_buffer = false;
+  // Recomputation the other way from each template's default (none; spill: unit).
+  auto recomputing = [](StrategyConfig c, const std::string& mode) {
+    c.recompute = mode;
+    return c;
+  };
   std::vector<Case> all = {
       {"single", 1, named("single"), true},
       {"ddp", 2, ddp_buckets, false},
@@ -71,6 +76,11 @@ std::vector<Case> Cases() {
       {"hybrid-tp2-pp2", 4, hybrid(1, 2, 2), true},
       {"spill", 2, spill, true},
       {"spill-no-double-buffer", 1, spill_serial, true},
+      {"single-recompute-unit", 1, recomputing(named("single"), "unit"), true},
+      {"ddp-recompute-unit", 2, recomputing(ddp_buckets, "unit"), true},
+      {"fsdp-recompute-unit", 2, recomputing(named("fsdp"), "unit"), true},
+      {"pipeline-1f1b-recompute-unit", 2, recomputing(one_f_one_b, "unit"), true},
+      {"spill-recompute-none", 2, recomputing(spill, "none"), true},
   };
   // ORRERY_DEVICE_TEST_CASES=ddp,fsdp runs only those labels (scripts/gpu-check
   // runs each case on its own, under its own time limit, to tell which one hangs).
