@@ -45,8 +45,9 @@ DeviceModel DefaultDevice(const std::string& kind);
 // whatever the model: LibTorch takes cuBLAS's and cuBLASLt's workspaces from
 // its caching allocator, so the profiler's device_allocated counts them. On an
 // H200 with torch 2.11 (CUDA 13.0), memory_model_bench --device cuda measured
-// every case's peak 64.0 to 64.6 MiB above the model's bytes, from a 3 MB MLP
-// to a GPT of 2 layers (docs/DEVELOPING.md). EstimateConfig adds it on cuda.
+// every small case's peak 63.7 to 65.9 MiB above the estimate of its model's
+// own bytes (1.6 to 4.8 MB, MLPs and GPTs of 2 layers; docs/DEVELOPING.md).
+// EstimateConfig adds it on cuda.
 inline constexpr double kCudaWorkspaceBytes = 64.0 * (1 << 20);
 
 // The architecture a Hugging Face config.json describes, as far as counting
