@@ -45,7 +45,6 @@
 #include <thread>
 #include <vector>
 
-#include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -269,12 +268,12 @@ int main(int argc, char** argv) {
                  "only)] [--repeats N] [--thread-arenas]\n";
     return 2;
   }
-  if (o.cuda && !(orrery::dist::BuiltWithCuda() && torch::cuda::device_count() > 0)) {
-    std::cerr << "interleave_bench: --device cuda needs the GPU path and a visible GPU ("
-              << orrery::dist::GpuPathSummary() << ")\n";
-    return 1;
-  }
   if (o.cuda) {
+    // The worker's own check: the GPU path built and a GPU visible, or why not.
+    if (auto gpu = orrery::dist::RankDevice("cuda", 0, nullptr); !gpu.ok()) {
+      std::cerr << "interleave_bench: " << gpu.status().ToString() << "\n";
+      return 1;
+    }
     if (!o.hidden_set) o.hidden = {2048, 4096};
     if (!o.batches_set) o.batches = {8192, 1};
   }

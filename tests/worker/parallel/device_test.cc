@@ -19,14 +19,14 @@
 
 #include <gtest/gtest.h>
 
-#include <torch/cuda.h>
-
 #include "tests/worker/parallel/equivalence.h"
 
 namespace orrery::parallel {
 namespace {
 
 using testing_worker::ExpectEquivalent;
+using testing_worker::GpuSkipReason;
+using testing_worker::GpuVisible;
 using testing_worker::Reference;
 using testing_worker::RunResult;
 using testing_worker::RunTemplate;
@@ -106,8 +106,6 @@ bool AllReducesInsideBackward(const Case& c) {
   return c.world > 1 && (c.config.name == "tensor" || c.config.layout.tp > 1);
 }
 
-bool GpuVisible() { return dist::BuiltWithCuda() && torch::cuda::device_count() > 0; }
-
 // Every entry on `device` (host masters on the host), and the report complete.
 void ExpectPlaced(const Case& c, int rank, const std::vector<PlacedTensor>& placement,
                   c10::Device device) {
@@ -157,16 +155,12 @@ void CheckPlacementOn(c10::Device device) {
 TEST(PlacementTest, EveryTemplateKeepsItsTensorsOnTheCpu) { CheckPlacementOn(c10::kCPU); }
 
 TEST(PlacementTest, EveryTemplateKeepsItsTensorsOnTheGpu) {
-  if (!GpuVisible())
-    GTEST_SKIP() << "needs the GPU path and a visible CUDA device (" << dist::GpuPathSummary()
-                 << ")";
+  if (!GpuVisible()) GTEST_SKIP() << GpuSkipReason();
   CheckPlacementOn(c10::Device(c10::kCUDA, 0));
 }
 
 TEST(CudaEquivalenceTest, EveryTemplateOnTheGpuEqualsOneProcessOnTheGpu) {
-  if (!GpuVisible())
-    GTEST_SKIP() << "needs the GPU path and a visible CUDA device (" << dist::GpuPathSummary()
-                 << ")";
+  if (!GpuVisible()) GTEST_SKIP() << GpuSkipReason();
   const c10::Device gpu(c10::kCUDA, 0);
   std::map<bool, RunResult> reference = {{true, Reference(TinyGpt(), {}, gpu)},
                                          {false, Reference(TinyMlp(), {}, gpu)}};

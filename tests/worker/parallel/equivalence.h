@@ -8,12 +8,21 @@
 
 #include <gtest/gtest.h>
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include "tests/worker/dist/run_ranks.h"
+#include "worker/dist/device.h"
 #include "worker/parallel/strategy.h"
 
 namespace orrery::testing_worker {
+
+// Whether the GPU tests can run: the GPU path built and a CUDA device visible.
+inline bool GpuVisible() { return dist::BuiltWithCuda() && torch::cuda::device_count() > 0; }
+// What a GPU test that cannot run says as it skips.
+inline std::string GpuSkipReason() {
+  return "needs the GPU path and a visible CUDA device (" + dist::GpuPathSummary() + ")";
+}
 
 struct RunResult {
   std::vector<double> losses;

@@ -8,11 +8,9 @@
 
 #include <gtest/gtest.h>
 
-#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include "tests/worker/parallel/equivalence.h"
-#include "worker/dist/device.h"
 
 namespace orrery::parallel {
 namespace {
@@ -134,9 +132,7 @@ TEST(InterleavedTest, TwoTasksEachEqualTrainingAlone) {
 }
 
 TEST(InterleavedTest, TwoTasksOnTheGpuEachEqualTrainingAloneThere) {
-  if (!dist::BuiltWithCuda() || torch::cuda::device_count() == 0)
-    GTEST_SKIP() << "needs the GPU path and a visible CUDA device (" << dist::GpuPathSummary()
-                 << ")";
+  if (!testing_worker::GpuVisible()) GTEST_SKIP() << testing_worker::GpuSkipReason();
   const c10::Device gpu(c10::kCUDA, 0);
   const std::vector<InterleavedTask> tasks = MlpAndGpt();
   for (InterleaveOrder order : {InterleaveOrder::kAuto, InterleaveOrder::kRoundRobin}) {
