@@ -195,6 +195,27 @@ std::vector<bool> PinRunning(const Problem& problem, const std::vector<int>& cho
   return pinned;
 }
 
+// Commits an append-schedule placement: `k` GPUs on each offered node (the
+// latest-freed of those free by `start`), held until start + run.
+void TakeOffers(Assignment& a, int config, double start, double run,
+                const std::vector<NodeOffer>& offers, int k,
+                std::vector<std::vector<double>>& free_at, CapTimeline& usage) {
+  thread_local std::vector<int> pick;
+  a.config = config;
+  a.start = start;
+  a.end = start + run;
+  a.gpus.clear();
+  for (const NodeOffer& o : offers) {
+    (void)Offer(free_at[static_cast<size_t>(o.node)], o.node, k, start, &pick);
+    for (int g : pick) {
+      a.gpus.push_back({o.node, g});
+      free_at[static_cast<size_t>(o.node)][static_cast<size_t>(g)] = a.end;
+    }
+  }
+  std::sort(a.gpus.begin(), a.gpus.end());
+  usage.Add(a.start, a.end, static_cast<int>(a.gpus.size()));
+}
+
 Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
                     const std::vector<int>& order) {
   Plan plan;
@@ -214,7 +235,6 @@ Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
       });
 
   std::vector<NodeOffer> offers;
-  std::vector<int> pick;
   for (int ti : order) {
     size_t t = static_cast<size_t>(ti);
     if (pinned[t]) continue;
@@ -246,24 +266,155 @@ Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
       if (allowed <= start) break;
       ready = allowed;  // finite: ConfigFits keeps every configuration within the cap
     }
-    Assignment& a = plan.assignments[t];
-    a.config = choice[t];
-    a.start = start;
-    a.end = start + run;
-    a.gpus.clear();
-    for (const NodeOffer& o : offers) {
-      (void)Offer(free_at[static_cast<size_t>(o.node)], o.node, k, start, &pick);
-      for (int g : pick) {
-        a.gpus.push_back({o.node, g});
-        free_at[static_cast<size_t>(o.node)][static_cast<size_t>(g)] = a.end;
-      }
-    }
-    std::sort(a.gpus.begin(), a.gpus.end());
-    usage.Add(a.start, a.end, c.gpus);
+    TakeOffers(plan.assignments[t], choice[t], start, run, offers, k, free_at, usage);
   }
   Summarize(problem, plan);
   return plan;
 }
+
+// Where one configuration of a task would start in an append schedule: per
+// node the GPUs' free times sorted (`sorted`), the gang on the nodes of one
+// type whose `nodes`-th best offer starts first.
+struct AppendPlace {
+  double start = std::numeric_limits<double>::infinity();
+  std::vector<NodeOffer> offers;  // the nodes it takes
+};
+
+AppendPlace PlaceAppend(const Problem& problem, const std::vector<std::vector<double>>& sorted,
+                        const Task& task, const Config& c, double ready,
+                        std::vector<NodeOffer>& scratch) {
+  const int k = c.GpusPerNode();
+  scratch.clear();
+  for (size_t n = 0; n < problem.nodes.size(); ++n) {
+    if (!NodeServes(problem.nodes[n], task, c)) continue;
+    const std::vector<double>& f = sorted[n];
+    NodeOffer o;
+    o.node = static_cast<int>(n);
+    o.start = std::max(ready, f[static_cast<size_t>(k - 1)]);
+    // The k latest-freed GPUs among those free by the start.
+    const auto usable =
+        static_cast<size_t>(std::upper_bound(f.begin(), f.end(), o.start) - f.begin());
+    for (size_t i = usable - static_cast<size_t>(k); i < usable; ++i) o.idle += o.start - f[i];
+    scratch.push_back(o);
+  }
+  AppendPlace place;
+  if (static_cast<int>(scratch.size()) < c.nodes) return place;
+  auto better = [](const NodeOffer& a, const NodeOffer& b) {
+    if (a.start != b.start) return a.start < b.start;
+    if (a.idle != b.idle) return a.idle < b.idle;
+    return a.node < b.node;
+  };
+  if (c.nodes == 1) {
+    const NodeOffer* best = &scratch.front();
+    for (const NodeOffer& o : scratch)
+      if (better(o, *best)) best = &o;
+    place.start = best->start;
+    place.offers = {*best};
+    return place;
+  }
+  std::sort(scratch.begin(), scratch.end(), better);
+  KeepOneType(problem, scratch, c.nodes);
+  if (static_cast<int>(scratch.size()) < c.nodes) return place;
+  place.start = 0;
+  for (const NodeOffer& o : scratch) place.start = std::max(place.start, o.start);
+  place.offers = scratch;
+  return place;
+}
+
+}  // namespace
+
+Plan DeadlineSchedule(const Problem& problem, const std::vector<std::vector<int>>& candidates,
+                      const std::vector<int>& order, double deadline,
+                      const std::vector<double>& type_price) {
+  Plan plan;
+  plan.assignments.resize(problem.tasks.size());
+  const std::vector<std::string> types = GpuTypes(problem);
+  const bool priced = type_price.size() == types.size() && !types.empty();
+  auto price = [&](const Config& c) {
+    if (!priced || c.gpu_type.empty()) return 1.0;
+    auto it = std::lower_bound(types.begin(), types.end(), c.gpu_type);
+    return it != types.end() && *it == c.gpu_type
+               ? type_price[static_cast<size_t>(it - types.begin())]
+               : 1.0;
+  };
+  std::vector<std::vector<double>> free_at(problem.nodes.size());
+  for (size_t n = 0; n < problem.nodes.size(); ++n)
+    free_at[n].assign(static_cast<size_t>(problem.nodes[n].gpus), 0.0);
+  // A running task keeps its GPUs when its configuration is a candidate.
+  std::vector<int> keep(problem.tasks.size(), -1);
+  for (size_t t = 0; t < problem.tasks.size(); ++t) {
+    const Task& task = problem.tasks[t];
+    if (task.running && std::find(candidates[t].begin(), candidates[t].end(),
+                                  task.running->config) != candidates[t].end())
+      keep[t] = task.running->config;
+  }
+  CapTimeline usage(problem.gpu_cap);
+  std::vector<bool> pinned = PinRunning(
+      problem, keep, order, plan, usage,
+      [&](const GpuSlot& g) {
+        return free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] <= 0;
+      },
+      [&](const GpuSlot& g, double end) {
+        free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] = end;
+      });
+  std::vector<std::vector<double>> sorted(problem.nodes.size());
+  std::vector<NodeOffer> scratch;
+  for (int ti : order) {
+    const auto t = static_cast<size_t>(ti);
+    if (pinned[t] || candidates[t].empty()) continue;
+    const Task& task = problem.tasks[t];
+    for (size_t n = 0; n < problem.nodes.size(); ++n) {
+      sorted[n] = free_at[n];
+      std::sort(sorted[n].begin(), sorted[n].end());
+    }
+    int best = -1;
+    AppendPlace best_place;
+    double best_run = 0, best_cost = 0;
+    bool best_in_time = false;
+    for (int ci : candidates[t]) {
+      const Config& c = task.configs[static_cast<size_t>(ci)];
+      double run = RunSeconds(task, ci);
+      if (task.running && task.running->config == ci) run += task.running->switch_cost_s;
+      double ready = task.arrival;
+      AppendPlace place;
+      for (;;) {  // the earliest start the GPUs allow, later while the cap does not
+        place = PlaceAppend(problem, sorted, task, c, ready, scratch);
+        if (!std::isfinite(place.start)) break;
+        const double allowed = usage.Earliest(place.start, run, c.gpus);
+        if (allowed <= place.start) break;
+        ready = allowed;
+        if (!std::isfinite(ready)) {
+          place.start = ready;
+          break;
+        }
+      }
+      if (!std::isfinite(place.start)) continue;
+      const double finish = place.start + run;
+      const bool in_time = finish <= deadline;
+      const double cost = price(c) * c.gpus * run;
+      const double best_finish = best_place.start + best_run;
+      const bool take = best < 0 || (in_time && !best_in_time) ||
+                        (in_time && best_in_time &&
+                         (cost < best_cost * (1 - 1e-12) ||
+                          (cost <= best_cost * (1 + 1e-12) && finish < best_finish))) ||
+                        (!in_time && !best_in_time && finish < best_finish);
+      if (take) {
+        best = ci;
+        best_place = std::move(place);
+        best_run = run;
+        best_cost = cost;
+        best_in_time = in_time;
+      }
+    }
+    if (best < 0) continue;  // fits nowhere: left unassigned (the caller's candidates fit)
+    TakeOffers(plan.assignments[t], best, best_place.start, best_run, best_place.offers,
+               task.configs[static_cast<size_t>(best)].GpusPerNode(), free_at, usage);
+  }
+  Summarize(problem, plan);
+  return plan;
+}
+
+namespace {
 
 // Busy intervals per GPU, sorted by start.
 using Timeline = std::vector<std::pair<double, double>>;

@@ -53,6 +53,19 @@ enum class Placement {
 Plan ListSchedule(const Problem& problem, const std::vector<int>& choice,
                   const std::vector<int>& order, Placement placement = Placement::kBackfill);
 
+// Deadline-driven list scheduling, for malleable tasks: the configuration of a
+// task is chosen when it is placed, not before. Each task in `order` goes
+// where one of its `candidates` (config indices) finishes by `deadline` at the
+// least cost (GPU-time, times its type's price when `type_price` has one per
+// GpuTypes(problem) entry; ties: earlier finish), or, when none can, where it
+// finishes first. A task that starts late thus runs wide and fast, one that
+// starts early narrow and efficient: the fixed choice of ListSchedule leaves
+// the schedule's tail to whatever the choice was. Append placement; running
+// tasks whose configuration is a candidate keep their GPUs from time 0.
+Plan DeadlineSchedule(const Problem& problem, const std::vector<std::vector<int>>& candidates,
+                      const std::vector<int>& order, double deadline,
+                      const std::vector<double>& type_price = {});
+
 // The best ListSchedule over the order rules suited to the problem's objective
 // and both placements.
 // Reports the winning rule and placement when asked.

@@ -81,7 +81,8 @@ double DualValue(const std::vector<double>& w, size_t types, const std::vector<d
 }
 
 // The best dual value found over the simplex of p (a lower bound on the LP).
-double BestDual(const std::vector<double>& w, const std::vector<double>& gpus) {
+double BestDual(const std::vector<double>& w, const std::vector<double>& gpus,
+                std::vector<double>* prices = nullptr) {
   const size_t types = gpus.size();
   constexpr int kSteps = 12;
   std::vector<double> best_p(types, 1.0 / static_cast<double>(types)), p(types);
@@ -120,10 +121,12 @@ double BestDual(const std::vector<double>& w, const std::vector<double>& gpus) {
       }
     }
   }
+  if (prices) *prices = best_p;
   return best;
 }
 
-double TypedAreaBound(const Problem& problem, double from) {
+// The typed area bound from `from` up; with `prices`, the dual's p at the bound.
+double TypedAreaBound(const Problem& problem, double from, std::vector<double>* prices = nullptr) {
   std::vector<std::string> types = GpuTypes(problem);
   const size_t kt = types.size();
   if (kt < 2 || kt > 4 || !std::isfinite(from)) return 0;
@@ -152,19 +155,29 @@ double TypedAreaBound(const Problem& problem, double from) {
     }
   }
   const double kInf = std::numeric_limits<double>::infinity();
-  auto dual_at = [&](double c) {
+  auto dual_at = [&](double c, std::vector<double>* p) {
     std::vector<double> w(problem.tasks.size() * kt, kInf);
     for (const TypedItem& it : items)
       if (it.finish <= c)
         w[it.task * kt + it.type] = std::min(w[it.task * kt + it.type], it.gpu_time);
-    return BestDual(w, gpus);
+    return BestDual(w, gpus, p);
   };
-  double lo = from, hi = dual_at(from);
-  if (!(hi > lo) || !std::isfinite(hi)) return from;
+  // Per GPU-second: p[k] is type k's share of the whole cluster's worth.
+  auto per_gpu = [&] {
+    if (prices)
+      for (size_t k = 0; k < kt && k < prices->size(); ++k) (*prices)[k] /= gpus[k];
+  };
+  double lo = from, hi = dual_at(from, prices);
+  if (!(hi > lo) || !std::isfinite(hi)) {
+    per_gpu();
+    return from;
+  }
   for (int i = 0; i < 30 && hi - lo > 1e-6 * hi; ++i) {
     double mid = 0.5 * (lo + hi);
-    (dual_at(mid) > mid ? lo : hi) = mid;
+    (dual_at(mid, nullptr) > mid ? lo : hi) = mid;
   }
+  if (prices) (void)dual_at(hi, prices);
+  per_gpu();
   return lo;
 }
 
@@ -236,6 +249,22 @@ double SweepBound(const Problem& problem) {
 }
 
 }  // namespace
+
+std::vector<double> TypePrices(const Problem& problem) {
+  const size_t kt = GpuTypes(problem).size();
+  if (kt < 2 || kt > 4) return {};
+  const double from = SweepBound(problem);
+  if (!std::isfinite(from)) return {};
+  std::vector<double> prices;
+  (void)TypedAreaBound(problem, from, &prices);
+  if (prices.size() != kt) return {};
+  // A type the dual prices at 0 is one the bound leaves idle; GPU-time there
+  // is still not free (it would draw every task), so it costs at least a
+  // twentieth of the dearest type's.
+  const double top = *std::max_element(prices.begin(), prices.end());
+  for (double& p : prices) p = std::max(p, 0.05 * top);
+  return prices;
+}
 
 double WeightedCompletionLowerBound(const Problem& problem) {
   double sum = 0;

@@ -3,6 +3,8 @@
 // bound CBC proves on their MILP.
 #pragma once
 
+#include <vector>
+
 #include "operator/planner/problem.h"
 
 namespace orrery::planner {
@@ -15,6 +17,13 @@ namespace orrery::planner {
 // lower_bound.cc derives it from the dual of the fractional assignment LP).
 // 0 for an empty problem.
 double MakespanLowerBound(const Problem& problem);
+
+// With 2-4 GPU types: a price per GPU-second of each type (GpuTypes order),
+// the optimal dual of the typed area bound's fractional assignment LP (the
+// worth of a type's GPU-time when every type is as busy as the bound says);
+// a type the bound leaves idle costs a twentieth of the dearest. Empty with
+// one type (or more than four). Planners weigh GPU-time across types by it.
+std::vector<double> TypePrices(const Problem& problem);
 
 // Sum over tasks of weight x (arrival + shortest fitting run time).
 double WeightedCompletionLowerBound(const Problem& problem);

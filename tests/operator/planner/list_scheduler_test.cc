@@ -57,6 +57,60 @@ TEST(ListSchedulerTest, RunningTaskKeepingItsConfigStaysOnItsGpus) {
   EXPECT_NEAR(move.assignments[1].end - move.assignments[1].start, 100.0 / 18 + 50, 1e-9);
 }
 
+// Three GPUs: a runs alone on one for 20 s, b and c take the other two for
+// 10 s. d, placed last, runs 16 s on one GPU or 9 s on two: with a deadline
+// of 26 s one GPU from 10 s finishes in time and costs less GPU-time; with
+// 20 s only two GPUs from 10 s do, and the deadline schedule widens d.
+TEST(ListSchedulerTest, DeadlineScheduleWidensOnlyWhatStartsTooLate) {
+  Problem p = Cluster(1, 3);
+  p.tasks.push_back(MakeTask("a", 100, {Cfg("ddp", 1, 5)}));
+  p.tasks.push_back(MakeTask("b", 100, {Cfg("ddp", 1, 10)}));
+  p.tasks.push_back(MakeTask("c", 100, {Cfg("ddp", 1, 10)}));
+  p.tasks.push_back(MakeTask("d", 144, {Cfg("ddp", 1, 9), Cfg("ddp", 2, 16)}));
+  const std::vector<std::vector<int>> configs = {{0}, {0}, {0}, {0, 1}};
+  Plan loose = DeadlineSchedule(p, configs, {0, 1, 2, 3}, 26);
+  ASSERT_TRUE(CheckPlan(p, loose).ok()) << CheckPlan(p, loose);
+  EXPECT_EQ(loose.assignments[3].config, 0);
+  EXPECT_DOUBLE_EQ(loose.assignments[3].start, 10);
+  EXPECT_DOUBLE_EQ(loose.makespan, 26);
+  Plan tight = DeadlineSchedule(p, configs, {0, 1, 2, 3}, 20);
+  ASSERT_TRUE(CheckPlan(p, tight).ok()) << CheckPlan(p, tight);
+  EXPECT_EQ(tight.assignments[3].config, 1);
+  EXPECT_DOUBLE_EQ(tight.assignments[3].start, 10);
+  EXPECT_DOUBLE_EQ(tight.makespan, 20);
+  // When no configuration meets the deadline, the earliest finish wins.
+  Plan missed = DeadlineSchedule(p, configs, {0, 1, 2, 3}, 5);
+  ASSERT_TRUE(CheckPlan(p, missed).ok()) << CheckPlan(p, missed);
+  EXPECT_EQ(missed.assignments[3].config, 1);
+  EXPECT_DOUBLE_EQ(missed.makespan, 20);
+}
+
+// Across types, GPU-time is weighed by the types' prices: with l4 priced at a
+// tenth of a100, a task that meets the deadline on both goes to l4 although
+// it takes more GPU-seconds there; unpriced, it takes the a100.
+TEST(ListSchedulerTest, DeadlineScheduleWeighsGpuTimeByTypePrice) {
+  Problem p;
+  p.nodes.push_back({"big", 2, 80, "a100"});
+  p.nodes.push_back({"cheap", 2, 24, "l4"});
+  Config fast = Cfg("ddp", 1, 10);
+  fast.gpu_type = "a100";
+  Config slow = Cfg("ddp", 1, 8);
+  slow.gpu_type = "l4";
+  p.tasks.push_back(MakeTask("t", 100, {fast, slow}));
+  const std::vector<std::vector<int>> configs = {{0, 1}};
+  Plan unpriced = DeadlineSchedule(p, configs, {0}, 20);
+  EXPECT_EQ(unpriced.assignments[0].config, 0);
+  Plan priced = DeadlineSchedule(p, configs, {0}, 20, {1.0, 0.1});  // GpuTypes order: a100, l4
+  ASSERT_TRUE(CheckPlan(p, priced).ok()) << CheckPlan(p, priced);
+  EXPECT_EQ(priced.assignments[0].config, 1);
+  EXPECT_EQ(p.nodes[static_cast<size_t>(priced.assignments[0].gpus[0].node)].gpu_type, "l4");
+  // A running task keeps its GPUs when its configuration is a candidate.
+  p.tasks[0].running = RunningState{0, {{0, 1}}, 30};
+  Plan kept = DeadlineSchedule(p, configs, {0}, 20, {1.0, 0.1});
+  EXPECT_EQ(kept.assignments[0].gpus, (std::vector<GpuSlot>{{0, 1}}));
+  EXPECT_DOUBLE_EQ(kept.assignments[0].start, 0);
+}
+
 TEST(ListSchedulerTest, OrderRulesSortAsNamed) {
   Problem p = Cluster(1, 8);
   p.tasks.push_back(MakeTask("short-wide", 100, {Cfg("ddp", 4, 100)}));
