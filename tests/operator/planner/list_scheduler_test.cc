@@ -1,5 +1,8 @@
 #include "operator/planner/list_scheduler.h"
 
+#include <cmath>
+#include <random>
+
 #include <gtest/gtest.h>
 
 #include "operator/planner/checker.h"
@@ -109,6 +112,68 @@ TEST(ListSchedulerTest, DeadlineScheduleWeighsGpuTimeByTypePrice) {
   Plan kept = DeadlineSchedule(p, configs, {0}, 20, {1.0, 0.1});
   EXPECT_EQ(kept.assignments[0].gpus, (std::vector<GpuSlot>{{0, 1}}));
   EXPECT_DOUBLE_EQ(kept.assignments[0].start, 0);
+}
+
+// Seeded random shapes the benchmarks do not have: nodes of 2, 4 and 8 GPUs
+// of two types, configurations typed and typeless, spanning up to two nodes,
+// tasks restricted to a type, arrivals, running gangs and a GPU cap. Every
+// deadline schedule, at every deadline, passes the independent checker with
+// every task placed.
+TEST(ListSchedulerTest, DeadlineSchedulesOfRandomShapesAreValid) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int round = 0; round < 60; ++round) {
+    Problem p;
+    const int nodes = 2 + static_cast<int>(u(rng) * 5);
+    for (int n = 0; n < nodes; ++n) {
+      const int gpus = 2 << static_cast<int>(u(rng) * 3);  // 2, 4 or 8
+      p.nodes.push_back(
+          {"n" + std::to_string(n), gpus, u(rng) < 0.5 ? 24.0 : 80.0, u(rng) < 0.5 ? "a" : "b"});
+    }
+    const int tasks = 1 + static_cast<int>(u(rng) * 12);
+    std::vector<std::vector<int>> configs;
+    for (int t = 0; t < tasks; ++t) {
+      std::vector<Config> cfgs;
+      for (int g : {1, 2, 4, 8}) {
+        for (int span : {1, 2}) {
+          if (u(rng) < 0.4) continue;
+          Config c =
+              Cfg(span > 1 ? "fsdp" : "ddp", g * span,
+                  10 * std::pow(g * span, 0.8) * (0.5 + u(rng)), u(rng) < 0.3 ? 40 : 10, span);
+          if (u(rng) < 0.5) c.gpu_type = u(rng) < 0.5 ? "a" : "b";
+          cfgs.push_back(c);
+        }
+      }
+      cfgs.push_back(Cfg("ddp", 1, 5));  // every task fits somewhere
+      Task task = MakeTask("t" + std::to_string(t), 100 + 900 * u(rng), cfgs,
+                           u(rng) < 0.3 ? 50 * u(rng) : 0);
+      if (u(rng) < 0.15) task.gpu_types = {p.nodes.front().gpu_type};
+      p.tasks.push_back(std::move(task));
+    }
+    if (u(rng) < 0.3) p.gpu_cap = 2 + static_cast<int>(u(rng) * 8);
+    // One running gang on the first node's first GPU, its config the last.
+    if (u(rng) < 0.5) {
+      Task& t = p.tasks.front();
+      t.running = RunningState{static_cast<int>(t.configs.size()) - 1, {{0, 0}}, 20};
+      t.gpu_types.clear();
+      t.arrival = 0;  // it runs now
+    }
+    configs.assign(p.tasks.size(), {});
+    for (size_t t = 0; t < p.tasks.size(); ++t)
+      for (size_t c = 0; c < p.tasks[t].configs.size(); ++c)
+        if (ConfigFits(p, p.tasks[t], p.tasks[t].configs[c]))
+          configs[t].push_back(static_cast<int>(c));
+    std::vector<int> order(p.tasks.size());
+    for (size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(order.size() - 1 - t);
+    for (double deadline : {1.0, 30.0, 200.0, 1e6}) {
+      for (const std::vector<double>& prices :
+           {std::vector<double>{}, std::vector<double>{1.0, 0.2}}) {
+        Plan plan = DeadlineSchedule(p, configs, order, deadline, prices);
+        ASSERT_TRUE(CheckPlan(p, plan).ok()) << "round " << round << ": " << CheckPlan(p, plan);
+        for (const Assignment& a : plan.assignments) ASSERT_GE(a.config, 0) << "round " << round;
+      }
+    }
+  }
 }
 
 TEST(ListSchedulerTest, OrderRulesSortAsNamed) {
