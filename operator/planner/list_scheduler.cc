@@ -328,15 +328,14 @@ Plan DeadlineSchedule(const Problem& problem, const std::vector<std::vector<int>
                       const std::vector<double>& type_price) {
   Plan plan;
   plan.assignments.resize(problem.tasks.size());
+  // A GPU-second's price on each node: its type's (a typeless configuration
+  // pays the price of the type it lands on).
   const std::vector<std::string> types = GpuTypes(problem);
-  const bool priced = type_price.size() == types.size() && !types.empty();
-  auto price = [&](const Config& c) {
-    if (!priced || c.gpu_type.empty()) return 1.0;
-    auto it = std::lower_bound(types.begin(), types.end(), c.gpu_type);
-    return it != types.end() && *it == c.gpu_type
-               ? type_price[static_cast<size_t>(it - types.begin())]
-               : 1.0;
-  };
+  std::vector<double> node_price(problem.nodes.size(), 1.0);
+  if (type_price.size() == types.size())
+    for (size_t n = 0; n < problem.nodes.size(); ++n)
+      node_price[n] = type_price[static_cast<size_t>(
+          std::lower_bound(types.begin(), types.end(), problem.nodes[n].gpu_type) - types.begin())];
   std::vector<std::vector<double>> free_at(problem.nodes.size());
   for (size_t n = 0; n < problem.nodes.size(); ++n)
     free_at[n].assign(static_cast<size_t>(problem.nodes[n].gpus), 0.0);
@@ -391,7 +390,7 @@ Plan DeadlineSchedule(const Problem& problem, const std::vector<std::vector<int>
       if (!std::isfinite(place.start)) continue;
       const double finish = place.start + run;
       const bool in_time = finish <= deadline;
-      const double cost = price(c) * c.gpus * run;
+      const double cost = node_price[static_cast<size_t>(place.offers.front().node)] * c.gpus * run;
       const double best_finish = best_place.start + best_run;
       const bool take = best < 0 || (in_time && !best_in_time) ||
                         (in_time && best_in_time &&

@@ -56,8 +56,9 @@ Plan ListSchedule(const Problem& problem, const std::vector<int>& choice,
 // Deadline-driven list scheduling, for malleable tasks: the configuration of a
 // task is chosen when it is placed, not before. Each task in `order` goes
 // where one of its `candidates` (config indices) finishes by `deadline` at the
-// least cost (GPU-time, times its type's price when `type_price` has one per
-// GpuTypes(problem) entry; ties: earlier finish), or, when none can, where it
+// least cost (GPU-time, times the price of the GPU type it lands on when
+// `type_price` has one per GpuTypes(problem) entry; ties: earlier finish), or,
+// when none can, where it
 // finishes first. A task that starts late thus runs wide and fast, one that
 // starts early narrow and efficient: the fixed choice of ListSchedule leaves
 // the schedule's tail to whatever the choice was. Append placement; running

@@ -263,6 +263,16 @@ std::vector<double> TypePrices(const Problem& problem) {
   // twentieth of the dearest type's.
   const double top = *std::max_element(prices.begin(), prices.end());
   for (double& p : prices) p = std::max(p, 0.05 * top);
+  // Scaled so that the cluster's average GPU-second costs 1.
+  const std::vector<std::string> types = GpuTypes(problem);
+  double paid = 0, gpus = 0;
+  for (const Node& n : problem.nodes) {
+    paid += n.gpus * prices[static_cast<size_t>(
+                         std::lower_bound(types.begin(), types.end(), n.gpu_type) - types.begin())];
+    gpus += n.gpus;
+  }
+  if (paid > 0)
+    for (double& p : prices) p *= gpus / paid;
   return prices;
 }
 

@@ -21,7 +21,8 @@ double MakespanLowerBound(const Problem& problem);
 // With 2-4 GPU types: a price per GPU-second of each type (GpuTypes order),
 // the optimal dual of the typed area bound's fractional assignment LP (the
 // worth of a type's GPU-time when every type is as busy as the bound says);
-// a type the bound leaves idle costs a twentieth of the dearest. Empty with
+// a type the bound leaves idle costs a twentieth of the dearest; scaled so
+// that the cluster's average GPU-second costs 1. Empty with
 // one type (or more than four). Planners weigh GPU-time across types by it.
 std::vector<double> TypePrices(const Problem& problem);
 
