@@ -67,6 +67,53 @@ void KeepOneType(const Problem& problem, std::vector<NodeOffer>& offers, int nod
   offers = std::move(kept);
 }
 
+// The deadline rule (DeadlineSchedule): among a task's placements, the least
+// cost that finishes by the deadline (ties: the earlier finish), else the
+// earliest finish.
+struct DeadlinePick {
+  double deadline = 0;
+  int config = -1;
+  double start = 0, run = 0, cost = 0;
+  bool in_time = false;
+  // Takes the placement when it is better than the one held.
+  bool Offer(int ci, double s, double r, double c) {
+    const bool met = s + r <= deadline;
+    const bool take =
+        config < 0 || (met && !in_time) ||
+        (met && in_time &&
+         (c < cost * (1 - 1e-12) || (c <= cost * (1 + 1e-12) && s + r < start + run))) ||
+        (!met && !in_time && s + r < start + run);
+    if (take) config = ci, start = s, run = r, cost = c, in_time = met;
+    return take;
+  }
+};
+
+// A GPU-second's price on each node: its type's in `type_price` (one per
+// GpuTypes entry; a typeless configuration pays the type it lands on), else 1.
+std::vector<double> NodePrices(const Problem& problem, const std::vector<double>& type_price) {
+  const std::vector<std::string> types = GpuTypes(problem);
+  std::vector<double> price(problem.nodes.size(), 1.0);
+  if (type_price.size() == types.size())
+    for (size_t n = 0; n < problem.nodes.size(); ++n)
+      price[n] = type_price[static_cast<size_t>(
+          std::lower_bound(types.begin(), types.end(), problem.nodes[n].gpu_type) - types.begin())];
+  return price;
+}
+
+// Per task, the running configuration when it is among the task's candidates
+// (the task keeps its GPUs), else -1.
+std::vector<int> KeptRunning(const Problem& problem,
+                             const std::vector<std::vector<int>>& candidates) {
+  std::vector<int> keep(problem.tasks.size(), -1);
+  for (size_t t = 0; t < problem.tasks.size(); ++t) {
+    const Task& task = problem.tasks[t];
+    if (task.running && std::find(candidates[t].begin(), candidates[t].end(),
+                                  task.running->config) != candidates[t].end())
+      keep[t] = task.running->config;
+  }
+  return keep;
+}
+
 }  // namespace
 
 CapTimeline::CapTimeline(int cap) : cap_(cap) {}
@@ -323,30 +370,17 @@ AppendPlace PlaceAppend(const Problem& problem, const std::vector<std::vector<do
 
 }  // namespace
 
-Plan DeadlineSchedule(const Problem& problem, const std::vector<std::vector<int>>& candidates,
-                      const std::vector<int>& order, double deadline,
-                      const std::vector<double>& type_price) {
+namespace {
+
+Plan DeadlineAppend(const Problem& problem, const std::vector<std::vector<int>>& candidates,
+                    const std::vector<int>& order, double deadline,
+                    const std::vector<double>& node_price) {
   Plan plan;
   plan.assignments.resize(problem.tasks.size());
-  // A GPU-second's price on each node: its type's (a typeless configuration
-  // pays the price of the type it lands on).
-  const std::vector<std::string> types = GpuTypes(problem);
-  std::vector<double> node_price(problem.nodes.size(), 1.0);
-  if (type_price.size() == types.size())
-    for (size_t n = 0; n < problem.nodes.size(); ++n)
-      node_price[n] = type_price[static_cast<size_t>(
-          std::lower_bound(types.begin(), types.end(), problem.nodes[n].gpu_type) - types.begin())];
   std::vector<std::vector<double>> free_at(problem.nodes.size());
   for (size_t n = 0; n < problem.nodes.size(); ++n)
     free_at[n].assign(static_cast<size_t>(problem.nodes[n].gpus), 0.0);
-  // A running task keeps its GPUs when its configuration is a candidate.
-  std::vector<int> keep(problem.tasks.size(), -1);
-  for (size_t t = 0; t < problem.tasks.size(); ++t) {
-    const Task& task = problem.tasks[t];
-    if (task.running && std::find(candidates[t].begin(), candidates[t].end(),
-                                  task.running->config) != candidates[t].end())
-      keep[t] = task.running->config;
-  }
+  const std::vector<int> keep = KeptRunning(problem, candidates);
   CapTimeline usage(problem.gpu_cap);
   std::vector<bool> pinned = PinRunning(
       problem, keep, order, plan, usage,
@@ -366,10 +400,8 @@ Plan DeadlineSchedule(const Problem& problem, const std::vector<std::vector<int>
       sorted[n] = free_at[n];
       std::sort(sorted[n].begin(), sorted[n].end());
     }
-    int best = -1;
+    DeadlinePick pick{deadline};
     AppendPlace best_place;
-    double best_run = 0, best_cost = 0;
-    bool best_in_time = false;
     for (int ci : candidates[t]) {
       const Config& c = task.configs[static_cast<size_t>(ci)];
       double run = RunSeconds(task, ci);
@@ -388,32 +420,16 @@ Plan DeadlineSchedule(const Problem& problem, const std::vector<std::vector<int>
         }
       }
       if (!std::isfinite(place.start)) continue;
-      const double finish = place.start + run;
-      const bool in_time = finish <= deadline;
       const double cost = node_price[static_cast<size_t>(place.offers.front().node)] * c.gpus * run;
-      const double best_finish = best_place.start + best_run;
-      const bool take = best < 0 || (in_time && !best_in_time) ||
-                        (in_time && best_in_time &&
-                         (cost < best_cost * (1 - 1e-12) ||
-                          (cost <= best_cost * (1 + 1e-12) && finish < best_finish))) ||
-                        (!in_time && !best_in_time && finish < best_finish);
-      if (take) {
-        best = ci;
-        best_place = std::move(place);
-        best_run = run;
-        best_cost = cost;
-        best_in_time = in_time;
-      }
+      if (pick.Offer(ci, place.start, run, cost)) best_place = std::move(place);
     }
-    if (best < 0) continue;  // fits nowhere: left unassigned (the caller's candidates fit)
-    TakeOffers(plan.assignments[t], best, best_place.start, best_run, best_place.offers,
-               task.configs[static_cast<size_t>(best)].GpusPerNode(), free_at, usage);
+    if (pick.config < 0) continue;  // fits nowhere (the caller's candidates fit)
+    TakeOffers(plan.assignments[t], pick.config, pick.start, pick.run, best_place.offers,
+               task.configs[static_cast<size_t>(pick.config)].GpusPerNode(), free_at, usage);
   }
   Summarize(problem, plan);
   return plan;
 }
-
-namespace {
 
 // Busy intervals per GPU, sorted by start.
 using Timeline = std::vector<std::pair<double, double>>;
@@ -621,20 +637,27 @@ void Commit(std::vector<std::vector<Timeline>>& busy, Assignment& a, int config,
     Occupy(busy[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)], a.start, a.end);
 }
 
-Plan BackfillSchedule(const Problem& problem, const std::vector<int>& choice,
-                      const std::vector<int>& order) {
-  Plan plan;
-  plan.assignments.resize(problem.tasks.size());
-  auto busy = EmptyTimelines(problem);
-  CapTimeline usage(problem.gpu_cap);
-  std::vector<bool> pinned = PinRunning(
-      problem, choice, order, plan, usage,
+// PinRunning over per-GPU busy timelines.
+std::vector<bool> PinOnTimelines(const Problem& problem, const std::vector<int>& keep,
+                                 const std::vector<int>& order, Plan& plan,
+                                 std::vector<std::vector<Timeline>>& busy, CapTimeline& usage) {
+  return PinRunning(
+      problem, keep, order, plan, usage,
       [&](const GpuSlot& g) {
         return busy[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)].empty();
       },
       [&](const GpuSlot& g, double end) {
         Occupy(busy[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)], 0, end);
       });
+}
+
+Plan BackfillSchedule(const Problem& problem, const std::vector<int>& choice,
+                      const std::vector<int>& order) {
+  Plan plan;
+  plan.assignments.resize(problem.tasks.size());
+  auto busy = EmptyTimelines(problem);
+  CapTimeline usage(problem.gpu_cap);
+  std::vector<bool> pinned = PinOnTimelines(problem, choice, order, plan, busy, usage);
   for (int ti : order) {
     size_t t = static_cast<size_t>(ti);
     if (pinned[t]) continue;
@@ -646,7 +669,46 @@ Plan BackfillSchedule(const Problem& problem, const std::vector<int>& choice,
   return plan;
 }
 
+Plan DeadlineBackfill(const Problem& problem, const std::vector<std::vector<int>>& candidates,
+                      const std::vector<int>& order, double deadline,
+                      const std::vector<double>& node_price) {
+  Plan plan;
+  plan.assignments.resize(problem.tasks.size());
+  auto busy = EmptyTimelines(problem);
+  CapTimeline usage(problem.gpu_cap);
+  std::vector<bool> pinned =
+      PinOnTimelines(problem, KeptRunning(problem, candidates), order, plan, busy, usage);
+  for (int ti : order) {
+    const auto t = static_cast<size_t>(ti);
+    if (pinned[t] || candidates[t].empty()) continue;
+    DeadlinePick pick{deadline};
+    Placed best;
+    for (int ci : candidates[t]) {
+      Placed p = FindCappedSlot(problem, busy, usage, t, ci);
+      if (!std::isfinite(p.start) || p.gpus.empty()) continue;
+      const double cost = node_price[static_cast<size_t>(p.gpus.front().node)] *
+                          static_cast<double>(p.gpus.size()) * p.run;
+      if (pick.Offer(ci, p.start, p.run, cost)) best = std::move(p);
+    }
+    if (pick.config < 0) continue;
+    Assignment& a = plan.assignments[t];
+    Commit(busy, a, pick.config, best);
+    usage.Add(a.start, a.end, static_cast<int>(a.gpus.size()));
+  }
+  Summarize(problem, plan);
+  return plan;
+}
+
 }  // namespace
+
+Plan DeadlineSchedule(const Problem& problem, const std::vector<std::vector<int>>& candidates,
+                      const std::vector<int>& order, double deadline,
+                      const std::vector<double>& type_price, Placement placement) {
+  const std::vector<double> node_price = NodePrices(problem, type_price);
+  return placement == Placement::kAppend
+             ? DeadlineAppend(problem, candidates, order, deadline, node_price)
+             : DeadlineBackfill(problem, candidates, order, deadline, node_price);
+}
 
 Plan ListSchedule(const Problem& problem, const std::vector<int>& choice,
                   const std::vector<int>& order, Placement placement) {

@@ -61,11 +61,14 @@ Plan ListSchedule(const Problem& problem, const std::vector<int>& choice,
 // when none can, where it
 // finishes first. A task that starts late thus runs wide and fast, one that
 // starts early narrow and efficient: the fixed choice of ListSchedule leaves
-// the schedule's tail to whatever the choice was. Append placement; running
-// tasks whose configuration is a candidate keep their GPUs from time 0.
+// the schedule's tail to whatever the choice was. Running tasks whose
+// configuration is a candidate keep their GPUs from time 0. Append placement
+// is O(tasks x candidates x nodes); backfill fills earlier holes (the ones
+// late arrivals leave) at ListSchedule's backfill cost per candidate.
 Plan DeadlineSchedule(const Problem& problem, const std::vector<std::vector<int>>& candidates,
                       const std::vector<int>& order, double deadline,
-                      const std::vector<double>& type_price = {});
+                      const std::vector<double>& type_price = {},
+                      Placement placement = Placement::kAppend);
 
 // The best ListSchedule over the order rules suited to the problem's objective
 // and both placements.

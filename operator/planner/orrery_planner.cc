@@ -169,9 +169,10 @@ class OrreryPlanner final : public Planner {
 
   // Deadline-driven schedules (list_scheduler.h) for the least deadline they
   // meet, offered as they come; returns a note of what it won.
+  // `large`: planned by pool too (no backfill placement at that size).
   std::string DeadlineSearch(const Problem& problem,
                              const std::vector<std::vector<Candidate>>& cands, double lb,
-                             const Budget& budget);
+                             const Budget& budget, bool large);
 
   OrderRule rule_ = OrderRule::kLongestFirst;
   Placement placement_ = Placement::kAppend;
@@ -469,7 +470,7 @@ std::vector<double> WarmStart(const Problem& problem, const PackingModel& pm,
 
 std::string OrreryPlanner::DeadlineSearch(const Problem& problem,
                                           const std::vector<std::vector<Candidate>>& cands,
-                                          double lb, const Budget& budget) {
+                                          double lb, const Budget& budget, bool large) {
   std::vector<std::vector<int>> configs(cands.size());
   for (size_t t = 0; t < cands.size(); ++t)
     for (const Candidate& c : cands[t]) configs[t].push_back(c.config);
@@ -483,6 +484,13 @@ std::string OrreryPlanner::DeadlineSearch(const Problem& problem,
   if (!dual.empty()) exponents = {0.5, 0.0};
   const double before = best_.makespan;
   const OrderRule rules[] = {OrderRule::kLongestFirst, OrderRule::kMostGpuTimeFirst};
+  // Append placement cannot fill the holes that late arrivals leave; with
+  // arrivals, backfill too (its cost per candidate is ListSchedule's backfill,
+  // so only below the size planned by pool).
+  std::vector<Placement> placements = {Placement::kAppend};
+  if (!large && std::any_of(problem.tasks.begin(), problem.tasks.end(),
+                            [](const Task& t) { return t.arrival > 0; }))
+    placements.push_back(Placement::kBackfill);
   double won_at = -1, won_exponent = 0;
   for (double exponent : exponents) {
     std::vector<double> prices = dual;
@@ -495,14 +503,17 @@ std::string OrreryPlanner::DeadlineSearch(const Problem& problem,
       const std::vector<int> sized = DeadlineChoice(problem, cands, d);
       bool met = false;
       for (OrderRule rule : rules) {
-        Plan p = DeadlineSchedule(problem, configs, OrderTasks(problem, sized, rule), d, prices);
-        met = met || p.makespan <= d * (1 + 1e-9);
-        std::vector<int> choice(problem.tasks.size());
-        for (size_t t = 0; t < choice.size(); ++t) choice[t] = p.assignments[t].config;
-        const double objective = p.objective;
-        Offer(std::move(p), choice, rule_, placement_, /*listed=*/false);
-        if (best_.objective == objective && best_.makespan < before)
-          won_at = d, won_exponent = exponent;
+        const std::vector<int> order = OrderTasks(problem, sized, rule);
+        for (Placement placement : placements) {
+          Plan p = DeadlineSchedule(problem, configs, order, d, prices, placement);
+          met = met || p.makespan <= d * (1 + 1e-9);
+          std::vector<int> choice(problem.tasks.size());
+          for (size_t t = 0; t < choice.size(); ++t) choice[t] = p.assignments[t].config;
+          const double objective = p.objective;
+          Offer(std::move(p), choice, rule_, placement_, /*listed=*/false);
+          if (best_.objective == objective && best_.makespan < before)
+            won_at = d, won_exponent = exponent;
+        }
       }
       if (met) {
         hi = d;
@@ -652,7 +663,7 @@ StatusOr<Plan> OrreryPlanner::Solve(const Problem& problem, const PlanOptions& o
   // chosen as it is placed, for the least deadline the schedule meets, by
   // bisection between the bound and the best makespan so far.
   if (problem.objective == Objective::kMakespan)
-    notes.push_back(DeadlineSearch(problem, cands, lb, budget));
+    notes.push_back(DeadlineSearch(problem, cands, lb, budget, large));
 
   // Current practice costs one pass: never plan worse than it.
   {

@@ -88,6 +88,23 @@ TEST(ListSchedulerTest, DeadlineScheduleWidensOnlyWhatStartsTooLate) {
   EXPECT_DOUBLE_EQ(missed.makespan, 20);
 }
 
+// Backfill fills the hole a late arrival leaves: on one GPU, "late" arrives at
+// 10 s and is placed first; append placement can only put "early" (5 s)
+// after it, backfill puts it in [0, 5).
+TEST(ListSchedulerTest, DeadlineBackfillFillsTheHoleALateArrivalLeaves) {
+  Problem p = Cluster(1, 1);
+  p.tasks.push_back(MakeTask("late", 100, {Cfg("ddp", 1, 10)}, 10));
+  p.tasks.push_back(MakeTask("early", 100, {Cfg("ddp", 1, 20)}));
+  const std::vector<std::vector<int>> configs = {{0}, {0}};
+  Plan append = DeadlineSchedule(p, configs, {0, 1}, 20, {}, Placement::kAppend);
+  ASSERT_TRUE(CheckPlan(p, append).ok()) << CheckPlan(p, append);
+  EXPECT_DOUBLE_EQ(append.makespan, 25);
+  Plan backfill = DeadlineSchedule(p, configs, {0, 1}, 20, {}, Placement::kBackfill);
+  ASSERT_TRUE(CheckPlan(p, backfill).ok()) << CheckPlan(p, backfill);
+  EXPECT_DOUBLE_EQ(backfill.assignments[1].start, 0);
+  EXPECT_DOUBLE_EQ(backfill.makespan, 20);
+}
+
 // Across types, GPU-time is weighed by the types' prices: with l4 priced at a
 // tenth of a100, a task that meets the deadline on both goes to l4 although
 // it takes more GPU-seconds there; unpriced, it takes the a100.
@@ -117,8 +134,8 @@ TEST(ListSchedulerTest, DeadlineScheduleWeighsGpuTimeByTypePrice) {
 // Seeded random shapes the benchmarks do not have: nodes of 2, 4 and 8 GPUs
 // of two types, configurations typed and typeless, spanning up to two nodes,
 // tasks restricted to a type, arrivals, running gangs and a GPU cap. Every
-// deadline schedule, at every deadline, passes the independent checker with
-// every task placed.
+// deadline schedule, at every deadline and with either placement, passes the
+// independent checker with every task placed.
 TEST(ListSchedulerTest, DeadlineSchedulesOfRandomShapesAreValid) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> u(0, 1);
@@ -168,9 +185,11 @@ TEST(ListSchedulerTest, DeadlineSchedulesOfRandomShapesAreValid) {
     for (double deadline : {1.0, 30.0, 200.0, 1e6}) {
       for (const std::vector<double>& prices :
            {std::vector<double>{}, std::vector<double>{1.0, 0.2}}) {
-        Plan plan = DeadlineSchedule(p, configs, order, deadline, prices);
-        ASSERT_TRUE(CheckPlan(p, plan).ok()) << "round " << round << ": " << CheckPlan(p, plan);
-        for (const Assignment& a : plan.assignments) ASSERT_GE(a.config, 0) << "round " << round;
+        for (Placement placement : {Placement::kAppend, Placement::kBackfill}) {
+          Plan plan = DeadlineSchedule(p, configs, order, deadline, prices, placement);
+          ASSERT_TRUE(CheckPlan(p, plan).ok()) << "round " << round << ": " << CheckPlan(p, plan);
+          for (const Assignment& a : plan.assignments) ASSERT_GE(a.config, 0) << "round " << round;
+        }
       }
     }
   }
