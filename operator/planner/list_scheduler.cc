@@ -242,6 +242,28 @@ std::vector<bool> PinRunning(const Problem& problem, const std::vector<int>& cho
   return pinned;
 }
 
+// Per node, when each GPU is next free (append placement): all at time 0.
+std::vector<std::vector<double>> FreeTimes(const Problem& problem) {
+  std::vector<std::vector<double>> free_at(problem.nodes.size());
+  for (size_t n = 0; n < problem.nodes.size(); ++n)
+    free_at[n].assign(static_cast<size_t>(problem.nodes[n].gpus), 0.0);
+  return free_at;
+}
+
+// PinRunning over per-GPU free times (append placement).
+std::vector<bool> PinOnFreeTimes(const Problem& problem, const std::vector<int>& keep,
+                                 const std::vector<int>& order, Plan& plan,
+                                 std::vector<std::vector<double>>& free_at, CapTimeline& usage) {
+  return PinRunning(
+      problem, keep, order, plan, usage,
+      [&](const GpuSlot& g) {
+        return free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] <= 0;
+      },
+      [&](const GpuSlot& g, double end) {
+        free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] = end;
+      });
+}
+
 // Commits an append-schedule placement: `k` GPUs on each offered node (the
 // latest-freed of those free by `start`), held until start + run.
 void TakeOffers(Assignment& a, int config, double start, double run,
@@ -267,19 +289,9 @@ Plan AppendSchedule(const Problem& problem, const std::vector<int>& choice,
                     const std::vector<int>& order) {
   Plan plan;
   plan.assignments.resize(problem.tasks.size());
-  std::vector<std::vector<double>> free_at(problem.nodes.size());
-  for (size_t n = 0; n < problem.nodes.size(); ++n)
-    free_at[n].assign(static_cast<size_t>(problem.nodes[n].gpus), 0.0);
-
+  std::vector<std::vector<double>> free_at = FreeTimes(problem);
   CapTimeline usage(problem.gpu_cap);
-  std::vector<bool> pinned = PinRunning(
-      problem, choice, order, plan, usage,
-      [&](const GpuSlot& g) {
-        return free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] <= 0;
-      },
-      [&](const GpuSlot& g, double end) {
-        free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] = end;
-      });
+  std::vector<bool> pinned = PinOnFreeTimes(problem, choice, order, plan, free_at, usage);
 
   std::vector<NodeOffer> offers;
   for (int ti : order) {
@@ -377,19 +389,10 @@ Plan DeadlineAppend(const Problem& problem, const std::vector<std::vector<int>>&
                     const std::vector<double>& node_price) {
   Plan plan;
   plan.assignments.resize(problem.tasks.size());
-  std::vector<std::vector<double>> free_at(problem.nodes.size());
-  for (size_t n = 0; n < problem.nodes.size(); ++n)
-    free_at[n].assign(static_cast<size_t>(problem.nodes[n].gpus), 0.0);
-  const std::vector<int> keep = KeptRunning(problem, candidates);
+  std::vector<std::vector<double>> free_at = FreeTimes(problem);
   CapTimeline usage(problem.gpu_cap);
-  std::vector<bool> pinned = PinRunning(
-      problem, keep, order, plan, usage,
-      [&](const GpuSlot& g) {
-        return free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] <= 0;
-      },
-      [&](const GpuSlot& g, double end) {
-        free_at[static_cast<size_t>(g.node)][static_cast<size_t>(g.gpu)] = end;
-      });
+  std::vector<bool> pinned =
+      PinOnFreeTimes(problem, KeptRunning(problem, candidates), order, plan, free_at, usage);
   std::vector<std::vector<double>> sorted(problem.nodes.size());
   std::vector<NodeOffer> scratch;
   for (int ti : order) {
