@@ -33,6 +33,7 @@
 #include "operator/cli/stop_signals.h"
 #include "operator/controller/manager.h"
 #include "operator/controller/probe_server.h"
+#include "operator/engine/estimate.h"
 #include "operator/kube/config.h"
 #include "operator/kube/delegated_auth.h"
 #include "operator/kube/leader_election.h"
@@ -52,7 +53,8 @@ constexpr const char* kUsage =
     "         [--profile-namespace NS] [--workers 2] [--gang-timeout 10m] [--solver-time-limit "
     "10s]\n"
     "         [--node-lost-grace 5m] [--gpu-type-label nvidia.com/gpu.product]\n"
-    "         [--gpu-type-speeds NVIDIA-H100-80GB-HBM3=3,NVIDIA-L4=1]\n"
+    "         [--gpu-type-speeds NVIDIA-H100-80GB-HBM3=3,NVIDIA-L4=1] [--gpu-memory-reserve "
+    "1.5Gi+5%]\n"
     "         [--progress-period 5s] [--cluster-shares=true|false] [--kueue=auto|true|false]\n"
     "         [--log-level debug|info|warning|error]\n";
 
@@ -84,6 +86,9 @@ struct OperatorFlags {
   // Relative throughput by GPU type: a task profiled on one type is estimated
   // on the others. Empty: a profile stands for every type.
   std::map<std::string, double> gpu_type_speeds;
+  // What of a GPU's labelled memory a plan leaves to CUDA's context, NCCL and
+  // the caching allocator (engine::GpuMemoryReserve).
+  engine::GpuMemoryReserve gpu_memory_reserve;
   std::string profile_namespace;
   int workers = 2;
   Duration gang_timeout = std::chrono::minutes(10);
@@ -213,6 +218,7 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
                                                   "--gpu-resource",
                                                   "--gpu-type-label",
                                                   "--gpu-type-speeds",
+                                                  "--gpu-memory-reserve",
                                                   "--kueue",
                                                   "--device",
                                                   "--profile-namespace",
@@ -265,6 +271,8 @@ StatusOr<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args)
       f.gpu_type_label = v;
     } else if (name == "--gpu-type-speeds") {
       ORRERY_ASSIGN_OR_RETURN(f.gpu_type_speeds, ParseGpuTypeSpeeds(v));
+    } else if (name == "--gpu-memory-reserve") {
+      ORRERY_ASSIGN_OR_RETURN(f.gpu_memory_reserve, engine::ParseGpuMemoryReserve(v, name));
     } else if (name == "--device") {
       if (v != "cuda" && v != "cpu") {
         return InvalidArgumentError("--device=" + v +
@@ -458,6 +466,7 @@ int RunOperator(Invocation& in) {
   mo.reconciler.device = f.device;
   mo.reconciler.gpu_type_label = f.gpu_type_label;
   mo.reconciler.gpu_type_speeds = f.gpu_type_speeds;
+  mo.reconciler.gpu_memory_reserve = f.gpu_memory_reserve;
   mo.reconciler.cluster_shares = f.cluster_shares;
   mo.kueue = f.kueue;
   // CPU-only nodes run the workers on gloo; GPU nodes on NCCL.

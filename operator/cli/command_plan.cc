@@ -31,7 +31,8 @@ namespace {
 
 constexpr const char* kUsage =
     "Usage: orrery plan FILE --gpus NODESxGPUS [--device cuda|cpu] [--gpu-memory-gib G]\n"
-    "                        [--svg FILE] [--profile-cache FILE] [--time-limit S]\n"
+    "                        [--gpu-memory-reserve 1.5Gi+5%] [--svg FILE]\n"
+    "                        [--profile-cache FILE] [--time-limit S]\n"
     "                        [--volume CLAIM=DIR]...\n";
 
 std::optional<std::pair<int, int>> ParseShape(const std::string& s) {
@@ -55,7 +56,10 @@ struct Refused {
 
 // The configurations refused for memory, those resting on a measured peak one
 // a line (a profile said so: worth seeing), the modelled ones counted.
-void PrintRefused(std::ostream& o, const std::vector<Refused>& refused, double device_gib) {
+// `usable_gib` is what a GPU gives a configuration's peak, `reserve` what the
+// device's `device_gib` keeps beside it (empty on the CPU: no reserve).
+void PrintRefused(std::ostream& o, const std::vector<Refused>& refused, double usable_gib,
+                  double device_gib, const std::string& reserve) {
   if (refused.empty()) return;
   int modelled = 0;
   std::ostringstream lines;
@@ -69,8 +73,13 @@ void PrintRefused(std::ostream& o, const std::vector<Refused>& refused, double d
           << c.batch_size << ", recompute " << c.recompute << ": " << std::fixed
           << std::setprecision(2) << c.memory_gib << " GiB (" << r.basis << ")\n";
   }
-  o << "\nnot offered, over the device's " << std::fixed << std::setprecision(1) << device_gib
-    << " GiB per GPU (--gpu-memory-gib):";
+  o << "\nnot offered, over the " << std::fixed << std::setprecision(1) << usable_gib
+    << " GiB per GPU a configuration may use";
+  if (reserve.empty()) {
+    o << " (--gpu-memory-gib):";
+  } else {
+    o << " (--gpu-memory-gib " << device_gib << " less --gpu-memory-reserve " << reserve << "):";
+  }
   if (modelled > 0) {
     o << " " << modelled << " configuration" << (modelled == 1 ? "" : "s")
       << " by the memory model";
@@ -97,6 +106,7 @@ int RunPlan(Invocation& in) {
   std::string file, shape, svg, cache_path, device = "cuda";
   local::ClaimFolders claims;
   double memory = -1, time_limit = -1;
+  engine::GpuMemoryReserve reserve;
   for (size_t i = 0; i < in.args.size(); ++i) {
     const std::string& a = in.args[i];
     auto next = [&](std::string* into) {
@@ -119,6 +129,16 @@ int RunPlan(Invocation& in) {
       const size_t eq = v.find('=');
       ok = ok && eq != std::string::npos && eq > 0 && eq + 1 < v.size();
       if (ok) claims[v.substr(0, eq)] = v.substr(eq + 1);
+    } else if (a == "--gpu-memory-reserve") {
+      ok = next(&v);
+      if (ok) {
+        auto parsed = engine::ParseGpuMemoryReserve(v, a);
+        if (!parsed.ok()) {
+          in.err << "orrery plan: " << parsed.status().message() << "\n";
+          return kExitUsage;
+        }
+        reserve = *parsed;
+      }
     } else if (a == "--gpu-memory-gib" || a == "--time-limit") {
       ok = next(&v);
       try {
@@ -165,6 +185,14 @@ int RunPlan(Invocation& in) {
   auto [nodes, per_node] = *dims;
   engine::DeviceModel dm = engine::DefaultDevice(device);
   if (memory > 0) dm.memory_gib = memory;
+  // What a configuration's peak may fill: on a GPU, the device's memory less
+  // what CUDA's context, NCCL and the caching allocator keep beside it.
+  // The estimates size spill's working set to it too.
+  const bool on_gpu = dm.kind != "cpu";
+  const double device_gib = dm.memory_gib;
+  const double usable_gib = on_gpu ? engine::UsableGpuMemoryGib(device_gib, reserve) : device_gib;
+  const std::string reserve_text = on_gpu ? engine::GpuMemoryReserveText(reserve) : "";
+  dm.memory_gib = usable_gib;
   auto cache = local::ProfileCache::Load(cache_path.empty() ? local::ProfileCache::DefaultPath()
                                                             : cache_path);
   if (!cache.ok()) {
@@ -195,7 +223,7 @@ int RunPlan(Invocation& in) {
   planner::Problem problem;
   problem.objective = engine::PlanObjective(spec.scheduling.objective);
   for (int n = 0; n < nodes; ++n) {
-    problem.nodes.push_back({"node-" + std::to_string(n), per_node, dm.memory_gib});
+    problem.nodes.push_back({"node-" + std::to_string(n), per_node, usable_gib});
   }
   // The configurations the operator and `orrery run` would offer the planner
   // (engine::BuildTaskConfigs: templates, profiled GPU counts, elastic batches,
@@ -241,7 +269,7 @@ int RunPlan(Invocation& in) {
         engine::BuildTaskConfigs(spec, e.task, lookup, max_gpus, /*recompute_modes=*/true);
     for (size_t k = 0; k < built.configs.size(); ++k) {
       const planner::Config& c = built.configs[k];
-      if (c.memory_gib > dm.memory_gib) {
+      if (c.memory_gib > usable_gib) {
         // Not offered: the planner must not pick what would run out of memory.
         refused.push_back({e.name, c, built.memory_basis[k]});
         continue;
@@ -267,7 +295,7 @@ int RunPlan(Invocation& in) {
         in.err << " has no configuration that fits (memory or devices); allow more templates "
                   "(spec.resources.templates), more GPUs per task, or profile it with orrery "
                   "run\n";
-        PrintRefused(in.err, refused, dm.memory_gib);
+        PrintRefused(in.err, refused, usable_gib, device_gib, reserve_text);
       }
       return kExitInvalid;
     }
@@ -333,7 +361,7 @@ int RunPlan(Invocation& in) {
     o << "\nestimated '~' from (profiles alone where the size is unknown):\n";
     for (const std::string& n : notes) o << "  " << n << "\n";
   }
-  PrintRefused(o, refused, dm.memory_gib);
+  PrintRefused(o, refused, usable_gib, device_gib, reserve_text);
   o << std::right << "\nmakespan " << local::FormatDuration(plan->makespan) << ", lower bound "
     << local::FormatDuration(plan->lower_bound) << ", gap " << std::fixed << std::setprecision(1)
     << 100 * plan->gap << "%, solved in " << std::setprecision(2) << plan->solve_seconds << " s ("

@@ -181,14 +181,18 @@ std::string ConfigsNeverFit(const engine::TaskConfigs& tc, const api::TaskSpec& 
                             const std::vector<NodeCapacity>& nodes) {
   if (tc.configs.empty() || nodes.empty()) return "";
   planner::Problem problem;
-  double most = 0;  // the most memory per GPU of a node the task may use
+  double most = 0;         // the most usable memory per GPU of a node the task may use
+  double most_device = 0;  // that node's label
   for (const NodeCapacity& n : nodes) {
     const double gib = n.gpu_memory_gib > 0 ? n.gpu_memory_gib : kGpuMemoryGib;
     problem.nodes.push_back({n.name, n.allocatable, gib, n.gpu_type});
     const bool typed_out =
         !task.gpu_types.empty() &&
         std::find(task.gpu_types.begin(), task.gpu_types.end(), n.gpu_type) == task.gpu_types.end();
-    if (!typed_out && n.allocatable > 0) most = std::max(most, gib);
+    if (!typed_out && n.allocatable > 0 && gib > most) {
+      most = gib;
+      most_device = n.gpu_device_gib;
+    }
   }
   planner::Task t;
   t.gpu_types = task.gpu_types;
@@ -199,25 +203,25 @@ std::string ConfigsNeverFit(const engine::TaskConfigs& tc, const api::TaskSpec& 
   }
   // Not memory (too few GPUs on one node, or no node of its types): said elsewhere.
   if (least == nullptr || most <= 0 || least->memory_gib <= most) return "";
-  char buf[512];
+  char buf[768];
   std::snprintf(buf, sizeof(buf),
                 "every configuration profiled needs more GPU memory than a node its pods may use "
                 "has: the least is %s on %d GPU%s (recompute %s) at %.1f GiB per GPU, and the "
-                "nodes' GPUs have at most %.1f GiB (label %s): allow a template that shards or "
+                "nodes' GPUs give a configuration at most %.1f GiB (%.1f GiB by label %s, less "
+                "the reserve for CUDA's context, NCCL and the allocator: the operator's "
+                "--gpu-memory-reserve): allow a template that shards or "
                 "spills the model (spec.resources.templates: fsdp, spill), more GPUs per task "
                 "(spec.resources.gpusPerTask.max), a smaller batch, or nodes with larger GPUs",
                 least->template_name.c_str(), least->gpus, least->gpus == 1 ? "" : "s",
                 least->recompute.empty() ? "none" : least->recompute.c_str(), least->memory_gib,
-                most, kGpuMemoryLabel);
+                most, most_device, kGpuMemoryLabel);
   return buf;
 }
 
-std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
-                                         const std::vector<Json>& pods, const std::string& resource,
-                                         const std::string& own_job,
-                                         const api::ResourcesSpec* admit,
-                                         std::vector<std::string>* refusals,
-                                         const std::string& gpu_type_label) {
+std::vector<NodeCapacity> NodeCapacities(
+    const std::vector<Json>& nodes, const std::vector<Json>& pods, const std::string& resource,
+    const std::string& own_job, const api::ResourcesSpec* admit, std::vector<std::string>* refusals,
+    const std::string& gpu_type_label, const engine::GpuMemoryReserve& reserve) {
   // GPUs the job's own unfinished gang pods hold, by node.
   std::map<std::string, int> own_held;
   for (const Json& p : pods) {
@@ -248,7 +252,12 @@ std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
       gpus = std::min(gpus, own->second);
     }
     const NodeGpu gpu = NodeGpuOf(n, gpu_type_label);
-    by_name[name] = NodeCapacity{name, gpus, 0, gpu.type, gpu.memory_gib};
+    // A labelled GPU the reserve leaves nothing of gives nothing (not 0: that
+    // means unlabelled, not modelled).
+    const double usable = gpu.memory_gib > 0
+                              ? std::max(1e-9, engine::UsableGpuMemoryGib(gpu.memory_gib, reserve))
+                              : 0;
+    by_name[name] = NodeCapacity{name, gpus, 0, gpu.type, usable, gpu.memory_gib};
   }
   for (const Json& p : pods) {
     if (PodFinished(p)) continue;
@@ -1187,7 +1196,8 @@ void Reconciler::CountCapacity(JobContext& ctx) {
   // Only the nodes the job's pods can run on (node_filter.h).
   std::vector<std::string> refusals;
   capacity = NodeCapacities(ctx.nodes, all_pods, ctx.resource, ctx.job_label,
-                            &ctx.loaded.job.spec.resources, &refusals, options_.gpu_type_label);
+                            &ctx.loaded.job.spec.resources, &refusals, options_.gpu_type_label,
+                            options_.gpu_memory_reserve);
   if (capacity.empty() && !refusals.empty()) {
     std::string why;
     for (size_t i = 0; i < refusals.size() && i < 3; ++i) why += (i > 0 ? "; " : "") + refusals[i];

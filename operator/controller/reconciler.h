@@ -42,6 +42,7 @@
 #include "operator/controller/status.h"
 #include "operator/engine/cluster_share.h"
 #include "operator/engine/engine.h"
+#include "operator/engine/estimate.h"
 #include "operator/engine/profile_configs.h"
 #include "operator/engine/profile_step.h"
 #include "operator/kube/client.h"
@@ -70,7 +71,10 @@ struct NodeCapacity {
   int foreign = 0;      // requested by live pods that are not this job's training gangs
   int Free() const { return allocatable > foreign ? allocatable - foreign : 0; }
   std::string gpu_type = {};  // its GPU type label's value; "" = unlabelled
-  double gpu_memory_gib = 0;  // from kGpuMemoryLabel; 0 = unlabelled (not modelled)
+  // What each GPU gives a configuration's peak: kGpuMemoryLabel's memory less
+  // the reserve (engine::UsableGpuMemoryGib); 0 = unlabelled (not modelled).
+  double gpu_memory_gib = 0;
+  double gpu_device_gib = 0;  // kGpuMemoryLabel's memory itself
   // Held by this job's own gang pods on their way out (a gang stopped or of a
   // stale generation): the job's to plan on, not yet to launch on.
   int stopping = 0;
@@ -109,7 +113,8 @@ std::vector<NodeCapacity> NodeCapacities(const std::vector<Json>& nodes,
                                          const std::string& own_job,
                                          const api::ResourcesSpec* admit = nullptr,
                                          std::vector<std::string>* refusals = nullptr,
-                                         const std::string& gpu_type_label = kDefaultGpuTypeLabel);
+                                         const std::string& gpu_type_label = kDefaultGpuTypeLabel,
+                                         const engine::GpuMemoryReserve& reserve = {});
 // Names of nodes the job should treat as lost: nodes not Ready for `grace_s` or
 // longer at `now` (from the Ready condition's lastTransitionTime), and nodes
 // named by `pods` that are not in `nodes` at all (deleted: at once).
@@ -224,7 +229,7 @@ struct ReconcilerOptions {
   double node_lost_grace_s = 300;
   double expectation_timeout_s = 300;
   int max_restarts = 5;
-  int64_t profile_deadline_s = 900;
+  int64_t profile_deadline_s = engine::kProfileDeadlineS;
   // Wall time for condition transitions, RFC 3339; injectable for tests.
   std::function<std::string()> now_rfc3339;
   // Events on the job for `kubectl describe` (launches, teardowns, plans,
@@ -252,6 +257,9 @@ struct ReconcilerOptions {
   // "NVIDIA-L4": 1}): a task profiled on one type is estimated on the others
   // (ConfigsFromProfiles). Empty: a profile stands for every type.
   std::map<std::string, double> gpu_type_speeds = {};
+  // What of a labelled GPU's memory the planner leaves to CUDA's context,
+  // NCCL and the caching allocator (NodeCapacity::gpu_memory_gib).
+  engine::GpuMemoryReserve gpu_memory_reserve = {};
 };
 
 struct Caches {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <stdexcept>
+#include <string>
 
 #include "operator/api/paths.h"
 #include "operator/api/yaml.h"
@@ -273,6 +275,66 @@ DeviceModel DefaultDevice(const std::string& kind) {
     d.memory_gib = 16;
   }
   return d;
+}
+
+double UsableGpuMemoryGib(double device_gib, const GpuMemoryReserve& reserve) {
+  return std::max(0.0, (device_gib - reserve.fixed_gib) * (1 - reserve.fraction));
+}
+
+StatusOr<GpuMemoryReserve> ParseGpuMemoryReserve(std::string_view text, const std::string& flag) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgumentError(flag + "=" + std::string(text) + ": " + why +
+                                "; expected a size and/or a share of the rest, e.g. 1.5Gi+5%, "
+                                "512Mi, 10% or 0");
+  };
+  GpuMemoryReserve r{0, 0};
+  bool size_seen = false, share_seen = false;
+  std::string_view rest = text;
+  if (rest.empty()) return bad("empty");
+  while (!rest.empty()) {
+    const size_t plus = rest.find('+');
+    std::string part(rest.substr(0, plus));
+    rest = plus == std::string_view::npos ? std::string_view() : rest.substr(plus + 1);
+    if (plus != std::string_view::npos && rest.empty()) return bad("nothing after +");
+    double scale = 1;  // to GiB
+    bool share = false;
+    if (part.size() > 1 && part.back() == '%') {
+      share = true;
+      part.pop_back();
+    } else if (part.size() > 2 && part.compare(part.size() - 2, 2, "Gi") == 0) {
+      part.resize(part.size() - 2);
+    } else if (part.size() > 2 && part.compare(part.size() - 2, 2, "Mi") == 0) {
+      part.resize(part.size() - 2);
+      scale = 1.0 / 1024;
+    } else if (part != "0") {
+      return bad("\"" + part + "\" has no unit (Gi, Mi or %)");
+    }
+    double v = 0;
+    size_t used = 0;
+    try {
+      v = std::stod(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != part.size() || part.empty() || !std::isfinite(v) || v < 0)
+      return bad("\"" + part + "\" is not a non-negative number");
+    if (share) {
+      if (share_seen || v >= 100) return bad(share_seen ? "two percentages" : "100% or more");
+      share_seen = true;
+      r.fraction = v / 100;
+    } else {
+      if (size_seen) return bad("two sizes");
+      size_seen = true;
+      r.fixed_gib = v * scale;
+    }
+  }
+  return r;
+}
+
+std::string GpuMemoryReserveText(const GpuMemoryReserve& reserve) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%gGi+%g%%", reserve.fixed_gib, reserve.fraction * 100);
+  return buf;
 }
 
 StatusOr<PretrainedShape> ParsePretrainedConfig(std::string_view json_text,

@@ -50,6 +50,35 @@ DeviceModel DefaultDevice(const std::string& kind);
 // EstimateConfig adds it on cuda.
 inline constexpr double kCudaWorkspaceBytes = 64.0 * (1 << 20);
 
+// What of a GPU's memory the planner lets a configuration's peak fill. A
+// configuration's memory is a peak of tensor bytes (the caching allocator's
+// device_allocated, measured or modelled); the device also holds what that
+// peak never counts, so planning to the memory the device reports (GPU feature
+// discovery's nvidia.com/gpu.memory, `orrery plan --gpu-memory-gib`) picks
+// configurations that run out of memory on it:
+//   fixed:    per process, whatever the model: the CUDA context with the
+//             kernels LibTorch loads, cuBLAS's and cuDNN's handles, and NCCL's
+//             communicators (NCCL_BUFFSIZE, 4 MiB by default, per channel and
+//             peer, for each protocol in use; tens of channels on NVLink);
+//   fraction: of what remains, the caching allocator's blocks held but not
+//             in use (its reserved over its allocated bytes: blocks rounded
+//             up and split, segments cached between steps).
+// The defaults are conservative estimates, not measurements: no GPU run has
+// measured a worker's total use beside its allocated peak yet. The operator's
+// --gpu-memory-reserve (Helm worker.gpuMemoryReserve) and `orrery plan`'s
+// set them.
+struct GpuMemoryReserve {
+  double fixed_gib = 1.5;
+  double fraction = 0.05;
+};
+// (device_gib - fixed) * (1 - fraction), never below 0.
+double UsableGpuMemoryGib(double device_gib, const GpuMemoryReserve& reserve = {});
+// "1.5Gi+5%", "2Gi", "10%", "0": a size in Gi (GiB) or Mi (MiB) and/or a
+// percentage; INVALID_ARGUMENT naming `flag` and the expected form otherwise
+// (a percentage of 100 or more, a negative size).
+StatusOr<GpuMemoryReserve> ParseGpuMemoryReserve(std::string_view text, const std::string& flag);
+std::string GpuMemoryReserveText(const GpuMemoryReserve& reserve);  // "1.5Gi+5%"
+
 // The architecture a Hugging Face config.json describes, as far as counting
 // parameters goes: the fields the worker reads to build it (worker/model
 // pretrained.h), GPT-2's n_layer, n_embd, n_head, n_inner, n_positions,

@@ -16,6 +16,7 @@
 // them one after another on its devices. Pure: no I/O.
 #pragma once
 
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
@@ -58,6 +59,12 @@ struct ProfileAction {
   int gpus = 1;
   std::vector<std::string> placement;  // one node name per rank
 };
+
+// How long a trial may run before every world ends it and stores its key as
+// infeasible (a trial that hangs, or is too slow to plan with): the
+// controller's profile gangs (activeDeadlineSeconds, ReconcilerOptions::
+// profile_deadline_s) and the local runner's processes alike.
+inline constexpr int64_t kProfileDeadlineS = 900;
 
 struct ProfileStep {
   std::vector<ProfileAction> start;  // in the order wanted

@@ -42,10 +42,9 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-constexpr int kMaxFailures = 3;           // unexpected exits before a task is failed
-constexpr double kStopGraceS = 120;       // a gang asked to stop must checkpoint by then
-constexpr double kProfileTimeoutS = 900;  // one profiling run
-constexpr double kGpuMemoryGib = 1e6;     // local devices: memory is not modelled
+constexpr int kMaxFailures = 3;        // unexpected exits before a task is failed
+constexpr double kStopGraceS = 120;    // a gang asked to stop must checkpoint by then
+constexpr double kGpuMemoryGib = 1e6;  // local devices: memory is not modelled
 // The device memory an interleaved gang's members share: the worker's own
 // spill budget for one task (worker/parallel/strategy.h), memory not being
 // modelled locally.
@@ -530,7 +529,7 @@ StatusOr<std::optional<contract::ProfileEntry>> Runner::ProfileOne(const TaskRun
       for (auto& p : ranks) p.Signal(SIGKILL);
       return CancelledError("interrupted while profiling");
     }
-    if (Elapsed() - begin > kProfileTimeoutS) {
+    if (Elapsed() - begin > static_cast<double>(engine::kProfileDeadlineS)) {
       for (auto& p : ranks) p.Signal(SIGKILL);
       break;
     }

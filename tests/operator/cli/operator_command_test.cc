@@ -264,6 +264,12 @@ TEST(OperatorFlagsTest, BadFlagsNameTheFlagAndTheFix) {
         << r.output;
   }
 
+  r = RunOrrery("operator --gpu-memory-reserve=2GB");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--gpu-memory-reserve=2GB: \"2GB\" has no unit (Gi, Mi or %)"),
+            std::string::npos)
+      << r.output;
+
   r = RunOrrery("operator --frobnicate");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("unknown flag --frobnicate"), std::string::npos) << r.output;

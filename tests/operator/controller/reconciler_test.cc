@@ -324,7 +324,13 @@ TEST_F(ReconcilerPureTest, NodesCarryTheirGpuTypeAndMemoryFromLabels) {
   auto caps = NodeCapacities(nodes, {}, "nvidia.com/gpu", "");
   ASSERT_EQ(caps.size(), 4u);
   EXPECT_EQ(caps[0].gpu_type, "NVIDIA-H100-80GB-HBM3");
-  EXPECT_NEAR(caps[0].gpu_memory_gib, 81559.0 / 1024, 1e-9);
+  // The label's 79.6 GiB less the default reserve (1.5 GiB, then 5%): what a
+  // configuration's peak may fill.
+  EXPECT_NEAR(caps[0].gpu_device_gib, 81559.0 / 1024, 1e-9);
+  EXPECT_NEAR(caps[0].gpu_memory_gib, (81559.0 / 1024 - 1.5) * 0.95, 1e-9);
+  auto unreserved = NodeCapacities(nodes, {}, "nvidia.com/gpu", "", nullptr, nullptr,
+                                   kDefaultGpuTypeLabel, engine::GpuMemoryReserve{0, 0});
+  EXPECT_NEAR(unreserved[0].gpu_memory_gib, 81559.0 / 1024, 1e-9);
   EXPECT_EQ(caps[1].gpu_type, "");
   EXPECT_EQ(caps[1].gpu_memory_gib, 0);
   EXPECT_EQ(caps[2].gpu_type, "") << "the default label is not example.com/gpu";
@@ -1003,9 +1009,11 @@ TEST_F(ReconcileTest, AGpuTypeNoNodeHasIsSaidAndTheOtherTasksRun) {
 }
 
 // A task whose every profiled configuration needs more memory per GPU than
-// the nodes' GPUs have (their memory labels) is said, with the least it needs,
-// and stays out of the plan: the job's other tasks run (the planner would
-// refuse the whole problem for it).
+// the nodes' GPUs give a configuration (their memory labels less the reserve
+// for CUDA's context, NCCL and the allocator) is said, with the least it
+// needs, and stays out of the plan: the job's other tasks run (the planner
+// would refuse the whole problem for it). Its 23 GiB would fit the label's
+// 24: planned so, it would run out of memory on the device.
 TEST_F(ReconcileTest, ATaskOverEveryNodesMemorySaysSoAndTheOtherTasksRun) {
   nodes_.Upsert(Ptr(TypedNode("a", 2, "small", "24576")));
   nodes_.Upsert(Ptr(TypedNode("b", 2, "small", "24576")));
@@ -1014,7 +1022,7 @@ TEST_F(ReconcileTest, ATaskOverEveryNodesMemorySaysSoAndTheOtherTasksRun) {
   for (size_t t = 0; t < loaded_.tasks.size(); ++t) {
     for (int g : {1, 2}) {
       CachedProfile p = Measured(t, api::Template::kDdp, g, 100.0 * g);
-      p.entry.peak_memory_bytes = (t == 2 ? 30 : 2) * kGib;  // the GPT task: 30 GiB
+      p.entry.peak_memory_bytes = (t == 2 ? 23 : 2) * kGib;  // the GPT task: 23 GiB
       table[ProfileDataKey(p.entry)] = p;
     }
   }
@@ -1032,7 +1040,10 @@ TEST_F(ReconcileTest, ATaskOverEveryNodesMemorySaysSoAndTheOtherTasksRun) {
   EXPECT_NE(message.find("needs more GPU memory than a node its pods may use has"),
             std::string::npos)
       << st.dump();
-  EXPECT_NE(message.find("the nodes' GPUs have at most 24.0 GiB"), std::string::npos) << message;
+  EXPECT_NE(message.find("the nodes' GPUs give a configuration at most 21.4 GiB (24.0 GiB by "
+                         "label nvidia.com/gpu.memory, less the reserve"),
+            std::string::npos)
+      << message;
   EXPECT_NE(message.find("spec.resources.templates"), std::string::npos) << message;
   EXPECT_EQ(DegradedReason(st), "TaskNeverFits") << st.dump();
   EXPECT_FALSE(client_.Events("TaskNeverFits").empty());

@@ -242,5 +242,39 @@ TEST(CheckAgainstPretrained, WhatValidationCouldNotKnow) {
           .empty());
 }
 
+// What a GPU gives a configuration's peak: the device's memory less the
+// reserve, parsed from the operator's and orrery plan's flag.
+TEST(GpuMemoryReserveTest, ParsesSizesAndSharesAndSaysWhatIsWrong) {
+  EXPECT_NEAR(UsableGpuMemoryGib(80), (80 - 1.5) * 0.95, 1e-12);
+  EXPECT_EQ(UsableGpuMemoryGib(1), 0) << "never below zero";
+  auto r = ParseGpuMemoryReserve("2Gi+10%", "--gpu-memory-reserve");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->fixed_gib, 2);
+  EXPECT_NEAR(r->fraction, 0.10, 1e-12);
+  EXPECT_NEAR(UsableGpuMemoryGib(24, *r), 22 * 0.9, 1e-12);
+  EXPECT_EQ(GpuMemoryReserveText(*r), "2Gi+10%");
+  r = ParseGpuMemoryReserve("512Mi", "--gpu-memory-reserve");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->fixed_gib, 0.5);
+  EXPECT_EQ(r->fraction, 0);
+  r = ParseGpuMemoryReserve("7.5%", "--gpu-memory-reserve");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->fixed_gib, 0);
+  EXPECT_NEAR(r->fraction, 0.075, 1e-12);
+  r = ParseGpuMemoryReserve("0", "--gpu-memory-reserve");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(UsableGpuMemoryGib(24, *r), 24);
+  EXPECT_EQ(GpuMemoryReserveText(GpuMemoryReserve{}), "1.5Gi+5%");
+  for (const char* bad :
+       {"", "2", "2GB", "-1Gi", "100%", "1Gi+", "1Gi+2Gi", "5%+6%", "x%", "1Gi+5%+"}) {
+    auto e = ParseGpuMemoryReserve(bad, "--gpu-memory-reserve");
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.status().message().find("--gpu-memory-reserve=" + std::string(bad) + ": "),
+              std::string::npos)
+        << e.status().message();
+    EXPECT_NE(e.status().message().find("e.g. 1.5Gi+5%"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace orrery::engine
