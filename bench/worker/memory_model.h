@@ -89,9 +89,11 @@ inline std::string WorkerFlags(const Case& c, const std::string& device = "cpu")
 
 // Runs the case's ranks as processes of `worker` (rendezvous over a file store
 // in `scratch`) and returns the profile's device_allocated peak.
+// `peaks`, when given, receives the profile's whole peak_memory_bytes (on
+// CUDA also device_reserved and device_in_use).
 inline StatusOr<double> MeasureBytes(const std::string& worker, const Case& c,
-                                     const std::string& scratch,
-                                     const std::string& device = "cpu") {
+                                     const std::string& scratch, const std::string& device = "cpu",
+                                     nlohmann::json* peaks = nullptr) {
   std::filesystem::remove_all(scratch);
   std::filesystem::create_directories(scratch);
   std::vector<FILE*> ranks;
@@ -133,6 +135,7 @@ inline StatusOr<double> MeasureBytes(const std::string& worker, const Case& c,
   if (doc.is_discarded() || !doc.contains("peak_memory_bytes") ||
       !doc["peak_memory_bytes"].contains("device_allocated"))
     return InternalError("no device_allocated in the profile: " + outs[0].substr(0, 300));
+  if (peaks != nullptr) *peaks = doc["peak_memory_bytes"];
   return doc["peak_memory_bytes"]["device_allocated"].get<double>();
 }
 

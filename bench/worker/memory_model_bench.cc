@@ -85,12 +85,38 @@ int main(int argc, char** argv) {
   // On one rank every template but spill runs as the plain loop: the same
   // worker command is measured once.
   std::map<std::string, orrery::StatusOr<double>> measured_by_command;
+  // On CUDA, what the device held beyond the allocated peak: the measure of
+  // the planner's reserve (engine::GpuMemoryReserve), printed at the end.
+  double most_beyond = -1, most_slack = -1;
+  std::string most_beyond_case, most_slack_case;
   for (const mm::Case& c : Cases(smoke, device)) {
     const double estimate = *mm::EstimateBytes(c, device);
     const std::string command = mm::WorkerFlags(c, device) + " ranks=" + std::to_string(c.ranks);
     auto it = measured_by_command.find(command);
-    if (it == measured_by_command.end())
-      it = measured_by_command.emplace(command, mm::MeasureBytes(worker, c, scratch, device)).first;
+    if (it == measured_by_command.end()) {
+      nlohmann::json peaks;
+      it =
+          measured_by_command.emplace(command, mm::MeasureBytes(worker, c, scratch, device, &peaks))
+              .first;
+      const std::string label = c.model + " " + c.template_name + " x" + std::to_string(c.ranks);
+      if (it->second.ok() && peaks.contains("device_in_use")) {
+        // cudaMemGetInfo's in-use bytes after the steps, less the allocated
+        // peak: the context, NCCL, the allocator's slack (ranks share the GPU
+        // here, so a gang's figure counts every rank's context).
+        const double beyond = peaks["device_in_use"].get<double>() - *it->second;
+        if (beyond > most_beyond) {
+          most_beyond = beyond;
+          most_beyond_case = label;
+        }
+      }
+      if (it->second.ok() && peaks.contains("device_reserved") && *it->second > 0) {
+        const double slack = peaks["device_reserved"].get<double>() / *it->second - 1;
+        if (slack > most_slack) {
+          most_slack = slack;
+          most_slack_case = label;
+        }
+      }
+    }
     const orrery::StatusOr<double>& measured = it->second;
     if (!measured.ok()) {
       std::printf("%-18s %-9s %5d %-9s error: %s\n", c.model.c_str(), c.template_name.c_str(),
@@ -112,5 +138,12 @@ int main(int argc, char** argv) {
   }
   std::filesystem::remove_all(scratch);
   std::printf("%d comparable cases outside [1.0, 1.1], %d failed\n", outside, failed);
+  if (most_beyond >= 0) {
+    std::printf(
+        "beyond the allocated peak (the planner reserves 1.5 GiB and 5%% of the rest): the device "
+        "had at most %.0f MiB more in use (%s), the allocator reserved at most %.1f%% more (%s)\n",
+        most_beyond / (1 << 20), most_beyond_case.c_str(), 100 * most_slack,
+        most_slack_case.c_str());
+  }
   return failed > 0 ? 1 : 0;
 }

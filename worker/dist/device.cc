@@ -252,6 +252,38 @@ int64_t PeakDeviceMemory(c10::Device device) {
   return -1;
 }
 
+int64_t PeakReservedDeviceMemory(c10::Device device) {
+#ifdef ORRERY_HAVE_CUDA
+  if (device.is_cuda()) {
+    c10::DeviceIndex index = AllocatorIndex(device);
+    if (index < 0) return -1;
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+        .peak;
+  }
+#endif
+  (void)device;
+  return -1;
+}
+
+int64_t DeviceMemoryInUse(c10::Device device) {
+#ifdef ORRERY_HAVE_CUDA
+  if (device.is_cuda()) {
+    c10::DeviceIndex index = AllocatorIndex(device);
+    if (index < 0) return -1;
+    int previous = 0;
+    if (cudaGetDevice(&previous) != cudaSuccess) return -1;
+    size_t free = 0, total = 0;
+    const bool ok =
+        cudaSetDevice(index) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess;
+    (void)cudaSetDevice(previous);
+    return ok ? static_cast<int64_t>(total - free) : -1;
+  }
+#endif
+  (void)device;
+  return -1;
+}
+
 void ResetPeakDeviceMemory(c10::Device device) {
 #ifdef ORRERY_HAVE_CUDA
   if (device.is_cuda()) {

@@ -65,6 +65,17 @@ void SynchronizeDevice(c10::Device device);
 int64_t PeakDeviceMemory(c10::Device device);
 void ResetPeakDeviceMemory(c10::Device device);
 
+// What a CUDA device holds beyond the tensors PeakDeviceMemory counts, for
+// sizing the planner's reserve (engine::GpuMemoryReserve): the caching
+// allocator's peak of reserved bytes since the last ResetPeakDeviceMemory
+// (torch.cuda.max_memory_reserved: its segments, tensors and the slack
+// between them), and the bytes in use on the device now by every process
+// (cudaMemGetInfo's total less free: the CUDA context, NCCL's buffers and the
+// allocator's segments; the worker's alone on a device it has to itself).
+// -1 on the CPU and without CUDA.
+int64_t PeakReservedDeviceMemory(c10::Device device);
+int64_t DeviceMemoryInUse(c10::Device device);
+
 // Puts a counting allocator in front of LibTorch's CPU allocator (idempotent,
 // thread-safe). Tensors allocated before it are freed by their own deleter and
 // never counted. orrery-worker installs it at start.

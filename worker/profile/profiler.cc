@@ -114,7 +114,9 @@ class Profiler {
     // Peak memory: the largest over ranks (the planner sizes GPUs by the worst).
     at::Tensor peaks = at::tensor(
         {static_cast<double>(m.info.peak_device_parameter_bytes),
-         static_cast<double>(HostPeakRss()), static_cast<double>(dist::PeakDeviceMemory(device))},
+         static_cast<double>(HostPeakRss()), static_cast<double>(dist::PeakDeviceMemory(device)),
+         static_cast<double>(dist::PeakReservedDeviceMemory(device)),
+         static_cast<double>(dist::DeviceMemoryInUse(device))},
         at::kDouble);
     if (world_comm_) ORRERY_RETURN_IF_ERROR(world_comm_->AllReduce(peaks, dist::ReduceOp::kMax));
     Json doc = {
@@ -165,6 +167,12 @@ class Profiler {
               {"host_rss", static_cast<int64_t>(peaks[1].item<double>())}};
     if (peaks[2].item<double>() >= 0)
       j["device_allocated"] = static_cast<int64_t>(peaks[2].item<double>());
+    // On CUDA, what the device holds beyond those tensors (dist/device.h):
+    // the measure of the planner's reserve (engine::GpuMemoryReserve).
+    if (peaks[3].item<double>() >= 0)
+      j["device_reserved"] = static_cast<int64_t>(peaks[3].item<double>());
+    if (peaks[4].item<double>() >= 0)
+      j["device_in_use"] = static_cast<int64_t>(peaks[4].item<double>());
     return j;
   }
 
