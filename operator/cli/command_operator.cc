@@ -84,7 +84,7 @@ struct OperatorFlags {
   // what spec.tasks[].gpuTypes names ("" = every node is of one type).
   std::string gpu_type_label = controller::kDefaultGpuTypeLabel;
   // Relative throughput by GPU type: a task profiled on one type is estimated
-  // on the others. Empty: a profile stands for every type.
+  // on the others. Empty: measured (one trial per task on each other type).
   std::map<std::string, double> gpu_type_speeds;
   // What of a GPU's labelled memory a plan leaves to CUDA's context, NCCL and
   // the caching allocator (engine::GpuMemoryReserve).

@@ -305,18 +305,25 @@ std::string TypedProfileDevice(const std::string& device, const std::string& gpu
 
 namespace {
 // `tc`'s configurations, all measured on `profiled`, tagged with it and
-// estimated on every other type of `nodes` by `speeds` (EstimateMissingTypes).
+// estimated on every other type of `nodes` by `speeds` (EstimateMissingTypes);
+// a type without a speed runs as `profiled` with `unlisted_as_profiled`, else
+// gets none.
 void EstimateOtherTypes(TaskConfigs& tc, const std::string& profiled,
                         const std::vector<NodeCapacity>& nodes,
-                        const std::map<std::string, double>& speeds) {
+                        const std::map<std::string, double>& speeds,
+                        bool unlisted_as_profiled = true) {
   const double base = speeds.at(profiled);
   planner::Problem problem;
-  std::map<std::string, double> speed;  // every type: a type without one runs as `profiled`
+  std::map<std::string, double> speed;
   for (const NodeCapacity& n : nodes) {
     if (n.gpu_type.empty()) continue;
     problem.nodes.push_back({n.name, n.allocatable, 1, n.gpu_type});
     auto it = speeds.find(n.gpu_type);
-    speed[n.gpu_type] = it != speeds.end() && it->second > 0 ? it->second : base;
+    if (it != speeds.end() && it->second > 0) {
+      speed[n.gpu_type] = it->second;
+    } else if (unlisted_as_profiled) {
+      speed[n.gpu_type] = base;
+    }
   }
   planner::Task task;
   task.configs = tc.configs;
@@ -340,32 +347,69 @@ TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
   const std::string profiled = ProfiledGpuType(task.task, nodes);
   ProfileRequest request;
   request.task = &task;
-  auto lookup = [&](api::Template tmpl, int gpus, int64_t batch) {
-    request.template_ = tmpl;
-    request.gpus = gpus;
-    request.batch_size = batch;
-    request.device = TypedProfileDevice(device, profiled);
+  // The cached profile of a key on `type`, or one from before types.
+  auto find = [&](const engine::ProfileKeyRef& key,
+                  const std::string& type) -> const CachedProfile* {
+    request.template_ = key.template_;
+    request.gpus = key.gpus;
+    request.batch_size = key.batch_size;
+    request.device = TypedProfileDevice(device, type);
     auto it = table.find(ProfileDataKey(ProfileKey(request)));
-    if (it == table.end() && !profiled.empty()) {  // a profile from before types
+    if (it == table.end() && !type.empty()) {  // a profile from before types
       request.device = device;
       it = table.find(ProfileDataKey(ProfileKey(request)));
     }
+    return it == table.end() ? nullptr : &it->second;
+  };
+  // The first key measured on the profiled type (build order: the narrowest
+  // configuration first), which measures the other types' speeds.
+  std::optional<std::pair<engine::ProfileKeyRef, double>> reference;
+  auto lookup = [&](api::Template tmpl, int gpus, int64_t batch) {
+    const engine::ProfileKeyRef key{tmpl, gpus, batch};
+    const CachedProfile* hit = find(key, profiled);
     engine::ProfilePoint p;
-    if (it == table.end()) return p;  // missing
-    if (it->second.infeasible) {
+    if (hit == nullptr) return p;  // missing
+    if (hit->infeasible) {
       p.state = engine::ProfilePoint::State::kInfeasible;
       return p;
     }
-    return engine::PointFromProfile(it->second.entry);
+    if (!reference && hit->entry.samples_per_s > 0)
+      reference.emplace(key, hit->entry.samples_per_s);
+    return engine::PointFromProfile(hit->entry);
   };
   // Each point in every recomputation mode worth planning (as the local runner
   // and `orrery plan` offer them): a model that fits keeping its activations
   // runs without recomputation, one that does not recomputes.
   TaskConfigs tc =
       engine::BuildTaskConfigs(spec, task.task, lookup, max_gpus, /*recompute_modes=*/true);
+  if (profiled.empty() || tc.configs.empty()) return tc;
   auto known = speeds.find(profiled);
-  if (!profiled.empty() && known != speeds.end() && known->second > 0 && !tc.configs.empty())
+  if (known != speeds.end() && known->second > 0) {
     EstimateOtherTypes(tc, profiled, nodes, speeds);
+    return tc;
+  }
+  if (!speeds.empty() || !reference) return tc;
+  // Measured speeds: the reference key on every other type the task may use.
+  std::set<std::string> others;
+  for (const NodeCapacity& n : nodes) {
+    if (n.gpu_type.empty() || n.gpu_type == profiled) continue;
+    if (task.task.gpu_types.empty() ||
+        std::find(task.task.gpu_types.begin(), task.task.gpu_types.end(), n.gpu_type) !=
+            task.task.gpu_types.end())
+      others.insert(n.gpu_type);
+  }
+  if (others.empty()) return tc;
+  std::map<std::string, double> measured = {{profiled, 1.0}};
+  for (const std::string& type : others) {
+    const CachedProfile* hit = find(reference->first, type);
+    if (hit == nullptr) {
+      tc.type_probes.emplace_back(type, reference->first);
+    } else if (!hit->infeasible && hit->entry.samples_per_s > 0) {
+      measured[type] = hit->entry.samples_per_s / reference->second;
+    }  // infeasible there: the type gets no configuration
+  }
+  if (tc.type_probes.empty())
+    EstimateOtherTypes(tc, profiled, nodes, measured, /*unlisted_as_profiled=*/false);
   return tc;
 }
 
@@ -1299,6 +1343,28 @@ std::vector<engine::ProfileWant> Reconciler::ProfileWants(
           " GPUs on one node (spec.resources.gpusPerTask.min), and the largest node its pods may "
           "use has " +
           std::to_string(widest) + ": lower gpusPerTask.min or add larger nodes";
+    }
+    // Trials that measure another GPU type's speed (ConfigsFromProfiles): the
+    // task plans meanwhile on its profiled type's figures, so they hold
+    // nothing back.
+    for (const auto& [type, m] : ctx.configs.back().type_probes) {
+      ProfileRequest r;
+      r.job = &job;
+      r.task = &task;
+      r.template_ = m.template_;
+      r.gpus = m.gpus;
+      r.batch_size = m.batch_size;
+      r.device = TypedProfileDevice(options_.device, type);
+      r.deadline_seconds = options_.profile_deadline_s;
+      r.backend = options_.gang.backend;
+      engine::ProfileWant w;
+      w.task = task.name;
+      w.key = ProfileKeyHash(ProfileKey(r).Key());
+      w.what = engine::TrialText(m) + " on " + type;
+      w.gpus = m.gpus;
+      w.gpu_types = {type};
+      requests->emplace(w.key, r);
+      wants.push_back(std::move(w));
     }
     if (std::string why = GpuTypesMissing(task.task.gpu_types, capacity); !why.empty()) {
       // Allowed (a pool may come later), but said: the task waits for it.

@@ -135,8 +135,13 @@ std::set<std::string> LostNodes(const std::vector<Json>& nodes, const std::vecto
 // type, every configuration is tagged with it and the other types the task may
 // use get estimates scaled by their speed over its (planner::EstimateMissingTypes,
 // as workload files estimate a pool's profiles; a type without a speed counts
-// as fast as the profiled one). Without, configurations stay typeless: the
-// profile stands for every type.
+// as fast as the profiled one). Without `speeds`, the speeds are measured: the
+// task's first profiled key (in build order: its narrowest configuration) is
+// profiled again on each other type it may use (`type_probes` lists those not
+// measured yet), and once every such type has its figure the configurations
+// are tagged and estimated by the measured ratios; a type where that key is
+// infeasible (out of memory, too slow) gets no configuration. Until then the
+// configurations stay typeless: the profile stands for every type.
 using TaskConfigs = engine::TaskConfigs;
 TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
                                 const api::ExpandedTask& task, const ProfileTable& table,
@@ -255,7 +260,7 @@ struct ReconcilerOptions {
   std::string gpu_type_label = kDefaultGpuTypeLabel;
   // Relative throughput by GPU type (e.g. {"NVIDIA-H100-80GB-HBM3": 3,
   // "NVIDIA-L4": 1}): a task profiled on one type is estimated on the others
-  // (ConfigsFromProfiles). Empty: a profile stands for every type.
+  // (ConfigsFromProfiles). Empty: measured, one trial per task and other type.
   std::map<std::string, double> gpu_type_speeds = {};
   // What of a labelled GPU's memory the planner leaves to CUDA's context,
   // NCCL and the caching allocator (NodeCapacity::gpu_memory_gib).

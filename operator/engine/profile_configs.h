@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "operator/api/types.h"
@@ -79,6 +80,10 @@ struct TaskConfigs {
   // parameter state plus modelled activations). Only BuildTaskConfigs fills
   // it; a caller that rewrites `configs` clears it.
   std::vector<std::string> memory_basis;
+  // The controller's measured GPU type speeds (ConfigsFromProfiles): for each
+  // other type the task may use whose speed is not measured yet, that type and
+  // the key to measure there (the task's first profiled key).
+  std::vector<std::pair<std::string, ProfileKeyRef>> type_probes;
 };
 
 // Configurations for `task` on at most `max_gpus` GPUs (capped further by

@@ -393,7 +393,35 @@ TEST_F(ReconcilerPureTest, ProfilesAreKeyedByGpuTypeAndOtherTypesEstimatedBySpee
   TaskConfigs any = ConfigsFromProfiles(spec, loaded_.tasks[0], typed, "cuda", 4, nodes);
   EXPECT_TRUE(any.missing.empty());
   ASSERT_EQ(any.configs.size(), 2u);
-  for (const planner::Config& c : any.configs) EXPECT_EQ(c.gpu_type, "") << "no speeds: any type";
+  for (const planner::Config& c : any.configs)
+    EXPECT_EQ(c.gpu_type, "") << "no speeds, none measured yet: any type";
+  // Without speeds they are measured: the first key (ddp on 1 GPU) is wanted
+  // on small too.
+  ASSERT_EQ(any.type_probes.size(), 1u);
+  EXPECT_EQ(any.type_probes[0].first, "small");
+  EXPECT_EQ(any.type_probes[0].second.template_, api::Template::kDdp);
+  EXPECT_EQ(any.type_probes[0].second.gpus, 1);
+
+  // Measured there at 40 samples/s, 0.4 of big's: small's configurations
+  // are big's scaled by it.
+  ProfileTable probed = typed;
+  CachedProfile on_small_1 = Measured(0, api::Template::kDdp, 1, 40);
+  on_small_1.entry.device = "cuda/small";
+  probed[ProfileDataKey(on_small_1.entry)] = on_small_1;
+  TaskConfigs measured = ConfigsFromProfiles(spec, loaded_.tasks[0], probed, "cuda", 4, nodes);
+  EXPECT_TRUE(measured.type_probes.empty());
+  std::map<std::pair<std::string, int>, double> by_type;
+  for (const planner::Config& c : measured.configs) by_type[{c.gpu_type, c.gpus}] = c.throughput;
+  ASSERT_EQ(by_type.size(), 4u);
+  EXPECT_DOUBLE_EQ((by_type[{"big", 2}]), 180);
+  EXPECT_DOUBLE_EQ((by_type[{"small", 1}]), 40);
+  EXPECT_DOUBLE_EQ((by_type[{"small", 2}]), 72);
+  // Infeasible there (out of memory): small gets no configuration.
+  probed[ProfileDataKey(on_small_1.entry)].infeasible = true;
+  TaskConfigs refused = ConfigsFromProfiles(spec, loaded_.tasks[0], probed, "cuda", 4, nodes);
+  EXPECT_TRUE(refused.type_probes.empty());
+  ASSERT_EQ(refused.configs.size(), 2u);
+  for (const planner::Config& c : refused.configs) EXPECT_EQ(c.gpu_type, "big");
 
   TaskConfigs est = ConfigsFromProfiles(spec, loaded_.tasks[0], typed, "cuda", 4, nodes,
                                         {{"big", 4}, {"small", 1}});
@@ -966,6 +994,33 @@ TEST_F(ReconcileTest, GpuTypeSpeedsSendTasksToTheFasterType) {
     EXPECT_EQ(k.rfind("pods/", 0), std::string::npos) << "a running gang was stopped: " << k;
   }
   ASSERT_FALSE(client_.statuses.empty());
+}
+
+// Without --gpu-type-speeds the operator measures them: a task profiled on
+// big (every key cached there) gets one trial of its first key on small, on
+// small-0, and plans meanwhile on big's figures (its gangs launch at once).
+TEST_F(ReconcileTest, AnotherGpuTypesSpeedIsMeasuredByOneTrialThere) {
+  UseTypedNodes();
+  ProfileTable table;
+  for (size_t t = 0; t < loaded_.tasks.size(); ++t) {
+    for (int g : {1, 2}) {
+      CachedProfile p = Measured(t, api::Template::kDdp, g, 100.0 * g);
+      p.entry.device = "cuda/big";
+      table[ProfileDataKey(p.entry)] = p;
+    }
+  }
+  configmaps_.Upsert(Ptr(EncodeProfileConfigMap(table, "orrery-system")));
+  ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+  std::set<std::string> trial_nodes;
+  for (const kube::Object& p : client_.Pods("Pending")) {
+    if (!p["metadata"]["labels"].contains(kProfileLabel)) continue;
+    trial_nodes.insert(PodNode(Json::parse(p.dump())));
+  }
+  EXPECT_EQ(trial_nodes, std::set<std::string>{"small-0"});
+  size_t gang_pods = 0;
+  for (const kube::Object& p : client_.Pods("Pending"))
+    gang_pods += p["metadata"]["labels"].contains(kGangLabel) ? 1 : 0;
+  EXPECT_GT(gang_pods, 0u) << "the tasks do not wait for the measurement";
 }
 
 // The profile trials of a task restricted to a type run on nodes of that type.
