@@ -1767,10 +1767,12 @@ Status Reconciler::ApplyClusterShare(JobContext& ctx) {
     if (counted.empty()) counted = ctx.nodes;
     counted[i]["status"]["conditions"] = Json::array({{{"type", "Ready"}, {"status", "True"}}});
   }
-  int cluster_gpus = 0;
+  // By GPU type: the shares are decided per type (a task never spans types).
+  std::map<std::string, int> cluster_gpus;
   for (const NodeCapacity& n :
-       NodeCapacities(counted.empty() ? ctx.nodes : counted, untrained, resource, "")) {
-    cluster_gpus += n.Free();
+       NodeCapacities(counted.empty() ? ctx.nodes : counted, untrained, resource, "", nullptr,
+                      nullptr, options_.gpu_type_label)) {
+    cluster_gpus[n.gpu_type] += n.Free();
   }
   StatusOr<engine::ShareUpdate> update = [&] {
     std::lock_guard<std::mutex> lock(shares_mu_);

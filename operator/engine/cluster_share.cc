@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "operator/engine/profile_configs.h"
@@ -29,6 +30,17 @@ JobDemand DemandFromView(const std::string& job, int quota, const WorldView& wor
   JobDemand d;
   d.job = job;
   d.quota = quota;
+  // The GPU types of the alive nodes ("" for unlabelled ones), each option in
+  // one of them.
+  std::set<std::string> types;
+  for (const NodeView& n : world.nodes) {
+    if (n.alive) types.insert(n.gpu_type);
+  }
+  d.pools.assign(types.begin(), types.end());
+  auto pool_of = [&](const std::string& type) {
+    auto it = std::find(d.pools.begin(), d.pools.end(), type);
+    return it == d.pools.end() ? -1 : static_cast<int>(it - d.pools.begin());
+  };
   for (size_t t = 0; t < world.tasks.size() && t < base_batch.size() && t < total_work.size();
        ++t) {
     const TaskView& v = world.tasks[t];
@@ -40,23 +52,51 @@ JobDemand DemandFromView(const std::string& job, int quota, const WorldView& wor
     s.base_batch = base;
     s.remaining_work = v.remaining_work;
     s.total_work = std::max(v.remaining_work, total_work[t]);
-    std::map<std::pair<int, int>, double> best;  // (gpus, batch) -> fastest throughput
+    // The pools a configuration runs in: its type's, or (typeless) every pool
+    // of a type the task may use.
+    auto pools_of = [&](const planner::Config& c) {
+      std::vector<int> out;
+      if (d.pools.empty()) {
+        out.push_back(0);  // a view without nodes: any
+      } else if (!c.gpu_type.empty()) {
+        if (int p = pool_of(c.gpu_type); p >= 0) out.push_back(p);
+      } else {
+        for (size_t p = 0; p < d.pools.size(); ++p) {
+          if (v.gpu_types.empty() ||
+              std::find(v.gpu_types.begin(), v.gpu_types.end(), d.pools[p]) != v.gpu_types.end())
+            out.push_back(static_cast<int>(p));
+        }
+      }
+      return out;
+    };
+    // (pool, gpus, batch) -> fastest throughput
+    std::map<std::tuple<int, int, int>, double> best;
     for (const planner::Config& c : v.profile) {
       if (c.gpus < 1 || !(c.throughput > 0)) continue;
       if (quota > 0 && c.gpus > quota) continue;
-      double& x = best[{c.gpus, c.batch_size > 0 ? c.batch_size : base}];
-      x = std::max(x, c.throughput * v.speed_factor);
+      for (int p : pools_of(c)) {
+        double& x = best[{p, c.gpus, c.batch_size > 0 ? c.batch_size : base}];
+        x = std::max(x, c.throughput * v.speed_factor);
+      }
     }
     if (best.empty()) continue;
     for (const auto& [key, throughput] : best) {
-      s.options.push_back({key.first, key.second, throughput});
+      s.options.push_back({std::get<1>(key), std::get<2>(key), throughput, std::get<0>(key)});
     }
     if (v.running && v.running->config >= 0 &&
         static_cast<size_t>(v.running->config) < v.profile.size()) {
       const planner::Config& c = v.profile[static_cast<size_t>(v.running->config)];
       const int batch = c.batch_size > 0 ? c.batch_size : base;
+      // Its pool: its type's, or the type of the node it runs on.
+      std::string type = c.gpu_type;
+      if (type.empty() && !v.running->gpus.empty()) {
+        const size_t node = static_cast<size_t>(v.running->gpus.front().node);
+        if (node < world.nodes.size()) type = world.nodes[node].gpu_type;
+      }
+      const int pool = d.pools.size() <= 1 ? 0 : pool_of(type);
       for (size_t j = 0; j < s.options.size(); ++j) {
-        if (s.options[j].gpus == c.gpus && s.options[j].batch_size == batch)
+        if (s.options[j].gpus == c.gpus && s.options[j].batch_size == batch &&
+            s.options[j].type == pool)
           s.current = static_cast<int>(j);
       }
     }
@@ -75,6 +115,24 @@ bool ClusterShares::QuotasMoved() const {
 
 StatusOr<ShareUpdate> ClusterShares::Update(JobDemand demand, int capacity, double now) {
   if (capacity < 0) return InvalidArgumentError("capacity: must not be negative");
+  return Update(std::move(demand), std::map<std::string, int>{{"", capacity}}, now);
+}
+
+StatusOr<ShareUpdate> ClusterShares::Update(JobDemand demand,
+                                            const std::map<std::string, int>& capacity,
+                                            double now) {
+  for (const auto& [type, gpus] : capacity) {
+    if (gpus < 0) return InvalidArgumentError("capacity[" + type + "]: must not be negative");
+  }
+  for (size_t i = 0; i < demand.tasks.size(); ++i) {
+    for (size_t j = 0; j < demand.tasks[i].options.size(); ++j) {
+      const int type = demand.tasks[i].options[j].type;
+      if (type < 0 || (type > 0 && static_cast<size_t>(type) >= demand.pools.size()))
+        return InvalidArgumentError("demand.tasks[" + std::to_string(i) + "].options[" +
+                                    std::to_string(j) + "].type: " + std::to_string(type) +
+                                    " names no pool of demand.pools");
+    }
+  }
   if (demand.job.empty()) return InvalidArgumentError("demand.job: must name the job");
   if (demand.quota < 0)
     return InvalidArgumentError("demand.quota: must not be negative (0 means none)");
@@ -92,18 +150,19 @@ StatusOr<ShareUpdate> ClusterShares::Update(JobDemand demand, int capacity, doub
     trigger = ScaleTrigger::kArrival;
   } else if (tasks != decided_tasks_) {
     trigger = ScaleTrigger::kCompletion;
-  } else if (capacity != capacity_ || QuotasMoved()) {
+  } else if (capacity != decided_capacity_ || QuotasMoved()) {
     // A job's gpuQuota edited is capacity moved for it: decided again now.
     trigger = ScaleTrigger::kCapacityChanged;
   } else if (!tasks.empty() && now - last_decision_ >= options_.interval_s) {
     trigger = ScaleTrigger::kInterval;
   }
+  capacity_ = capacity;
   if (!trigger) {
     ShareUpdate u;
     u.shares = shares_;
     return u;
   }
-  return Decide(capacity, *trigger, now);
+  return Decide(*trigger, now);
 }
 
 namespace {
@@ -183,10 +242,64 @@ std::map<std::string, std::vector<ShareShrink>> ShrinksAcrossJobs(
 
 }  // namespace
 
-StatusOr<ShareUpdate> ClusterShares::Decide(int capacity, ScaleTrigger trigger, double now) {
+StatusOr<ShareUpdate> ClusterShares::Decide(ScaleTrigger trigger, double now) {
   std::vector<std::string> owner;  // per task in `all`: its job
   std::vector<ScaleTask> all = CombinedTasks(demands_, &owner);
-  StatusOr<ScalePlan> plan = autoscaler_.Decide(all, capacity, trigger, now);
+  // One pool per GPU type where there are two or more and their states are
+  // few enough; else one pool of them all.
+  std::vector<std::string> names;
+  planner::elastic::Capacity pools;
+  int capacity = 0;
+  for (const auto& [type, gpus] : capacity_) {
+    names.push_back(type);
+    pools.push_back(gpus);
+    capacity += gpus;
+  }
+  double options = 0;
+  for (const ScaleTask& t : all) options += static_cast<double>(t.options.size());
+  const bool typed =
+      pools.size() >= 2 &&
+      static_cast<double>(planner::elastic::States(pools)) * options <= kTypedShareWork;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const std::vector<std::string>& job_pools = demands_.at(owner[i]).pools;
+    ScaleTask& t = all[i];
+    std::vector<planner::elastic::Option> kept;
+    int current = -1;
+    for (size_t j = 0; j < t.options.size(); ++j) {
+      planner::elastic::Option o = t.options[j];
+      if (static_cast<int>(j) == t.current) current = static_cast<int>(kept.size());
+      if (!typed) {
+        o.type = 0;
+        kept.push_back(o);
+      } else if (job_pools.empty()) {
+        // A demand that names no pools runs in any.
+        for (size_t p = 0; p < names.size(); ++p) {
+          o.type = static_cast<int>(p);
+          kept.push_back(o);
+        }
+      } else {
+        // The job's pool by name in the cluster's; a type the capacity lacks
+        // has no GPUs for it.
+        auto it = std::find(names.begin(), names.end(), job_pools[static_cast<size_t>(o.type)]);
+        if (it == names.end()) {
+          if (static_cast<int>(j) == t.current) current = -1;
+          continue;
+        }
+        o.type = static_cast<int>(it - names.begin());
+        kept.push_back(o);
+      }
+    }
+    t.options = std::move(kept);
+    t.current = current;
+  }
+  // A task left with no option (no GPUs of its types) asks for nothing.
+  for (size_t i = all.size(); i-- > 0;) {
+    if (!all[i].options.empty()) continue;
+    all.erase(all.begin() + static_cast<std::ptrdiff_t>(i));
+    owner.erase(owner.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  StatusOr<ScalePlan> plan =
+      autoscaler_.Decide(all, typed ? pools : planner::elastic::Capacity{capacity}, trigger, now);
   if (!plan.ok()) {
     // Name the job and task behind the autoscaler's tasks[i] path.
     std::string message = plan.status().message();
@@ -242,7 +355,7 @@ StatusOr<ShareUpdate> ClusterShares::Decide(int capacity, ScaleTrigger trigger, 
   for (const auto& [job, d] : demands_) {
     for (const ScaleTask& t : d.tasks) decided_tasks_.insert(job + "/" + t.name);
   }
-  capacity_ = capacity;
+  decided_capacity_ = capacity_;
   decided_quotas_.clear();
   for (const auto& [job, d] : demands_) decided_quotas_[job] = d.quota;
   last_decision_ = now;

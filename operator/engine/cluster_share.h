@@ -39,6 +39,9 @@ struct JobDemand {
   std::string job;  // the job's key (namespace/name)
   int quota = 0;    // most GPUs its tasks may hold at once; 0: none
   std::vector<ScaleTask> tasks;
+  // The GPU types the options' `type` indexes (Option::type), by name; empty:
+  // one pool, whatever its type (every option's type 0).
+  std::vector<std::string> pools = {};
 };
 
 // The demand of a job from the view its planner gets (`tasks` in the view's
@@ -46,7 +49,10 @@ struct JobDemand {
 // (GPUs, batch) the fastest configuration's throughput, scaled by the task's
 // measured speed; a configuration without a batch runs at the task's own, which
 // is also its base batch; the configuration a live gang runs is its current
-// option. Total work is the task's sample budget.
+// option. Total work is the task's sample budget. With alive nodes of two or
+// more GPU types, per (type, GPUs, batch): a typed configuration in its type's
+// pool, a typeless one in each pool of a type the task may use (its running
+// gang's option in the pool of the node it runs on).
 JobDemand DemandFromWorld(const std::string& job, int quota, const WorldView& world,
                           const std::vector<api::ExpandedTask>& tasks);
 // The same from each task's own batch size (`base_batch`, a configuration
@@ -77,6 +83,14 @@ struct ShareUpdate {
   std::map<std::string, JobShare> shares;  // every job with demand
   std::vector<std::string> changed;        // jobs whose cap this update changed
 };
+
+// The most DP work (the allocator's states, the product of each pool's GPUs +
+// 1, times every task's options) at which the shares are decided per GPU type:
+// e.g. 3 pools of 16 GPUs (4,913 states) for 100 tasks of 20 options each is
+// 9.8M. Above it the DP's time grows past what a reconcile should spend (the
+// knapsack visits every state for every option), and the pools are decided
+// as one.
+inline constexpr double kTypedShareWork = 2e7;
 
 struct ClusterShareOptions {
   AutoscalerOptions autoscaler;
@@ -115,6 +129,13 @@ class ClusterShares {
   // shares stand. InvalidArgument for a negative capacity, an empty job key, a
   // negative quota or a bad option table (field path demand.tasks[i]...).
   StatusOr<ShareUpdate> Update(JobDemand demand, int capacity, double now);
+  // The same with the GPUs by type (the nodes' GPU type labels, "" for
+  // unlabelled): with two or more typed pools the autoscaler decides per pool
+  // (each task's options in the pools its demand names; a task never spans
+  // types) where the DP's work is small enough (kTypedShareWork),
+  // else over their sum as one pool. Also InvalidArgument for a negative count.
+  StatusOr<ShareUpdate> Update(JobDemand demand, const std::map<std::string, int>& capacity,
+                               double now);
   // Forgets a deleted job; its GPUs go to the others at the next update.
   void Remove(const std::string& job);
   std::optional<JobShare> Share(const std::string& job) const;
@@ -123,16 +144,17 @@ class ClusterShares {
   int decisions() const { return decisions_; }
 
  private:
-  StatusOr<ShareUpdate> Decide(int capacity, ScaleTrigger trigger, double now);
+  StatusOr<ShareUpdate> Decide(ScaleTrigger trigger, double now);
   bool QuotasMoved() const;  // a job's quota differs from the one last decided with
 
   ClusterShareOptions options_;
   Autoscaler autoscaler_;
   std::map<std::string, JobDemand> demands_;
   std::map<std::string, JobShare> shares_;
-  std::set<std::string> decided_tasks_;        // "job/task" at the last decision
-  int capacity_ = -1;                          // at the last decision
-  std::map<std::string, int> decided_quotas_;  // each job's quota at the last decision
+  std::set<std::string> decided_tasks_;          // "job/task" at the last decision
+  std::map<std::string, int> capacity_;          // by GPU type, as last updated
+  std::map<std::string, int> decided_capacity_;  // at the last decision
+  std::map<std::string, int> decided_quotas_;    // each job's quota at the last decision
   double last_decision_ = 0;
   int decisions_ = 0;
 };

@@ -291,6 +291,11 @@ engine::JobDemand Sim::OtherDemand(size_t j) const {
   const planner::OtherJob& job = w_.other_jobs[j];
   engine::WorldView v;
   v.now = now_;
+  // The cluster's nodes: its pools of GPU types.
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    v.nodes.push_back({nodes_[n].name, nodes_[n].gpus, nodes_[n].gpu_memory_gib,
+                       static_cast<bool>(alive_[n]), nodes_[n].gpu_type});
+  }
   std::vector<int> base;
   std::vector<double> total;
   for (const planner::Task& t : job.tasks) {
@@ -316,7 +321,11 @@ engine::JobDemand Sim::OtherDemand(size_t j) const {
 }
 
 Status Sim::Share(engine::StepInput& in, int* others, int* cap) {
-  const int capacity = alive_gpus_;
+  // The alive GPUs by type: the shares are decided per type.
+  std::map<std::string, int> capacity;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    if (alive_[n]) capacity[nodes_[n].gpu_type] += nodes_[n].gpus;
+  }
   // The job's own demand first, as it is now (its tasks running or not), then
   // the other jobs': a decision any of them triggers sees every job as it is.
   bool decided = false;

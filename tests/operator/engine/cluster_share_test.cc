@@ -4,6 +4,9 @@
 // shares stand between triggers.
 #include "operator/engine/cluster_share.h"
 
+#include <set>
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 namespace orrery::engine {
@@ -25,6 +28,13 @@ ScaleTask Task(const std::string& name, double work,
 
 const std::vector<std::pair<int, double>> kScales = {{1, 10}, {2, 19}, {4, 36}, {8, 68}};
 const std::vector<std::pair<int, double>> kFlat = {{1, 10}, {2, 11}, {4, 11.5}};
+
+// kScales's options in pool `pool`.
+std::vector<Option> kScalesOptions(int pool) {
+  std::vector<Option> out;
+  for (const auto& [gpus, throughput] : kScales) out.push_back(Option{gpus, 64, throughput, pool});
+  return out;
+}
 
 JobDemand Job(const std::string& key, std::vector<ScaleTask> tasks, int quota = 0) {
   return JobDemand{key, quota, std::move(tasks)};
@@ -347,6 +357,76 @@ TEST(ClusterSharesTest, DemandFromAViewUsesEachTasksOwnBatchAndBudget) {
   EXPECT_EQ(d.tasks[0].current, 1);       // 2 GPUs
   EXPECT_EQ(d.tasks[2].current, 0);
   EXPECT_EQ(d.tasks[3].current, -1);
+}
+
+// Shares are decided per GPU type: a job whose task runs only on "fast" (2
+// GPUs there) gets at most those 2, and the other job, at home on both, 4 of
+// the 6 "slow" ones (its options are 1, 2, 4 and 8 GPUs); as one pool of 8 they would split 4 and
+// 4, and the first job's share would name GPUs it cannot use. Past kTypedShareWork the pools are
+// decided as one (and still decided).
+TEST(ClusterSharesTest, SharesAreDecidedPerGpuType) {
+  ScaleTask only_fast = Task("t", 1e5, kScales);  // every option in pool 0: fast
+  ScaleTask anywhere = Task("t", 1e5, kScales);
+  for (const Option& o : kScalesOptions(1)) anywhere.options.push_back(o);
+  JobDemand a{"ns/a", 0, {only_fast}, {"fast", "slow"}};
+  JobDemand b{"ns/b", 0, {anywhere}, {"fast", "slow"}};
+  ClusterShares shares({});
+  const std::map<std::string, int> capacity = {{"fast", 2}, {"slow", 6}};
+  ASSERT_TRUE(shares.Update(a, capacity, 0).ok());
+  auto u = shares.Update(b, capacity, 0);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(u->shares.at("ns/a").gpus, 2);
+  EXPECT_EQ(u->shares.at("ns/b").gpus, 4);  // its widest option that slow's 6 hold
+  // The same demands over one pool of 8.
+  ClusterShares untyped({});
+  ASSERT_TRUE(untyped.Update(a, 8, 0).ok());
+  u = untyped.Update(b, 8, 0);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->shares.at("ns/a").gpus, 4);
+  // A capacity change of one type is a trigger; too many states: one pool.
+  u = shares.Update(b, {{"fast", 2000}, {"slow", 2000}}, 1);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_TRUE(u->decided);
+  EXPECT_EQ(u->trigger, ScaleTrigger::kCapacityChanged);
+  // A pool index the demand does not name, and a negative count, are refused.
+  JobDemand bad = a;
+  bad.tasks[0].options[0].type = 2;
+  auto e = shares.Update(bad, capacity, 2);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("demand.tasks[0].options[0].type"), std::string::npos)
+      << e.status().message();
+  e = shares.Update(a, {{"fast", -1}}, 2);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("capacity[fast]"), std::string::npos);
+}
+
+// With nodes of two types the demand's options are per type: a typed
+// configuration in its type's pool, a typeless one in each pool the task may
+// use, and a running gang's option in the pool of the node it runs on.
+TEST(ClusterSharesTest, DemandFromATypedViewPutsEachOptionInItsPool) {
+  WorldView w;
+  w.nodes = {{"f", 2, 80, true, "fast"}, {"s", 4, 24, true, "slow"}};
+  TaskView v;
+  v.name = "t";
+  v.remaining_work = 100;
+  planner::Config typed{"ddp", 2, 1, 0, 40, 1};
+  typed.gpu_type = "fast";
+  v.profile = {{"ddp", 1, 1, 0, 10, 1}, typed};
+  v.running = RunningView{0, {{1, 0}}};  // the typeless one, on the slow node
+  w.tasks.push_back(v);
+  JobDemand d = DemandFromView("ns/j", 0, w, {8}, {100});
+  EXPECT_EQ(d.pools, (std::vector<std::string>{"fast", "slow"}));
+  ASSERT_EQ(d.tasks.size(), 1u);
+  std::set<std::tuple<int, int, double>> options;  // (pool, gpus, throughput)
+  for (const Option& o : d.tasks[0].options) options.insert({o.type, o.gpus, o.throughput});
+  EXPECT_EQ(options, (std::set<std::tuple<int, int, double>>{{0, 1, 10}, {0, 2, 40}, {1, 1, 10}}));
+  const Option& current = d.tasks[0].options[static_cast<size_t>(d.tasks[0].current)];
+  EXPECT_EQ(current.type, 1);
+  EXPECT_EQ(current.gpus, 1);
+  // Restricted to fast, the typeless configuration is offered there only.
+  w.tasks[0].gpu_types = {"fast"};
+  d = DemandFromView("ns/j", 0, w, {8}, {100});
+  for (const Option& o : d.tasks[0].options) EXPECT_EQ(o.type, 0);
 }
 
 }  // namespace
