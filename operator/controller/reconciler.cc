@@ -1344,10 +1344,9 @@ std::vector<engine::ProfileWant> Reconciler::ProfileWants(
           "use has " +
           std::to_string(widest) + ": lower gpusPerTask.min or add larger nodes";
     }
-    // Trials that measure another GPU type's speed (ConfigsFromProfiles): the
-    // task plans meanwhile on its profiled type's figures, so they hold
-    // nothing back.
-    for (const auto& [type, m] : ctx.configs.back().type_probes) {
+    // A trial of key `m` on `type` ("" untyped), placed on nodes of `types`.
+    auto want = [&](const engine::ProfileKeyRef& m, const std::string& type,
+                    std::vector<std::string> types, const std::string& what) {
       ProfileRequest r;
       r.job = &job;
       r.task = &task;
@@ -1360,12 +1359,17 @@ std::vector<engine::ProfileWant> Reconciler::ProfileWants(
       engine::ProfileWant w;
       w.task = task.name;
       w.key = ProfileKeyHash(ProfileKey(r).Key());
-      w.what = engine::TrialText(m) + " on " + type;
+      w.what = what;
       w.gpus = m.gpus;
-      w.gpu_types = {type};
+      w.gpu_types = std::move(types);
       requests->emplace(w.key, r);
       wants.push_back(std::move(w));
-    }
+    };
+    // Trials that measure another GPU type's speed (ConfigsFromProfiles): the
+    // task plans meanwhile on its profiled type's figures, so they hold
+    // nothing back.
+    for (const auto& [type, m] : ctx.configs.back().type_probes)
+      want(m, type, {type}, engine::TrialText(m) + " on " + type);
     if (std::string why = GpuTypesMissing(task.task.gpu_types, capacity); !why.empty()) {
       // Allowed (a pool may come later), but said: the task waits for it.
       if (!ctx.never_fits.count(task.name)) ctx.never_fits[task.name] = why;
@@ -1380,25 +1384,10 @@ std::vector<engine::ProfileWant> Reconciler::ProfileWants(
     }
     ctx.profiling.insert(task.name);
     for (const engine::ProfileKeyRef& m : ctx.configs.back().missing) {
-      ProfileRequest r;
-      r.job = &job;
-      r.task = &task;
-      r.template_ = m.template_;
-      r.gpus = m.gpus;
-      r.batch_size = m.batch_size;
-      r.device = TypedProfileDevice(options_.device, profiled_type);
-      r.deadline_seconds = options_.profile_deadline_s;
-      r.backend = options_.gang.backend;
-      engine::ProfileWant w;
-      w.task = task.name;
-      w.key = ProfileKeyHash(ProfileKey(r).Key());
-      w.what = engine::TrialText(m);
-      w.gpus = m.gpus;
       // On the type the task's profiles are keyed by.
-      w.gpu_types =
-          profiled_type.empty() ? task.task.gpu_types : std::vector<std::string>{profiled_type};
-      requests->emplace(w.key, r);
-      wants.push_back(std::move(w));
+      want(m, profiled_type,
+           profiled_type.empty() ? task.task.gpu_types : std::vector<std::string>{profiled_type},
+           engine::TrialText(m));
     }
   }
   return wants;
