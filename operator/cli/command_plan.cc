@@ -362,10 +362,20 @@ int RunPlan(Invocation& in) {
     for (const std::string& n : notes) o << "  " << n << "\n";
   }
   PrintRefused(o, refused, usable_gib, device_gib, reserve_text);
-  o << std::right << "\nmakespan " << local::FormatDuration(plan->makespan) << ", lower bound "
-    << local::FormatDuration(plan->lower_bound) << ", gap " << std::fixed << std::setprecision(1)
-    << 100 * plan->gap << "%, solved in " << std::setprecision(2) << plan->solve_seconds << " s ("
-    << plan->planner << ")\n";
+  o << std::right << "\nmakespan " << local::FormatDuration(plan->makespan);
+  if (problem.objective == planner::Objective::kWeightedCompletion) {
+    // The bound and gap are on the sum of weight x completion time: shown as
+    // the weighted mean completion time, over the weights' sum.
+    double weights = 0;
+    for (const planner::Task& t : problem.tasks) weights += t.weight;
+    weights = std::max(weights, 1e-12);
+    o << "; weighted mean completion " << local::FormatDuration(plan->objective / weights)
+      << ", its lower bound " << local::FormatDuration(plan->lower_bound / weights);
+  } else {
+    o << ", lower bound " << local::FormatDuration(plan->lower_bound);
+  }
+  o << ", gap " << std::fixed << std::setprecision(1) << 100 * plan->gap << "%, solved in "
+    << std::setprecision(2) << plan->solve_seconds << " s (" << plan->planner << ")\n";
   if (solved->interleaved()) {
     o << "interleaved gangs (Hydra: the tasks' spilled models share one GPU in one worker, "
          "shard by shard; modelled at "

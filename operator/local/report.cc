@@ -720,8 +720,9 @@ void PlansTable(Page& p, const RunReport& r) {
     p << "<tr><td class=\"num\">" << std::to_string(i + 1) << "</td><td class=\"num\">"
       << Duration(pl.at_s) << "</td><td>" << Escape(pl.trigger) << "</td><td>" << Escape(pl.planner)
       << "</td><td class=\"num\">" << Duration(pl.makespan_s) << "</td><td class=\"num\">"
-      << Duration(pl.lower_bound_s) << "</td><td class=\"num\">" << Fmt("%.1f %%", 100 * pl.gap)
-      << "</td><td class=\"num\">" << Fmt("%.3g s", pl.solve_s) << "</td></tr>";
+      << (pl.makespan_bound ? Duration(pl.lower_bound_s) : std::string("on weighted completion"))
+      << "</td><td class=\"num\">" << Fmt("%.1f %%", 100 * pl.gap) << "</td><td class=\"num\">"
+      << Fmt("%.3g s", pl.solve_s) << "</td></tr>";
   }
   p << "</tbody></table></section>\n";
 }
@@ -1009,6 +1010,11 @@ Status ReadPlan(const Reader& r, ReportPlan* p) {
   ORRERY_RETURN_IF_ERROR(r.Get("makespan_s", &p->makespan_s));
   ORRERY_RETURN_IF_ERROR(r.Get("lower_bound_s", &p->lower_bound_s));
   ORRERY_RETURN_IF_ERROR(r.Get("gap", &p->gap));
+  if (r.Has("bound_on")) {  // a report from before it: makespan
+    std::string on;
+    ORRERY_RETURN_IF_ERROR(r.Get("bound_on", &on));
+    p->makespan_bound = on != "weightedCompletion";
+  }
   return r.Get("solve_s", &p->solve_s);
 }
 
@@ -1131,6 +1137,7 @@ std::string ReportJson(const RunReport& r) {
                      {"makespan_s", Num(p.makespan_s)},
                      {"lower_bound_s", Num(p.lower_bound_s)},
                      {"gap", Num(p.gap)},
+                     {"bound_on", p.makespan_bound ? "makespan" : "weightedCompletion"},
                      {"solve_s", Num(p.solve_s)}});
   }
   json events = json::array();

@@ -108,6 +108,10 @@ struct ReportPlan {
   double lower_bound_s = 0;
   double gap = 0;
   double solve_s = 0;
+  // Whether lower_bound_s (and gap) bound the makespan; false under the
+  // weightedCompletionTime objective, whose bound is on the sum of weight x
+  // completion time: no duration to show beside the makespan.
+  bool makespan_bound = true;
 };
 
 struct ReportEvent {

@@ -908,14 +908,20 @@ void Runner::ApplyPlan(const engine::Decision& d, engine::Trigger trigger) {
   rp.lower_bound_s = d.plan.lower_bound;
   rp.gap = d.plan.gap;
   rp.solve_s = d.solver_seconds;
+  // Under weightedCompletionTime the bound and gap are on the sum of weight x
+  // completion, not a time beside the makespan.
+  rp.makespan_bound =
+      engine::PlanObjective(job_.job.spec.scheduling.objective) == planner::Objective::kMakespan;
   report_.plans.push_back(rp);
   report_.planned.clear();
   char buf[240];
-  std::snprintf(buf, sizeof(buf),
-                "plan %zu (%s, %s): finishes at %s, lower bound %s, gap %.1f%%, solved in %.2f s",
+  const std::string bound = rp.makespan_bound
+                                ? "lower bound " + FormatDuration(d.plan.lower_bound) + ", gap"
+                                : std::string("gap over its weighted completion bound");
+  std::snprintf(buf, sizeof(buf), "plan %zu (%s, %s): finishes at %s, %s %.1f%%, solved in %.2f s",
                 report_.plans.size(), engine::TriggerName(trigger), d.plan.planner.c_str(),
-                FormatDuration(d.plan.makespan).c_str(), FormatDuration(d.plan.lower_bound).c_str(),
-                100 * d.plan.gap, d.solver_seconds);
+                FormatDuration(d.plan.makespan).c_str(), bound.c_str(), 100 * d.plan.gap,
+                d.solver_seconds);
   Event(buf);
   for (size_t t = 0; t < tasks_.size(); ++t) {
     const planner::Assignment& a = plan_->assignments[t];

@@ -288,6 +288,23 @@ TEST(PlanCommandTest, PretrainedModelsAreSizedFromTheirConfig) {
   EXPECT_EQ(RunOrrery(plan + " --volume models").exit_code, 2);
 }
 
+// Under weightedCompletionTime the bound and gap are on the weighted
+// completion time: shown as its weighted mean, not as a makespan bound (a
+// "lower bound" longer than the makespan read as nonsense).
+TEST(PlanCommandTest, AWeightedCompletionPlanShowsItsBoundAsAMeanCompletion) {
+  TempFiles files("plan_weighted");
+  std::string svg = files.Write("plan.svg", "");
+  std::string cache = files.Write("empty-cache.json", "{\"entries\": []}");
+  RunResult r =
+      RunOrrery("plan " + Example("mixed-sizes.yaml") + " --gpus 1x8 --gpu-memory-gib 24 --svg " +
+                svg + " --profile-cache " + cache);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("; weighted mean completion "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", its lower bound "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("makespan 0:00, lower bound"), std::string::npos);
+  EXPECT_EQ(r.output.find(", lower bound "), std::string::npos) << r.output;
+}
+
 TEST(PlanCommandTest, BadArgumentsSayWhatToWrite) {
   RunResult r = RunOrrery("plan " + Example("quickstart.yaml") + " --gpus 8");
   EXPECT_EQ(r.exit_code, 2);

@@ -47,7 +47,7 @@ bool operator==(const ReportProfile& a, const ReportProfile& b) {
 bool operator==(const ReportPlan& a, const ReportPlan& b) {
   return a.at_s == b.at_s && a.trigger == b.trigger && a.planner == b.planner &&
          a.makespan_s == b.makespan_s && a.lower_bound_s == b.lower_bound_s && a.gap == b.gap &&
-         a.solve_s == b.solve_s;
+         a.solve_s == b.solve_s && a.makespan_bound == b.makespan_bound;
 }
 bool operator==(const ReportEvent& a, const ReportEvent& b) {
   return a.time_s == b.time_s && a.text == b.text;
@@ -97,7 +97,7 @@ RunReport FullReport() {
       {"sig-abc", "lr-3e-4,lr-1e-3", "dp2", 2, 64, 123.456, 0.0421, 812.5, true, 2047.75, "unit"},
       {"sig-def", "lr-1e-3", "single", 1, 32, 99, 0.5, 100, false}};
   r.plans = {{0, "start", "orrery", 100.5, 90.25, 0.11357, 0.75},
-             {19.5, "device-lost", "list", 120, 95, 0.263, 0.01}};
+             {19.5, "device-lost", "list", 120, 95, 0.263, 0.01, /*makespan_bound=*/false}};
   r.events = {{0, "Started run"}, {19.2, "Lost device 1"}};
   return r;
 }
