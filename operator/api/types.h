@@ -325,8 +325,8 @@ struct Condition {
 
 struct PlanStatus {
   double makespan_seconds = 0;
-  double lower_bound_seconds = 0;
-  double gap = 0;  // (makespan - lower bound) / makespan
+  double lower_bound_seconds = 0;  // on the makespan; 0 under weightedCompletionTime
+  double gap = 0;                  // (objective - its lower bound) / objective
   double solve_seconds = 0;
   int64_t revision = 0;
   // Why the planner made this plan: the engine's trigger (engine::TriggerName:

@@ -1935,7 +1935,12 @@ void Reconciler::StepEngine(JobContext& ctx) {
     api::PlanStatus ps;
     // Whole seconds: a printer column shows the number as stored.
     ps.makespan_seconds = std::round(std::max(0.0, d.plan.makespan - now));
-    ps.lower_bound_seconds = std::round(std::max(0.0, d.plan.lower_bound - now));
+    // Under weightedCompletionTime the plan's bound is on the sum of weight x
+    // completion time, not a time: no makespan bound to show (the gap is on
+    // that objective).
+    const bool makespan = engine::PlanObjective(ctx.loaded.job.spec.scheduling.objective) ==
+                          planner::Objective::kMakespan;
+    ps.lower_bound_seconds = makespan ? std::round(std::max(0.0, d.plan.lower_bound - now)) : 0;
     st.plan_ends_at = d.plan.makespan;
     ps.gap = d.plan.gap;
     ps.solve_seconds = d.solver_seconds;

@@ -449,6 +449,13 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
     world_plan.assignments[static_cast<size_t>(rp.task_index[i])] = a;
   }
   world_plan.makespan += world.now;
+  // A makespan bound on the same clock as the makespan (the worlds show both
+  // from their start, the controller both from now). Under weighted
+  // completion the bound stays the remaining problem's, as the gap does.
+  if (options_.objective == planner::Objective::kMakespan) {
+    world_plan.lower_bound += world.now;
+    world_plan.objective += world.now;
+  }
   d.stops = RunningStops(world, world_plan, rp.task_index);
   d.gangs = GangsInWorld(gangs, rp.task_index);
   StopGangMembers(world, gangs_, d.gangs, &d.stops);

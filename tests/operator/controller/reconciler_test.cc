@@ -1023,6 +1023,29 @@ TEST_F(ReconcileTest, AnotherGpuTypesSpeedIsMeasuredByOneTrialThere) {
   EXPECT_GT(gang_pods, 0u) << "the tasks do not wait for the measurement";
 }
 
+// The plan's status: under makespan its lower bound in seconds from the
+// plan's start; under weightedCompletionTime none (its bound is on the sum of
+// weight x completion time, not a time), and the gap on that objective.
+TEST_F(ReconcileTest, ThePlansLowerBoundIsAMakespanBoundOrNone) {
+  for (api::Objective objective :
+       {api::Objective::kMakespan, api::Objective::kWeightedCompletionTime}) {
+    SetUp();
+    loaded_.job.spec.scheduling.objective = objective;
+    PutJob();
+    ASSERT_TRUE(reconciler_->Reconcile(key_).ok());
+    ASSERT_FALSE(client_.statuses.empty());
+    const kube::Object& plan = client_.statuses.back()["plan"];
+    EXPECT_GT(plan.value("makespanSeconds", 0.0), 0);
+    EXPECT_GE(plan.value("gap", -1.0), 0);
+    if (objective == api::Objective::kMakespan) {
+      EXPECT_GT(plan.value("lowerBoundSeconds", 0.0), 0) << plan.dump();
+      EXPECT_LE(plan.value("lowerBoundSeconds", 0.0), plan.value("makespanSeconds", 0.0));
+    } else {
+      EXPECT_EQ(plan.value("lowerBoundSeconds", -1.0), 0) << plan.dump();
+    }
+  }
+}
+
 // The profile trials of a task restricted to a type run on nodes of that type.
 TEST_F(ReconcileTest, ARestrictedTasksTrialsRunOnItsType) {
   UseTypedNodes();
