@@ -90,7 +90,7 @@ TEST(ControlPlaneTest, AppliesCrdCreatesWatchesAndStopsClean) {
 
   CommandResult r = plane->Kubectl("apply -f -", kWidgetCrd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = plane->Kubectl("wait --for=condition=Established crd/widgets.test.orrery.dev --timeout=60s");
+  r = plane->WaitEstablished("widgets.test.orrery.dev");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   // Schema validation is the server's: a bad object is refused.

@@ -5,13 +5,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include <sys/wait.h>
 
@@ -133,6 +136,22 @@ CommandResult ControlPlane::Kubectl(const std::string& args, const std::string& 
   return RunCommand(
       ShellQuote(bin_dir_ + "/kubectl") + " --kubeconfig " + ShellQuote(kubeconfig_) + " " + args,
       input);
+}
+
+CommandResult ControlPlane::WaitEstablished(const std::string& name, int timeout_s) const {
+  CommandResult all;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::seconds>(
+        deadline - std::chrono::steady_clock::now());
+    const CommandResult r =
+        Kubectl("wait --for condition=established --timeout=" +
+                std::to_string(std::max<int64_t>(1, left.count())) + "s crd/" + ShellQuote(name));
+    all.output += r.output;
+    all.exit_code = r.exit_code;
+    if (r.exit_code == 0 || std::chrono::steady_clock::now() >= deadline) return all;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
 }
 
 Status ControlPlane::RestartApiServer() {

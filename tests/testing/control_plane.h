@@ -51,6 +51,11 @@ class ControlPlane {
 
   // Runs kubectl with this plane's kubeconfig: Kubectl("get pods -A").
   CommandResult Kubectl(const std::string& args, const std::string& input = "") const;
+  // Waits up to `timeout_s` until the server has established the CRD `name`
+  // (e.g. "modelselectionjobs.orrery.dev"). `kubectl wait` fails at once,
+  // rather than waiting, while a just-created CRD has no conditions yet, so it
+  // is retried. The commands' output is in the result.
+  CommandResult WaitEstablished(const std::string& name, int timeout_s = 60) const;
   // Stops and starts kube-apiserver on the same port and storage (watch tests).
   Status RestartApiServer();
   // Compacts etcd at its current revision, so older resourceVersions answer 410.

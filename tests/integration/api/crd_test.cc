@@ -34,8 +34,7 @@ class CrdTest : public orrery::testing::ControlPlaneTest {
     crd_output_ = r.output;
     crd_applied_ = r.exit_code == 0;
     if (crd_applied_) {
-      r = plane()->Kubectl(
-          "wait --for condition=established --timeout=60s crd/modelselectionjobs.orrery.dev");
+      r = plane()->WaitEstablished("modelselectionjobs.orrery.dev");
       crd_output_ += r.output;
       crd_applied_ = r.exit_code == 0;
     }

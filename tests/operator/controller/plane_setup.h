@@ -32,21 +32,15 @@ namespace orrery::controller::testutil {
 inline std::string SourceDir() { return ORRERY_SOURCE_DIR; }
 
 // Applies the repository's ModelSelectionJob CRD and waits until the server
-// has established it. `kubectl wait` fails at once while the CRD has no
-// conditions yet, so it is retried. The commands' output goes to `output`.
+// has established it (ControlPlane::WaitEstablished). The commands' output goes to `output`.
 inline bool InstallJobCrd(const orrery::testing::ControlPlane& plane, std::string* output) {
   auto r = plane.Kubectl("apply --server-side -f " + SourceDir() +
                          "/crds/orrery.dev_modelselectionjobs.yaml");
   *output += r.output;
   if (r.exit_code != 0) return false;
-  for (int i = 0; i < 20; ++i) {
-    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    r = plane.Kubectl(
-        "wait --for condition=established --timeout=60s crd/modelselectionjobs.orrery.dev");
-    *output += r.output;
-    if (r.exit_code == 0) return true;
-  }
-  return false;
+  r = plane.WaitEstablished("modelselectionjobs.orrery.dev");
+  *output += r.output;
+  return r.exit_code == 0;
 }
 
 // `helm install orrery` from the repository's chart into `ns` (created), with
