@@ -186,9 +186,7 @@ std::string ConfigsNeverFit(const engine::TaskConfigs& tc, const api::TaskSpec& 
   for (const NodeCapacity& n : nodes) {
     const double gib = n.gpu_memory_gib > 0 ? n.gpu_memory_gib : kGpuMemoryGib;
     problem.nodes.push_back({n.name, n.allocatable, gib, n.gpu_type});
-    const bool typed_out =
-        !task.gpu_types.empty() &&
-        std::find(task.gpu_types.begin(), task.gpu_types.end(), n.gpu_type) == task.gpu_types.end();
+    const bool typed_out = !planner::AllowsGpuType(task.gpu_types, n.gpu_type);
     if (!typed_out && n.allocatable > 0 && gib > most) {
       most = gib;
       most_device = n.gpu_device_gib;
@@ -292,9 +290,7 @@ std::string ProfiledGpuType(const api::TaskSpec& task, const std::vector<NodeCap
   std::set<std::string> types;
   for (const NodeCapacity& n : nodes) {
     if (n.gpu_type.empty()) continue;
-    if (task.gpu_types.empty() ||
-        std::find(task.gpu_types.begin(), task.gpu_types.end(), n.gpu_type) != task.gpu_types.end())
-      types.insert(n.gpu_type);
+    if (planner::AllowsGpuType(task.gpu_types, n.gpu_type)) types.insert(n.gpu_type);
   }
   return types.empty() ? "" : *types.begin();
 }
@@ -393,10 +389,7 @@ TaskConfigs ConfigsFromProfiles(const api::ModelSelectionJobSpec& spec,
   std::set<std::string> others;
   for (const NodeCapacity& n : nodes) {
     if (n.gpu_type.empty() || n.gpu_type == profiled) continue;
-    if (task.task.gpu_types.empty() ||
-        std::find(task.task.gpu_types.begin(), task.task.gpu_types.end(), n.gpu_type) !=
-            task.task.gpu_types.end())
-      others.insert(n.gpu_type);
+    if (planner::AllowsGpuType(task.task.gpu_types, n.gpu_type)) others.insert(n.gpu_type);
   }
   if (others.empty()) return tc;
   std::map<std::string, double> measured = {{profiled, 1.0}};

@@ -62,9 +62,7 @@ JobDemand DemandFromView(const std::string& job, int quota, const WorldView& wor
         if (int p = pool_of(c.gpu_type); p >= 0) out.push_back(p);
       } else {
         for (size_t p = 0; p < d.pools.size(); ++p) {
-          if (v.gpu_types.empty() ||
-              std::find(v.gpu_types.begin(), v.gpu_types.end(), d.pools[p]) != v.gpu_types.end())
-            out.push_back(static_cast<int>(p));
+          if (planner::AllowsGpuType(v.gpu_types, d.pools[p])) out.push_back(static_cast<int>(p));
         }
       }
       return out;

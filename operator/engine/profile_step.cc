@@ -44,8 +44,7 @@ ProfileStep StepProfiles(const std::vector<ProfileWant>& wants, const ProfileRoo
     }
     std::vector<ProfileNode> typed;
     for (const ProfileNode& n : nodes) {
-      if (w.gpu_types.empty() ||
-          std::find(w.gpu_types.begin(), w.gpu_types.end(), n.gpu_type) != w.gpu_types.end()) {
+      if (planner::AllowsGpuType(w.gpu_types, n.gpu_type)) {
         typed.push_back(n);
       }
     }

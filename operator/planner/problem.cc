@@ -30,8 +30,11 @@ double RunSeconds(const Task& task, int config) {
 bool NodeServes(const Node& node, const Task& task, const Config& config) {
   if (node.gpus < config.GpusPerNode() || node.gpu_memory_gib < config.memory_gib) return false;
   if (!config.gpu_type.empty() && config.gpu_type != node.gpu_type) return false;
-  return task.gpu_types.empty() || std::find(task.gpu_types.begin(), task.gpu_types.end(),
-                                             node.gpu_type) != task.gpu_types.end();
+  return AllowsGpuType(task.gpu_types, node.gpu_type);
+}
+
+bool AllowsGpuType(const std::vector<std::string>& allowed, const std::string& type) {
+  return allowed.empty() || std::find(allowed.begin(), allowed.end(), type) != allowed.end();
 }
 
 bool ConfigFits(const Problem& problem, const Task& task, const Config& config) {

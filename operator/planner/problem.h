@@ -92,6 +92,8 @@ double RunSeconds(const Task& task, int config);
 // for its per-node share, enough GPU memory, the config's type (when it names
 // one) and a type the task allows.
 bool NodeServes(const Node& node, const Task& task, const Config& config);
+// Whether GPU type `type` is among `allowed` (a task's gpu_types; empty: any).
+bool AllowsGpuType(const std::vector<std::string>& allowed, const std::string& type);
 // Whether `config` can be placed on this cluster at all: enough nodes of one
 // GPU type that serve it (a gang never spans types), and no more GPUs than the cap.
 bool ConfigFits(const Problem& problem, const Task& task, const Config& config);
