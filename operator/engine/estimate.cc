@@ -221,15 +221,24 @@ LargestParts Largest(const api::ModelSpec& m) {
 }
 
 // Device bytes a template holds beyond its share of the state, measured with
-// bench/worker/memory_model_bench: AdamW's per-tensor temporaries while it
-// steps (two of the largest tensor: LibTorch's C++ AdamW computes the moment's
-// square root and the update out of place); ddp's flat gradient buckets on
-// more than one rank (one float32 copy of every gradient: Li et al. 2020,
-// "PyTorch Distributed", sec. 3.2.3); fsdp's gathered unit, its gradients, the
-// reduce-scatter buffer and the prefetched next unit (four units: the
-// worker's own count, worker/parallel/sharded.cc).
-double BufferBytes(const api::TaskSpec& task, const contract::TemplateTraits& traits, int gpus,
-                   double stored_trainable) {
+// bench/worker/memory_model_bench:
+//  - AdamW's temporary while it steps a tensor: one copy of the largest (the
+//    worker's optimizer, worker/parallel/strategy.cc Optimizer::Step, computes
+//    the denominator out of place and all else in place). Two are counted
+//    where the step overlaps other transients the model does not itemise:
+//    fsdp's gathers and reduce-scatters beside its units (its peak varies by
+//    up to ~8% from run to run with their overlap), and spill's copies.
+//  - ddp's flat gradient buckets on more than one rank (one float32 copy of
+//    every gradient: Li et al. 2020, "PyTorch Distributed", sec. 3.2.3). Once
+//    they are reduced each gradient is a view of its bucket and the copies
+//    autograd made are freed, so the optimizer's temporary fits in their
+//    place: ddp x n counts none (ddp x2 measured 1.01-1.08 of this estimate
+//    on the GPT and MLP shapes; 1.12-1.19 with two copies).
+//  - fsdp's gathered unit, its gradients, the reduce-scatter buffer and the
+//    prefetched next unit (four units: the worker's own count,
+//    worker/parallel/sharded.cc).
+double StepTemporaryBytes(const api::TaskSpec& task, const contract::TemplateTraits& traits,
+                          int gpus) {
   LargestParts largest = Largest(task.model);
   if (traits.memory == contract::MemoryModel::kSliced && task.model.gpt && gpus > 1) {
     // A tensor-parallel rank steps its slice of a block's matrices; the
@@ -239,10 +248,27 @@ double BufferBytes(const api::TaskSpec& task, const contract::TemplateTraits& tr
     const double h = task.model.gpt->hidden, v = task.model.gpt->vocab;
     largest.tensor = std::max(v * h, 4 * h * h / gpus);
   }
-  double bytes = 2 * 4 * largest.tensor;
-  if (gpus > 1 && traits.memory == contract::MemoryModel::kWhole) bytes += 4 * stored_trainable;
-  if (gpus > 1 && traits.memory == contract::MemoryModel::kShardedFlat)
-    bytes += 4 * 4 * largest.unit;
+  const double step_temporary = 4 * largest.tensor;
+  const bool several = gpus > 1;
+  switch (traits.memory) {
+    case contract::MemoryModel::kWhole: return several ? 0 : step_temporary;
+    case contract::MemoryModel::kShardedFlat:
+    case contract::MemoryModel::kSpilled: return 2 * step_temporary;
+    case contract::MemoryModel::kSliced:
+    case contract::MemoryModel::kLayerRange:
+    case contract::MemoryModel::kLayout: return step_temporary;
+  }
+  return 2 * step_temporary;
+}
+
+// The step's temporaries and what a template keeps beside its state (above).
+double BufferBytes(const api::TaskSpec& task, const contract::TemplateTraits& traits, int gpus,
+                   double stored_trainable) {
+  const bool several = gpus > 1;
+  double bytes = StepTemporaryBytes(task, traits, gpus);
+  if (several && traits.memory == contract::MemoryModel::kWhole) bytes += 4 * stored_trainable;
+  if (several && traits.memory == contract::MemoryModel::kShardedFlat)
+    bytes += 4 * 4 * Largest(task.model).unit;
   return bytes;
 }
 
@@ -428,6 +454,7 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
       std::pow(traits->efficiency_per_doubling, std::log2(static_cast<double>(gpus)));
   double bytes = StateBytes(*traits, params, gpus);
   bytes += BufferBytes(task, *runs, gpus, params.stored_trainable);
+  bytes *= kModelHeadroom;
   double spill_penalty = 1;
   if (traits->memory == contract::MemoryModel::kSpilled) {
     // Spilling keeps parameters in host memory and streams shards in: a device
@@ -445,6 +472,25 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
   c.memory_gib = bytes / (1ull << 30);
   return c;
 }
+
+namespace {
+
+// What a backward's peak adds to EstimateConfig's bytes, which count every
+// gradient and the optimizer's temporary: the step's peak, when the
+// activations are gone. `backward_peak` is what the device holds at the
+// backward's peak beyond the weights and the optimizer's moments, of which
+// `grads_there` are gradients (the rest of the gradients are not there yet:
+// the worker drops them before each forward, set to none); nothing when the
+// step's peak is the larger. Times `headroom`, as EstimateConfig's bytes.
+double BeyondTheStep(const api::TaskSpec& task, const contract::TemplateTraits& traits, int gpus,
+                     double backward_peak, double grads_there, double headroom) {
+  const ParameterCount params = CountParameters(task);
+  const double grads = 4 * params.stored_trainable / contract::MemoryDivisor(traits, gpus);
+  const double step = std::max(grads, grads_there) + StepTemporaryBytes(task, traits, gpus);
+  return headroom * std::max(0.0, backward_peak - step);
+}
+
+}  // namespace
 
 std::optional<double> ParameterStateBytes(const api::TaskSpec& task,
                                           const std::string& template_name, int gpus,
@@ -472,24 +518,41 @@ std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::stri
     const bool split = traits->memory == contract::MemoryModel::kWhole ||
                        traits->memory == contract::MemoryModel::kShardedFlat ||
                        traits->memory == contract::MemoryModel::kSpilled;
-    return per_sample * static_cast<double>(batch) / (split ? gpus : 1);
+    const double kept = per_sample * static_cast<double>(batch) / (split ? gpus : 1);
+    if (traits->memory == contract::MemoryModel::kSpilled) return kModelHeadroom * kept;
+    // Its layers' gradients appear as backward frees their activations: the
+    // peak is all of them at backward's start, or the step's.
+    return BeyondTheStep(task, *traits, gpus, kept, 0, kModelHeadroom);
   }
   if (!task.model.gpt) return std::nullopt;
   const api::GptModel& g = *task.model.gpt;
   const double s = g.seq_len, h = g.hidden, a = g.heads;
   // Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
   // Transformer Models", sec. 4.1): a block keeps s·b·h·(34 + 5·a·s/h) bytes
-  // in 16 bits, of which 2·s·b·h and a·s·s·b are dropout masks; Orrery trains
+  // in 16 bits. Of the 34, 2 are dropout masks; of the 5·a·s/h, the softmax's
+  // output is 2, its dropout mask 1 and the dropout's output 2. Orrery trains
   // without dropout and keeps float32 (bf16 autocast keeps a mix: counted as
-  // float32, the larger), so 2·(32 + 4·a·s/h) per s·b·h. Recomputing per
-  // block keeps only each block's float32 input (4·s·b·h) and, during one
-  // block's backward, that block's full activations. Tensor parallelism
-  // (Megatron's, sec. 4.2.1) splits 24 + 5·a·s/h of the 34 over its t ranks;
-  // the layer norms' inputs and the block's input stay whole on every rank:
-  // 2·(8 + (24 + 4·a·s/h)/t) here.
+  // float32, the larger), so 2·(32 + 2·a·s/h) per s·b·h: the worker's block
+  // (worker/model/transformer.cc) keeps 16 values per s·b·h (the block's and
+  // the two layer norms' inputs and outputs, q, k, v, the attention's
+  // context, the MLP's 4h input to GELU and its output) and the softmax's
+  // a·s·s·b probabilities once. (Counting the dropout's output too put
+  // gpt-2L-h256-s128, a·s/h = 4, 1.16x over the measured peak; GPT-2 small's
+  // a·s/h is 16.) Recomputing per block keeps only each block's float32 input
+  // (4·s·b·h) and, during one block's backward, that block's full
+  // activations. Tensor parallelism (Megatron's, sec. 4.2.1) splits 24 of the
+  // 32 and the probabilities over its t ranks; the layer norms' inputs and
+  // the block's input stay whole on every rank: 2·(8 + (24 + 2·a·s/h)/t).
+  // One block's backward holds more for a while: the gradients of the
+  // probabilities and of the scores, one a·s·s·b of them beyond what it has
+  // freed by then, and a few s·b·h (the residual stream's gradient, whole
+  // under tensor parallelism, and two of its branch's, sliced):
+  // 4·(a·s·s/t + (1 + 2/t)·s·h) bytes a sample (measured on the CPU:
+  // gpt-2L-h64-s256, a·s/h = 16, held 1.1 a·s·s and 1.6-2.3 s·h values a
+  // sample beyond the kept activations, with and without recomputation).
   double t = 1;  // tensor-parallel degree
   double samples = static_cast<double>(batch);
-  double recompute_samples = samples;  // those one block's recomputation holds at once
+  double recompute_samples = samples;  // those one block's recomputation or backward holds at once
   double blocks = g.layers;
   switch (traits->memory) {
     case contract::MemoryModel::kWhole:
@@ -511,13 +574,33 @@ std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::stri
       recompute_samples = samples / (2.0 * gpus);
       break;
   }
-  const double full_block = s * h * 2 * (8 + (24 + 4 * a * s / h) / t);
-  const double kept_block = recompute == "unit" ? 4 * s * h : full_block;
-  double bytes = blocks * kept_block * samples;
-  if (recompute == "unit") bytes += full_block * recompute_samples;
+  const double full_block = s * h * 2 * (8 + (24 + 2 * a * s / h) / t);
+  const double kept = (recompute == "unit" ? 4 * s * h : full_block) * samples;  // a block's
+  // The block whose backward runs: its kept activations, its recomputed ones,
+  // and its backward's working set.
+  double current = kept + 4 * (a * s * s / t + (1 + 2 / t) * s * h) * recompute_samples;
+  if (recompute == "unit") current += full_block * recompute_samples;
   // The logits and their gradient, float32 (the head's output and the loss's).
-  bytes += 2 * s * g.vocab * 4.0 * samples;
-  return bytes;
+  const double logits = 2 * s * g.vocab * 4.0 * samples;
+  if (traits->memory == contract::MemoryModel::kSpilled) {
+    // Spill's device holds no gradients beside them (its state is the host's).
+    return kModelHeadroom * ((blocks - 1) * kept + current + logits);
+  }
+  // As backward runs it frees a block's activations while that block's
+  // gradients appear: the peak is at its last block where a block's
+  // activations outweigh its gradients, else at its first. Then the device
+  // holds the block whose backward runs, the other blocks' activations or
+  // gradients, whichever are larger, and the gradients outside the blocks
+  // (the head's come first), and the logits.
+  const ParameterCount params = CountParameters(task);
+  const double divisor = contract::MemoryDivisor(*traits, gpus);
+  const double outside_grads = 4 * params.stored_trainable_outside_blocks / (t > 1 ? 1 : divisor);
+  const double block_grads =
+      4 * (params.stored_trainable - params.stored_trainable_outside_blocks) / divisor;
+  const double backward_peak =
+      current + (blocks - 1) * std::max(kept, block_grads / blocks) + outside_grads + logits;
+  return BeyondTheStep(task, *traits, gpus, backward_peak, outside_grads + block_grads,
+                       kModelHeadroom);
 }
 
 std::vector<api::FieldError> CheckAgainstPretrained(const api::TaskSpec& task,

@@ -188,18 +188,19 @@ TEST(EstimateConfig, FineTuningSplitsTheSixFlopsAndTheBytes) {
               gpu.flops * 8 * efficiency / ((2 * c.total + 2 * c.backward + 2 * c.trainable) * 512),
               1e-9 * l->throughput);
   EXPECT_GT(l->throughput, 1.4 * f->throughput);
-  // Each on a GPU also holds cuBLAS's workspaces (kCudaWorkspaceBytes).
-  const double gib = 1ull << 30, workspace = kCudaWorkspaceBytes / gib;
-  EXPECT_NEAR(f->memory_gib, 16 * n / 8 / gib + workspace, 1e-9);
-  EXPECT_NEAR(l->memory_gib, (8 * (c.total - c.trainable) + 16 * c.trainable) / 8 / gib + workspace,
-              1e-9);
+  // Each on a GPU also holds cuBLAS's workspaces (kCudaWorkspaceBytes); the
+  // model's bytes carry its headroom (kModelHeadroom).
+  const double gib = 1ull << 30, workspace = kCudaWorkspaceBytes / gib, k = kModelHeadroom;
+  EXPECT_NEAR(f->memory_gib, k * 16 * n / 8 / gib + workspace, 1e-9);
+  EXPECT_NEAR(l->memory_gib,
+              k * (8 * (c.total - c.trainable) + 16 * c.trainable) / 8 / gib + workspace, 1e-9);
   // Templates that hold parameters whole keep nothing but the frozen weight:
   // LoRA on 7B fits one 80 GB device (4 bytes a parameter), full training does not.
   auto l1 = EstimateConfig(lora, "ddp", 1, gpu, &llama);
   auto f1 = EstimateConfig(full, "ddp", 1, gpu, &llama);
   ASSERT_TRUE(l1 && f1);
-  EXPECT_NEAR(l1->memory_gib, (4 * (c.total - c.trainable) + 16 * c.trainable) / gib + workspace,
-              1e-9);
+  EXPECT_NEAR(l1->memory_gib,
+              k * (4 * (c.total - c.trainable) + 16 * c.trainable) / gib + workspace, 1e-9);
   EXPECT_LT(l1->memory_gib, 80);
   EXPECT_GT(f1->memory_gib, 80);
   // Tensor parallelism must split heads, kv heads and the MLP: Qwen2-0.5B's two
@@ -219,6 +220,38 @@ TEST(EstimateConfig, UnknownSizeWaitsForAProfile) {
             "size unknown: /models/m/config.json is not readable here (it is on volume models); "
             "only profiles measure this model");
   EXPECT_FALSE(EstimateConfig(t, "ddp", 1, DefaultDevice("cuda")));
+}
+
+api::TaskSpec Gpt(int layers, int hidden, int heads, int seq, int vocab, int64_t batch) {
+  api::TaskSpec t;
+  t.model.gpt = api::GptModel{layers, hidden, heads, seq, vocab};
+  t.training.batch_size = batch;
+  return t;
+}
+
+TEST(ActivationBytes, AddTheBackwardsPeakBeyondTheStepsNotEveryActivationToEveryGradient) {
+  // One block of GPT-2's width on 8 tokens, one sample: its activations are
+  // far smaller than its gradients, so the step's peak (every gradient and
+  // the optimizer's temporary, in EstimateConfig's bytes) is the device's,
+  // and the activations add nothing to it.
+  EXPECT_EQ(*ActivationBytes(Gpt(1, 768, 12, 8, 256, 1), "ddp", 1, 1, "none"), 0);
+  // Long sequences: the activations outweigh the gradients. The backward
+  // starts with none of them; at its last block it holds the other block's
+  // activations, the block's own with its working set (the probabilities'
+  // and scores' gradients, 4·(a·s·s + 3·s·h) bytes a sample) and the logits.
+  const double s = 256, h = 64, a = 4, v = 128, b = 4;
+  const api::TaskSpec t = Gpt(2, 64, 4, 256, 128, 4);
+  const double block = s * h * 2 * (32 + 2 * a * s / h) * b;  // float32, no dropout
+  const double working = 4 * (a * s * s + 3 * s * h) * b, logits = 2 * s * v * 4 * b;
+  const ParameterCount c = CountParameters(t);
+  const double outside = 4 * c.stored_trainable_outside_blocks, grads = 4 * c.stored_trainable;
+  const double step = grads + 4 * 4 * h * h;  // AdamW's temporary: the 4h x h matrix
+  EXPECT_NEAR(*ActivationBytes(t, "ddp", 1, 4, "none"),
+              kModelHeadroom * (2 * block + working + logits + outside - step), 1);
+  // Recomputing keeps each block's input, and recomputes one block at a time.
+  const double input = 4 * s * h * b;
+  EXPECT_NEAR(*ActivationBytes(t, "ddp", 1, 4, "unit"),
+              kModelHeadroom * (2 * input + block + working + logits + outside - step), 1);
 }
 
 TEST(CheckAgainstPretrained, WhatValidationCouldNotKnow) {

@@ -5,8 +5,10 @@
 // cases still outside: bench/worker/memory_model_bench; docs/DESIGN.md, "The
 // memory model"). A peak varies a few percent from run to run with how
 // communication overlaps compute (a first CI run measured tensor x2 at 2.88 MB
-// where the bench had 2.81 MB), so each case is measured twice and compared
-// with the larger peak, the one a plan must fit.
+// where the bench had 2.81 MB), so each case is measured three times and compared
+// with the largest peak, the one a plan must fit (under load the overlaps, and
+// so the peaks, are smaller: fsdp x2 measured 2.63 MB on a loaded machine
+// where the bench had 2.70-2.84 MB).
 #include "bench/worker/memory_model.h"
 
 #include <unistd.h>
@@ -36,7 +38,7 @@ TEST_P(MemoryModelTest, EstimateWithinTenPercent) {
   std::optional<double> estimate = EstimateBytes(c);
   ASSERT_TRUE(estimate.has_value()) << "the planner offers no configuration for this case";
   double measured = 0;
-  for (int run = 0; run < 2; ++run) {
+  for (int run = 0; run < 3; ++run) {
     StatusOr<double> peak = MeasureBytes(ORRERY_WORKER_BINARY, c, scratch);
     std::filesystem::remove_all(scratch);
     ASSERT_TRUE(peak.ok()) << peak.status();
