@@ -5,7 +5,8 @@
 // rather than under. --device cuda measures on the first GPU (the worker built
 // with the GPU path; a gang's ranks share the GPU over gloo): the CUDA caching
 // allocator's max_memory_allocated, where spill's host state is not counted.
-// Usage: memory_model_bench [--smoke] [--worker PATH] [--device cpu|cuda].
+// Usage: memory_model_bench [--smoke] [--worker PATH] [--device cpu|cuda]
+//        [--only MODEL] (one shape of the table, by its label).
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -34,6 +35,9 @@ std::vector<mm::Case> Cases(bool smoke, const std::string& device) {
     shapes.push_back({"gpt-2L-h256-s128", mm::Gpt(2, 256, 8, 128, 512, 4)});
     // GPT-2 small's a·s/h (16): the softmax's probabilities outweigh the rest.
     shapes.push_back({"gpt-2L-h64-s256", mm::Gpt(2, 64, 4, 256, 128, 4)});
+    // A vocabulary that outweighs the blocks, as GPT-2's does: the loss's
+    // backward is the peak.
+    shapes.push_back({"gpt-2L-h64-v8192", mm::Gpt(2, 64, 4, 32, 8192, 8)});
     shapes.push_back({"mlp-4L-h1024", mm::Mlp(4, 1024, 256, 16, 64)});
   }
   if (device == "cuda") {
@@ -62,7 +66,7 @@ std::vector<mm::Case> Cases(bool smoke, const std::string& device) {
 int main(int argc, char** argv) {
   bool smoke = false;
   std::string worker = std::string(ORRERY_BINARY_DIR) + "/bin/orrery-worker";
-  std::string device = "cpu";
+  std::string device = "cpu", only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--smoke") {
@@ -72,9 +76,12 @@ int main(int argc, char** argv) {
     } else if (a == "--device" && i + 1 < argc &&
                (std::string(argv[i + 1]) == "cpu" || std::string(argv[i + 1]) == "cuda")) {
       device = argv[++i];
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: memory_model_bench [--smoke] [--worker PATH] [--device cpu|cuda]\n");
+                   "usage: memory_model_bench [--smoke] [--worker PATH] [--device cpu|cuda] "
+                   "[--only MODEL]\n");
       return 2;
     }
   }
@@ -92,6 +99,7 @@ int main(int argc, char** argv) {
   double most_beyond = -1, most_slack = -1;
   std::string most_beyond_case, most_slack_case;
   for (const mm::Case& c : Cases(smoke, device)) {
+    if (!only.empty() && c.model != only) continue;
     const double estimate = *mm::EstimateBytes(c, device);
     const std::string command = mm::WorkerFlags(c, device) + " ranks=" + std::to_string(c.ranks);
     auto it = measured_by_command.find(command);

@@ -238,20 +238,31 @@ TEST(ActivationBytes, AddTheBackwardsPeakBeyondTheStepsNotEveryActivationToEvery
   // Long sequences: the activations outweigh the gradients. The backward
   // starts with none of them; at its last block it holds the other block's
   // activations, the block's own with its working set (the probabilities'
-  // and scores' gradients, 4·(a·s·s + 3·s·h) bytes a sample) and the logits.
-  const double s = 256, h = 64, a = 4, v = 128, b = 4;
+  // and scores' gradients, 4·(a·s·s + 3·s·h) bytes a sample), the
+  // gradients outside the blocks (the head's) and two logits' worth.
+  const double s = 256, h = 64, a = 4, b = 4;
+  const double logits = 2 * s * 128 * 4 * b;
   const api::TaskSpec t = Gpt(2, 64, 4, 256, 128, 4);
   const double block = s * h * 2 * (32 + 2 * a * s / h) * b;  // float32, no dropout
-  const double working = 4 * (a * s * s + 3 * s * h) * b, logits = 2 * s * v * 4 * b;
+  const double working = 4 * (a * s * s + 3 * s * h) * b;
   const ParameterCount c = CountParameters(t);
   const double outside = 4 * c.stored_trainable_outside_blocks, grads = 4 * c.stored_trainable;
   const double step = grads + 4 * 4 * h * h;  // AdamW's temporary: the 4h x h matrix
   EXPECT_NEAR(*ActivationBytes(t, "ddp", 1, 4, "none"),
-              kModelHeadroom * (2 * block + working + logits + outside - step), 1);
+              kModelHeadroom * (2 * block + working + outside + logits - step), 1);
   // Recomputing keeps each block's input, and recomputes one block at a time.
   const double input = 4 * s * h * b;
   EXPECT_NEAR(*ActivationBytes(t, "ddp", 1, 4, "unit"),
-              kModelHeadroom * (2 * input + block + working + logits + outside - step), 1);
+              kModelHeadroom * (2 * input + block + working + outside + logits - step), 1);
+  // A vocabulary of 8192 on 32 tokens: the peak is the loss's backward, with
+  // the log-softmax's output, its gradient and the logits' gradient of every
+  // sample, before any block's gradient.
+  const double v = 8192, s2 = 32, b2 = 8;
+  const api::TaskSpec wide = Gpt(2, 64, 4, 32, 8192, 8);
+  const double block2 = s2 * h * 2 * (32 + 2 * a * s2 / h) * b2;
+  const double step2 = 4 * CountParameters(wide).stored_trainable + 4 * v * h;
+  EXPECT_NEAR(*ActivationBytes(wide, "ddp", 1, 8, "none"),
+              kModelHeadroom * (2 * block2 + 3 * s2 * v * 4 * b2 - step2), 1);
 }
 
 TEST(CheckAgainstPretrained, WhatValidationCouldNotKnow) {
