@@ -478,16 +478,14 @@ namespace {
 // What a backward's peak adds to EstimateConfig's bytes, which count every
 // gradient and the optimizer's temporary: the step's peak, when the
 // activations are gone. `backward_peak` is what the device holds at the
-// backward's peak beyond the weights and the optimizer's moments, of which
-// `grads_there` are gradients (the rest of the gradients are not there yet:
-// the worker drops them before each forward, set to none); nothing when the
-// step's peak is the larger. Times `headroom`, as EstimateConfig's bytes.
+// backward's peak beyond the weights and the optimizer's moments; `grads`,
+// the gradients one device holds after the backward (fewer are there at its
+// peak: the worker drops them before each forward, set to none); nothing
+// when the step's peak is the larger. With the headroom, as EstimateConfig's.
 double BeyondTheStep(const api::TaskSpec& task, const contract::TemplateTraits& traits, int gpus,
-                     double backward_peak, double grads_there, double headroom) {
-  const ParameterCount params = CountParameters(task);
-  const double grads = 4 * params.stored_trainable / contract::MemoryDivisor(traits, gpus);
-  const double step = std::max(grads, grads_there) + StepTemporaryBytes(task, traits, gpus);
-  return headroom * std::max(0.0, backward_peak - step);
+                     double backward_peak, double grads) {
+  const double step = grads + StepTemporaryBytes(task, traits, gpus);
+  return kModelHeadroom * std::max(0.0, backward_peak - step);
 }
 
 }  // namespace
@@ -522,7 +520,9 @@ std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::stri
     if (traits->memory == contract::MemoryModel::kSpilled) return kModelHeadroom * kept;
     // Its layers' gradients appear as backward frees their activations: the
     // peak is all of them at backward's start, or the step's.
-    return BeyondTheStep(task, *traits, gpus, kept, 0, kModelHeadroom);
+    const double grads =
+        4 * CountParameters(task).stored_trainable / contract::MemoryDivisor(*traits, gpus);
+    return BeyondTheStep(task, *traits, gpus, kept, grads);
   }
   if (!task.model.gpt) return std::nullopt;
   const api::GptModel& g = *task.model.gpt;
@@ -613,8 +613,7 @@ std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::stri
   const double block_backward = current + (blocks - 1) * std::max(kept, block_grads / blocks) +
                                 outside_grads + 2 * logits * samples;
   const double backward_peak = std::max(loss_backward, block_backward);
-  return BeyondTheStep(task, *traits, gpus, backward_peak, outside_grads + block_grads,
-                       kModelHeadroom);
+  return BeyondTheStep(task, *traits, gpus, backward_peak, outside_grads + block_grads);
 }
 
 std::vector<api::FieldError> CheckAgainstPretrained(const api::TaskSpec& task,
