@@ -73,16 +73,6 @@ inline std::string WorkerFlags(const Case& c, const std::string& device = "cpu")
   // What the launchers run for the plan's template on this many ranks.
   f += " --template=" + contract::WorkerTemplate(c.template_name, c.ranks) +
        " --recompute=" + c.recompute;
-  if (c.task.model.gpt && contract::WorkerTemplate(c.template_name, c.ranks) == "pipeline") {
-    // The stages the estimate assumes: ceil(layers / ranks) blocks each
-    // (layer 0 is the embedding). The worker otherwise splits by layer times
-    // it measures once, which on these small shapes under load can put both
-    // blocks on one stage (measured 1.5x the estimate's peak).
-    const int per = (c.task.model.gpt->layers + c.ranks - 1) / c.ranks;
-    std::string starts;
-    for (int k = 1; k < c.ranks; ++k) starts += (k > 1 ? "," : "") + std::to_string(1 + k * per);
-    f += " --stage-starts=" + starts;
-  }
   if (c.task.model.gpt) {
     const api::GptModel& g = *c.task.model.gpt;
     f += " --model=gpt --layers=" + std::to_string(g.layers) +

@@ -10,6 +10,7 @@
 
 #include "operator/api/paths.h"
 #include "operator/api/yaml.h"
+#include "worker/contract/stages.h"
 #include "worker/contract/templates.h"
 #include "worker/hf/config.h"
 
@@ -48,25 +49,34 @@ struct Layers {
   std::string source;  // for the label: "model.gpt", "gpt2 config.json"
   int layers = 0;
   double hidden = 0, q_out = 0, kv_out = 0, ff = 0;
-  double embedding = 0;  // layer 0, a tied head's matrix included
-  double block = 0;      // each block, without adapters
-  double head = 0;       // the head's norm, and its matrix when untied
-  double tied = 0;       // vocab x hidden when the head is the embedding, else 0
+  double embedding = 0;       // layer 0, a tied head's matrix included
+  double block = 0;           // each block, without adapters
+  double head = 0;            // the head's norm, and its matrix when untied
+  double tied = 0;            // vocab x hidden when the head is the embedding, else 0
+  double vocab = 0, seq = 0;  // where a pipeline cuts it (contract::TransformerShape)
 };
 
 Layers FromGpt(const api::GptModel& g) {
-  // Orrery's own GPT, counted as it always was: 4h² attention and 8h² MLP
-  // weights per block, token and position embeddings; norms, biases and the
-  // head are left out, as the 6N rule leaves out what it need not count.
+  // Orrery's own GPT as the worker builds it (worker/model/transformer.cc,
+  // LayerSpecs, family "gpt"): learned token and position embeddings; per
+  // block two LayerNorms with biases, q, k, v and the output projection, a 4h
+  // MLP, every linear layer with a bias (12h² + 13h); a final LayerNorm and an
+  // untied vocab x hidden head. (The head was once left out, as the 6N rule
+  // leaves out embeddings: its matrix is as large as the embedding's, and
+  // with GPT-2's vocabulary the state was counted as 124M parameters of 163M.)
   Layers l;
   l.family = "gpt2";
   l.source = "model.gpt";
   l.layers = g.layers;
-  l.hidden = g.hidden;
-  l.q_out = l.kv_out = g.hidden;
-  l.ff = 4.0 * g.hidden;
-  l.embedding = static_cast<double>(g.vocab) * g.hidden + static_cast<double>(g.seq_len) * g.hidden;
-  l.block = 12.0 * g.hidden * g.hidden;
+  const double h = g.hidden, v = g.vocab;
+  l.hidden = h;
+  l.q_out = l.kv_out = h;
+  l.ff = 4.0 * h;
+  l.embedding = v * h + static_cast<double>(g.seq_len) * h;
+  l.block = 12.0 * h * h + 13.0 * h;
+  l.head = 2.0 * h + v * h;
+  l.vocab = v;
+  l.seq = g.seq_len;
   return l;
 }
 
@@ -100,7 +110,21 @@ Layers FromShape(const PretrainedShape& s) {
   } else {
     l.head += v * h;
   }
+  l.vocab = v;
   return l;
+}
+
+// The task's transformer, layer by layer; nullopt for an MLP, TorchScript, or
+// a pre-trained model whose config.json was not read.
+std::optional<Layers> LayersOf(const api::TaskSpec& task, const PretrainedShape* pretrained) {
+  const api::ModelSpec& m = task.model;
+  if (m.gpt) return FromGpt(*m.gpt);
+  if (m.pretrained && pretrained != nullptr) {
+    Layers l = FromShape(*pretrained);
+    l.seq = m.pretrained->seq_len;
+    return l;
+  }
+  return std::nullopt;
 }
 
 // LoRA's parameters in one block: rank x (in + out) per targeted projection,
@@ -150,14 +174,18 @@ std::string Millions(double n) {
   return buf;
 }
 
-ParameterCount Count(const Layers& l, const api::TaskSpec& task) {
+// Per layer: what it holds, what trains, and where its matmuls are (a tied
+// matrix is looked up in layer 0 but multiplied in the head).
+struct PerLayer {
+  std::vector<double> params, trained, compute;
+};
+PerLayer LayerParameters(const Layers& l, const api::TaskSpec& task) {
   const api::FineTuningSpec ft = task.fine_tuning.value_or(api::FineTuningSpec{});
   const bool lora = ft.lora && ft.lora->rank.value_or(0) > 0;
   const double adapters = lora ? LoraPerBlock(l, *ft.lora) : 0;
   const auto n = static_cast<size_t>(l.layers) + 2;
-  // Per layer: what it holds, what trains, and where its matmuls are (a tied
-  // matrix is looked up in layer 0 but multiplied in the head).
-  std::vector<double> params(n), trained(n), compute(n);
+  PerLayer per{std::vector<double>(n), std::vector<double>(n), std::vector<double>(n)};
+  std::vector<double>&params = per.params, &trained = per.trained, &compute = per.compute;
   for (size_t i = 0; i < n; ++i) {
     const bool embedding = i == 0, head = i + 1 == n;
     params[i] = embedding ? l.embedding : head ? l.head : l.block + adapters;
@@ -172,6 +200,15 @@ ParameterCount Count(const Layers& l, const api::TaskSpec& task) {
       trained[i] = static_cast<int>(i) <= ft.freeze_blocks ? 0 : params[i];
     }
   }
+  return per;
+}
+
+ParameterCount Count(const Layers& l, const api::TaskSpec& task) {
+  const api::FineTuningSpec ft = task.fine_tuning.value_or(api::FineTuningSpec{});
+  const bool lora = ft.lora && ft.lora->rank.value_or(0) > 0;
+  const PerLayer per = LayerParameters(l, task);
+  const std::vector<double>&params = per.params, &trained = per.trained, &compute = per.compute;
+  const size_t n = params.size();
   ParameterCount c;
   size_t first = n;
   for (size_t i = 0; i < n; ++i) {
@@ -197,6 +234,70 @@ ParameterCount Count(const Layers& l, const api::TaskSpec& task) {
   }
   c.label = l.source + ": " + Millions(c.total) + " parameters, " + what;
   return c;
+}
+
+// One stage of a pipeline, of the layers the worker's cut gives it
+// (contract::TransformerStageStarts, balanced by FLOPs: GPT-2 small's head
+// costs about four and a half blocks, so two stages hold 8 and 4 blocks):
+// what it stores and trains, its blocks' trained part, how many blocks, and
+// whether it is the last (the head and the loss). The embedding is on the
+// first stage and the head on the last, so a tied head is a second copy
+// there (the worker sums the pair's gradients across the stages).
+struct Stage {
+  double stored = 0, trained = 0, block_trained = 0;
+  int blocks = 0;
+  bool last = false;
+};
+std::vector<Stage> PipelineStages(const Layers& l, const api::TaskSpec& task, int gpus) {
+  contract::TransformerShape shape;
+  shape.blocks = l.layers;
+  shape.hidden = l.hidden;
+  shape.q_out = l.q_out;
+  shape.kv_out = l.kv_out;
+  shape.ff = l.ff;
+  shape.gated = l.family == "llama";
+  shape.seq = l.seq;
+  shape.vocab = l.vocab;
+  const StatusOr<std::vector<int>> starts = contract::TransformerStageStarts(shape, gpus);
+  if (!starts.ok()) return {};
+  const PerLayer per = LayerParameters(l, task);
+  std::vector<Stage> stages(static_cast<size_t>(gpus));
+  size_t k = 0;
+  for (size_t i = 0; i < per.params.size(); ++i) {
+    while (k < starts->size() && static_cast<int>(i) >= (*starts)[k]) ++k;
+    Stage& st = stages[k];
+    st.stored += per.params[i];
+    st.trained += per.trained[i];
+    if (i > 0 && i + 1 < per.params.size()) {
+      ++st.blocks;
+      st.block_trained += per.trained[i];
+    }
+  }
+  Stage& last = stages.back();
+  last.last = true;
+  last.stored += l.tied;
+  if (per.trained[0] > 0) last.trained += l.tied;
+  return stages;
+}
+
+// A stage's weights, gradients and optimizer moments.
+double StageStateBytes(const contract::TemplateTraits& traits, const Stage& st) {
+  return traits.frozen_bytes_per_parameter * (st.stored - st.trained) +
+         kTrainedBytesPerParameter * st.trained;
+}
+
+// The fullest stage's state; nullopt where the stages are unknown (the
+// model's shape is, or it has fewer layers than stages).
+std::optional<double> PipelineStateBytes(const contract::TemplateTraits& traits,
+                                         const api::TaskSpec& task,
+                                         const PretrainedShape* pretrained, int gpus) {
+  const std::optional<Layers> l = LayersOf(task, pretrained);
+  if (!l) return std::nullopt;
+  const std::vector<Stage> stages = PipelineStages(*l, task, gpus);
+  if (stages.empty()) return std::nullopt;
+  double most = 0;
+  for (const Stage& st : stages) most = std::max(most, StageStateBytes(traits, st));
+  return most;
 }
 
 // The largest single parameter tensor and the largest fsdp unit (a layer: the
@@ -453,6 +554,11 @@ std::optional<planner::Config> EstimateConfig(const api::TaskSpec& task,
   double efficiency =
       std::pow(traits->efficiency_per_doubling, std::log2(static_cast<double>(gpus)));
   double bytes = StateBytes(*traits, params, gpus);
+  if (runs->memory == contract::MemoryModel::kLayerRange) {
+    // A pipeline's fullest stage, not an even share: the first holds the
+    // embedding, the last the head.
+    if (auto stage = PipelineStateBytes(*runs, task, pretrained, gpus)) bytes = *stage;
+  }
   bytes += BufferBytes(task, *runs, gpus, params.stored_trainable);
   bytes *= kModelHeadroom;
   double spill_penalty = 1;
@@ -498,6 +604,9 @@ std::optional<double> ParameterStateBytes(const api::TaskSpec& task,
   if (params.total <= 0 || gpus < 1 || traits == nullptr ||
       traits->memory == contract::MemoryModel::kSpilled)
     return std::nullopt;
+  if (traits->memory == contract::MemoryModel::kLayerRange && gpus > 1) {
+    if (auto stage = PipelineStateBytes(*traits, task, pretrained, gpus)) return *stage;
+  }
   return StateBytes(*traits, params, gpus);
 }
 
@@ -569,7 +678,8 @@ std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::stri
       // whole batch (1F1B would hold pp micro-batches; counted as GPipe, the
       // larger). Recomputation runs one micro-batch's block at a time, of
       // the default 2·pp micro-batches (hybrid's pp counted as its ranks:
-      // fewer samples, never more).
+      // fewer samples, never more). A pipeline's stages are counted one by
+      // one below; hybrid's as an even share.
       blocks = std::ceil(blocks / gpus);
       recompute_samples = samples / (2.0 * gpus);
       break;
@@ -587,7 +697,8 @@ std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::stri
   // gpt-2L-h64-v8192 measured 3.8 such copies at once beyond the weights,
   // moments and kept activations (LibTorch's CPU log-softmax backward also
   // materialises the softmax); CUDA's backward is one kernel, so three are
-  // counted. Not yet measured on a GPU.
+  // counted (on an H200 that shape's one-rank peaks, less 64 MiB of
+  // workspaces, were within 2% of this estimate).
   const double logits = s * g.vocab * 4.0;
   const double loss_backward = blocks * kept + logits * (samples + 2 * recompute_samples);
   if (traits->memory == contract::MemoryModel::kSpilled) {
@@ -598,20 +709,51 @@ std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::stri
   // gradients appear: the peak is at its last block where a block's
   // activations outweigh its gradients, else at its first. There the device
   // holds the block whose backward runs, the other blocks' activations or
-  // gradients, whichever are larger, the gradients outside the blocks (the
-  // head's come first), and two logits' worth (measured: without them the
-  // small vocabularies' peaks were 0.94-0.99 of the estimate; on a
-  // pipeline's stage the other micro-batches' log-softmax outputs and their
-  // gradients). Counting only this put gpt-2L-h64-v8192 at 0.74 of its
-  // measured peak: a vocabulary like GPT-2's makes the loss's backward the
-  // peak.
+  // gradients, whichever are larger, and the gradients outside the blocks
+  // (the head's come first); the loss's buffers are gone by then. (Two
+  // logits' worth more were once counted here, to make up for a head the
+  // count left out; with the head counted they put the small shapes 1.10-1.13
+  // over.) A vocabulary like GPT-2's makes the loss's backward the peak.
+  if (traits->memory == contract::MemoryModel::kLayerRange) {
+    // Each stage's peak, of its own blocks and state (PipelineStages), as
+    // below but for the logits, which only the last stage holds: every
+    // micro-batch's log-softmax output until its backward, and two more of
+    // one micro-batch during the loss's backward. A stage
+    // after the first also keeps each micro-batch's input it received
+    // (4·s·h a sample) until that micro-batch's backward. (Counting two
+    // logits on every stage, as if the stages were even, put a last stage
+    // of the head alone 1.39x over on gpt-2L-h64-v8192.)
+    double full = 0, state = 0;
+    const std::vector<Stage> stages = PipelineStages(FromGpt(g), task, gpus);
+    for (size_t k = 0; k < stages.size(); ++k) {
+      const Stage& st = stages[k];
+      const double stage_state = StageStateBytes(*traits, st);
+      const double received = k > 0 ? 4 * s * h * samples : 0;
+      // What it received, and the gradients outside its blocks.
+      double peak = received + 4 * (st.trained - st.block_trained);
+      if (st.blocks > 0) {
+        peak += current + (st.blocks - 1) * std::max(kept, 4 * st.block_trained / st.blocks);
+        // The other micro-batches' log-softmax outputs (two logits counted
+        // here, as below, put GPT-2 small's last stage recomputing 1.44x
+        // over on an H200).
+        if (st.last) peak += logits * samples;
+      }
+      if (st.last) {
+        peak = std::max(peak,
+                        received + st.blocks * kept + logits * (samples + 2 * recompute_samples));
+      }
+      full = std::max(full, stage_state - 4 * st.trained + peak);
+      state = std::max(state, stage_state);
+    }
+    return kModelHeadroom * std::max(0.0, full - state - StepTemporaryBytes(task, *traits, gpus));
+  }
   const ParameterCount params = CountParameters(task);
   const double divisor = contract::MemoryDivisor(*traits, gpus);
   const double outside_grads = 4 * params.stored_trainable_outside_blocks / (t > 1 ? 1 : divisor);
   const double block_grads =
       4 * (params.stored_trainable - params.stored_trainable_outside_blocks) / divisor;
-  const double block_backward = current + (blocks - 1) * std::max(kept, block_grads / blocks) +
-                                outside_grads + 2 * logits * samples;
+  const double block_backward =
+      current + (blocks - 1) * std::max(kept, block_grads / blocks) + outside_grads;
   const double backward_peak = std::max(loss_backward, block_backward);
   return BeyondTheStep(task, *traits, gpus, backward_peak, outside_grads + block_grads);
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 
+#include "worker/contract/stages.h"
 #include "worker/dist/device.h"
 #include "worker/parallel/internal.h"
 
@@ -463,7 +464,7 @@ class HybridStrategy final : public Strategy {
     // Pipeline stages.
     std::vector<int> starts = config.stage_starts;
     if (layout_.pp > 1 && starts.empty()) {
-      ORRERY_ASSIGN_OR_RETURN(starts, MeasureAndBalance(mc, n_layers));
+      ORRERY_ASSIGN_OR_RETURN(starts, DefaultStageStarts(mc));
     }
     if (static_cast<int>(starts.size()) != layout_.pp - 1) {
       return InvalidArgumentError("pipeline needs " + std::to_string(layout_.pp - 1) +
@@ -550,50 +551,32 @@ class HybridStrategy final : public Strategy {
     return r;
   }
 
-  // Times each layer's forward on a probe micro-batch (best of 3; backward is
-  // taken as twice forward, so the ratio between layers is what matters) on
-  // rank 0 and broadcasts the costs so that every rank cuts the same stages.
-  // Built and measured a layer at a time, each on the probe's activations
-  // from the one before, then dropped.
-  StatusOr<std::vector<int>> MeasureAndBalance(const model::ModelConfig& mc, int n_layers) {
-    const size_t n = static_cast<size_t>(n_layers);
-    at::Tensor costs = at::zeros({static_cast<int64_t>(n)}, at::kDouble);
-    if (world_ == nullptr || world_->rank() == 0) {
-      torch::NoGradGuard no_grad;
-      // Measured where the stages will run (kernels are asynchronous on CUDA:
-      // each layer's time ends when the device is done).
-      model::Batch probe = model::BatchOn(model::SyntheticBatch(mc, 2, 0), device_);
-      // Timing needs shapes, not values: a pre-trained model is not read for it.
-      model::ModelConfig seeded = mc;
-      seeded.pretrained.clear();
-      at::Tensor x = probe.inputs;
-      size_t l = 0;
-      ORRERY_RETURN_IF_ERROR(
-          model::ForEachLayer(seeded, [&](std::shared_ptr<model::Layer> layer) -> Status {
-            if (l >= n) return InternalError("the model has more layers than it says");
-            layer->To(device_);
-            at::Tensor y;
-            for (int rep = 0; rep < 3; ++rep) {
-              dist::SynchronizeDevice(device_);
-              auto t0 = std::chrono::steady_clock::now();
-              y = layer->Forward(x);
-              dist::SynchronizeDevice(device_);
-              double ms =
-                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                      .count() *
-                  3.0;
-              double& c = costs.data_ptr<double>()[l];
-              c = rep == 0 ? ms : std::min(c, ms);
-            }
-            x = y;
-            ++l;
-            return OkStatus();
-          }));
+  // The cut the planner's estimate assumes (worker/contract/stages.h): a
+  // transformer's layers balanced by their FLOPs; an MLP's by its layers'
+  // weights (2 FLOPs each per sample).
+  StatusOr<std::vector<int>> DefaultStageStarts(const model::ModelConfig& mc) const {
+    if (mc.kind == "gpt") {
+      const model::GptConfig& g = mc.gpt;
+      contract::TransformerShape shape;
+      shape.blocks = g.layers;
+      shape.hidden = g.hidden;
+      shape.q_out = static_cast<double>(g.heads) * g.HeadDim();
+      shape.kv_out = static_cast<double>(g.KvHeads()) * g.HeadDim();
+      shape.ff = g.Intermediate();
+      shape.gated = g.Llama();
+      shape.seq = g.seq;
+      shape.vocab = g.vocab;
+      return contract::TransformerStageStarts(shape, layout_.pp);
     }
-    if (world_ != nullptr) ORRERY_RETURN_IF_ERROR(world_->Broadcast(costs, 0));
-    std::vector<double> v(costs.data_ptr<double>(), costs.data_ptr<double>() + n);
-    info_.layer_cost_ms = v;
-    return BalanceStages(v, layout_.pp);
+    ORRERY_ASSIGN_OR_RETURN(auto shapes, model::ParameterShapes(mc));
+    ORRERY_ASSIGN_OR_RETURN(auto layers_of, model::ParameterLayers(mc));
+    std::vector<double> costs(static_cast<size_t>(model::NumLayers(mc)), 0.0);
+    for (size_t i = 0; i < shapes.size() && i < layers_of.size(); ++i) {
+      double n = 1;
+      for (int64_t d : shapes[i].second) n *= static_cast<double>(d);
+      if (layers_of[i] < costs.size()) costs[layers_of[i]] += n;
+    }
+    return contract::BalanceStages(costs, layout_.pp);
   }
 
   StatusOr<double> StepImpl(const model::Batch& global_batch) {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <map>
 
 #include <ATen/autocast_mode.h>
@@ -583,45 +582,6 @@ class SingleStrategy final : public Strategy {
 
 }  // namespace
 }  // namespace internal
-
-StatusOr<std::vector<int>> BalanceStages(const std::vector<double>& costs, int stages) {
-  int n = static_cast<int>(costs.size());
-  if (stages < 1 || stages > n) {
-    return InvalidArgumentError("cannot cut " + std::to_string(n) + " layers into " +
-                                std::to_string(stages) + " stages");
-  }
-  // best[k][i]: the smallest largest-stage cost cutting the first i layers into k stages.
-  std::vector<double> prefix(static_cast<size_t>(n) + 1, 0.0);
-  for (int i = 0; i < n; ++i)
-    prefix[static_cast<size_t>(i) + 1] =
-        prefix[static_cast<size_t>(i)] + costs[static_cast<size_t>(i)];
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(static_cast<size_t>(stages) + 1,
-                                        std::vector<double>(static_cast<size_t>(n) + 1, inf));
-  std::vector<std::vector<int>> cut(static_cast<size_t>(stages) + 1,
-                                    std::vector<int>(static_cast<size_t>(n) + 1, 0));
-  best[0][0] = 0.0;
-  for (int k = 1; k <= stages; ++k) {
-    for (int i = k; i <= n; ++i) {
-      for (int j = k - 1; j < i; ++j) {
-        double c = std::max(best[static_cast<size_t>(k - 1)][static_cast<size_t>(j)],
-                            prefix[static_cast<size_t>(i)] - prefix[static_cast<size_t>(j)]);
-        if (c < best[static_cast<size_t>(k)][static_cast<size_t>(i)]) {
-          best[static_cast<size_t>(k)][static_cast<size_t>(i)] = c;
-          cut[static_cast<size_t>(k)][static_cast<size_t>(i)] = j;
-        }
-      }
-    }
-  }
-  std::vector<int> starts;
-  int i = n;
-  for (int k = stages; k > 1; --k) {
-    i = cut[static_cast<size_t>(k)][static_cast<size_t>(i)];
-    starts.push_back(i);
-  }
-  std::reverse(starts.begin(), starts.end());
-  return starts;
-}
 
 StatusOr<std::vector<PipelineOp>> PipelineSchedule(const std::string& schedule, int stages,
                                                    int stage, int micro_batches) {

@@ -120,9 +120,8 @@ struct StrategyInfo {
   std::string name;
   dist::Layout layout;
   int micro_batches = 1;
-  std::vector<int> stage_starts;      // pipeline
-  std::vector<double> layer_cost_ms;  // pipeline: the measured costs it balanced
-  std::string pipeline_schedule;      // pipeline: gpipe | 1f1b
+  std::vector<int> stage_starts;  // pipeline
+  std::string pipeline_schedule;  // pipeline: gpipe | 1f1b
   // pipeline: the most micro-batches whose activations (autograd graphs) this
   // stage held at once in any step so far: M under gpipe, at most pp - stage
   // under 1f1b.
@@ -263,9 +262,5 @@ struct PipelineOp {
 // INVALID_ARGUMENT for an unknown schedule or counts out of range.
 StatusOr<std::vector<PipelineOp>> PipelineSchedule(const std::string& schedule, int stages,
                                                    int stage, int micro_batches);
-
-// Contiguous partition of layer costs into `stages` parts minimising the largest
-// part; returns the first layer of every stage after the first.
-StatusOr<std::vector<int>> BalanceStages(const std::vector<double>& costs, int stages);
 
 }  // namespace orrery::parallel

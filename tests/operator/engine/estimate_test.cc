@@ -238,10 +238,9 @@ TEST(ActivationBytes, AddTheBackwardsPeakBeyondTheStepsNotEveryActivationToEvery
   // Long sequences: the activations outweigh the gradients. The backward
   // starts with none of them; at its last block it holds the other block's
   // activations, the block's own with its working set (the probabilities'
-  // and scores' gradients, 4·(a·s·s + 3·s·h) bytes a sample), the
-  // gradients outside the blocks (the head's) and two logits' worth.
+  // and scores' gradients, 4·(a·s·s + 3·s·h) bytes a sample) and the
+  // gradients outside the blocks (the head's); the loss's buffers are gone.
   const double s = 256, h = 64, a = 4, b = 4;
-  const double logits = 2 * s * 128 * 4 * b;
   const api::TaskSpec t = Gpt(2, 64, 4, 256, 128, 4);
   const double block = s * h * 2 * (32 + 2 * a * s / h) * b;  // float32, no dropout
   const double working = 4 * (a * s * s + 3 * s * h) * b;
@@ -249,11 +248,11 @@ TEST(ActivationBytes, AddTheBackwardsPeakBeyondTheStepsNotEveryActivationToEvery
   const double outside = 4 * c.stored_trainable_outside_blocks, grads = 4 * c.stored_trainable;
   const double step = grads + 4 * 4 * h * h;  // AdamW's temporary: the 4h x h matrix
   EXPECT_NEAR(*ActivationBytes(t, "ddp", 1, 4, "none"),
-              kModelHeadroom * (2 * block + working + outside + logits - step), 1);
+              kModelHeadroom * (2 * block + working + outside - step), 1);
   // Recomputing keeps each block's input, and recomputes one block at a time.
   const double input = 4 * s * h * b;
   EXPECT_NEAR(*ActivationBytes(t, "ddp", 1, 4, "unit"),
-              kModelHeadroom * (2 * input + block + working + outside + logits - step), 1);
+              kModelHeadroom * (2 * input + block + working + outside - step), 1);
   // A vocabulary of 8192 on 32 tokens: the peak is the loss's backward, with
   // the log-softmax's output, its gradient and the logits' gradient of every
   // sample, before any block's gradient.
@@ -263,6 +262,61 @@ TEST(ActivationBytes, AddTheBackwardsPeakBeyondTheStepsNotEveryActivationToEvery
   const double step2 = 4 * CountParameters(wide).stored_trainable + 4 * v * h;
   EXPECT_NEAR(*ActivationBytes(wide, "ddp", 1, 8, "none"),
               kModelHeadroom * (2 * block2 + 3 * s2 * v * 4 * b2 - step2), 1);
+}
+
+TEST(CountParameters, OrrerysOwnGptCountsItsHead) {
+  // model.gpt is the worker's family "gpt": learned positions, biases, and an
+  // untied vocab x hidden head with its final LayerNorm.
+  const double h = 768, v = 50257, s = 1024;
+  const ParameterCount c = CountParameters(Gpt(12, 768, 12, 1024, 50257, 8));
+  const double embedding = v * h + s * h, block = 12 * h * h + 13 * h, head = 2 * h + v * h;
+  EXPECT_EQ(c.total, embedding + 12 * block + head);
+  EXPECT_EQ(c.total, 163037184.0);
+  EXPECT_EQ(c.stored, c.total);
+  EXPECT_EQ(c.stored_outside_blocks, embedding + head);
+}
+
+TEST(EstimateConfig, APipelineHoldsItsFullestStageNotAnEvenShare) {
+  // GPT-2 small's shape cut in two by FLOPs: the embedding and 8 blocks, then
+  // 4 blocks and the head. The first stage is the fuller.
+  const double h = 768, v = 50257, s = 1024;
+  const api::TaskSpec t = Gpt(12, 768, 12, 1024, 50257, 8);
+  const double embedding = v * h + s * h, block = 12 * h * h + 13 * h;
+  const double first = 16 * (embedding + 8 * block);
+  const double temporary = 4 * v * h;  // AdamW's, of the largest tensor
+  auto c = EstimateConfig(t, "pipeline", 2, DefaultDevice("cpu"));
+  ASSERT_TRUE(c);
+  EXPECT_NEAR(c->memory_gib * (1 << 30), kModelHeadroom * (first + temporary), 64);
+  // An even share would have planned 15% less.
+  const double even = 16 * CountParameters(t).stored / 2;
+  EXPECT_GT(first, 1.15 * even);
+  EXPECT_EQ(*ParameterStateBytes(t, "pipeline", 2), first);
+  // One rank runs the plain loop and holds everything.
+  EXPECT_EQ(*ParameterStateBytes(t, "pipeline", 1), 16 * CountParameters(t).stored);
+}
+
+TEST(ActivationBytes, APipelineCountsTheLogitsOnItsLastStageOnly) {
+  // A vocabulary of 8192 on 2 small blocks: the head outweighs both blocks'
+  // FLOPs, so the last stage is the head alone. Its peak is the loss's
+  // backward: the input it received and every sample's log-softmax output,
+  // and two more of one micro-batch (4 micro-batches of 2), beside its
+  // weights and moments; the first stage holds the embedding and the blocks.
+  const double h = 64, v = 8192, s = 32, b = 8;
+  const api::TaskSpec t = Gpt(2, 64, 4, 32, 8192, 8);
+  const double head = 2 * h + v * h;
+  const double logits = s * v * 4;
+  const double head_stage = 16 * head - 4 * head + 4 * s * h * b + logits * (b + 2 * 2);
+  const double first_state = 16 * (v * h + s * h + 2 * (12 * h * h + 13 * h));
+  const double temporary = 4 * v * h;
+  auto c = EstimateConfig(t, "pipeline", 2, DefaultDevice("cpu"));
+  ASSERT_TRUE(c);
+  EXPECT_NEAR(c->memory_gib * (1 << 30), kModelHeadroom * (first_state + temporary), 64);
+  EXPECT_NEAR(*ActivationBytes(t, "pipeline", 2, 8, "none"),
+              kModelHeadroom * (head_stage - first_state - temporary), 64);
+  // Its blocks' activations stay on the first stage: recomputing them
+  // changes nothing on the last.
+  EXPECT_EQ(*ActivationBytes(t, "pipeline", 2, 8, "unit"),
+            *ActivationBytes(t, "pipeline", 2, 8, "none"));
 }
 
 TEST(CheckAgainstPretrained, WhatValidationCouldNotKnow) {

@@ -325,7 +325,10 @@ TEST(Estimate, ScalesWithDevicesAndRespectsTemplateLimits) {
   api::LoadedJob job = Load(kJob);
   const api::TaskSpec& gpt = job.tasks[0].task;
   DeviceModel gpu = DefaultDevice("cuda");
-  EXPECT_DOUBLE_EQ(ModelParameters(gpt), 12 * 2 * 64 * 64 + 256 * 64 + 32 * 64);
+  // The embeddings, two blocks (12h² + 13h each: weights, biases, norms), the
+  // final norm and the untied head.
+  EXPECT_DOUBLE_EQ(ModelParameters(gpt),
+                   256 * 64 + 32 * 64 + 2 * (12 * 64 * 64 + 13 * 64) + 2 * 64 + 256 * 64);
   auto one = EstimateConfig(gpt, "ddp", 1, gpu);
   auto two = EstimateConfig(gpt, "ddp", 2, gpu);
   ASSERT_TRUE(one && two);

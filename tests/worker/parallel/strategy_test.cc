@@ -17,20 +17,6 @@ using testing_worker::Reference;
 using testing_worker::RunTemplate;
 using testing_worker::TempDir;
 
-TEST(BalanceStagesTest, MinimisesTheSlowestStage) {
-  auto s = BalanceStages({1, 1, 1, 1, 4}, 2);
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(*s, std::vector<int>{4});  // 4 | 4
-  s = BalanceStages({3, 1, 1, 1, 3}, 3);
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(*s, (std::vector<int>{1, 4}));  // 3 | 3 | 3
-  s = BalanceStages({1, 2, 3}, 3);
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(*s, (std::vector<int>{1, 2}));
-  EXPECT_FALSE(BalanceStages({1, 2}, 3).ok());
-  EXPECT_FALSE(BalanceStages({1, 2}, 0).ok());
-}
-
 TEST(SingleTest, LossFallsOnSyntheticData) {
   at::set_num_threads(1);
   model::ModelConfig mc = testing_worker::TinyGpt();
