@@ -6,7 +6,12 @@
 // with the GPU path; a gang's ranks share the GPU over gloo): the CUDA caching
 // allocator's max_memory_allocated, where spill's host state is not counted.
 // Usage: memory_model_bench [--smoke] [--worker PATH] [--device cpu|cuda]
-//        [--only MODEL] (one shape of the table, by its label).
+//        [--only MODEL[,MODEL...]] (shapes of the table, by their labels)
+//        [--estimates] (the estimates alone, nothing run: to set against
+//        peaks measured elsewhere, e.g. on a GPU by an earlier build).
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -64,7 +69,7 @@ std::vector<mm::Case> Cases(bool smoke, const std::string& device) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool smoke = false;
+  bool smoke = false, estimates_only = false;
   std::string worker = std::string(ORRERY_BINARY_DIR) + "/bin/orrery-worker";
   std::string device = "cpu", only;
   for (int i = 1; i < argc; ++i) {
@@ -76,17 +81,40 @@ int main(int argc, char** argv) {
     } else if (a == "--device" && i + 1 < argc &&
                (std::string(argv[i + 1]) == "cpu" || std::string(argv[i + 1]) == "cuda")) {
       device = argv[++i];
+    } else if (a == "--estimates") {
+      estimates_only = true;
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
       std::fprintf(stderr,
                    "usage: memory_model_bench [--smoke] [--worker PATH] [--device cpu|cuda] "
-                   "[--only MODEL]\n");
+                   "[--only MODEL[,MODEL...]] [--estimates]\n");
       return 2;
     }
   }
-  const std::string scratch =
-      std::filesystem::temp_directory_path().string() + "/orrery-memory-model-bench";
+  const std::vector<mm::Case> cases = Cases(smoke, device);
+  if (!only.empty()) {
+    // Every name --only gives must be a shape of this run's table.
+    std::string labels, unknown;
+    for (size_t start = 0; start <= only.size();) {
+      size_t end = std::min(only.find(',', start), only.size());
+      const std::string name = only.substr(start, end - start);
+      bool found = false;
+      for (const mm::Case& c : cases) found |= c.model == name;
+      if (!found) unknown += (unknown.empty() ? "" : ", ") + name;
+      start = end + 1;
+    }
+    if (!unknown.empty()) {
+      for (const mm::Case& c : cases)
+        if ((labels + " ").find(" " + c.model + " ") == std::string::npos) labels += " " + c.model;
+      std::fprintf(stderr, "--only: no shape %s on %s%s; the shapes are:%s\n", unknown.c_str(),
+                   device.c_str(), smoke ? " with --smoke" : "", labels.c_str());
+      return 2;
+    }
+  }
+  // One folder per run: two benches at once must not remove each other's.
+  const std::string scratch = std::filesystem::temp_directory_path().string() +
+                              "/orrery-memory-model-bench-" + std::to_string(getpid());
   std::printf("on %s\n", device.c_str());
   std::printf("%-18s %-9s %5s %-9s %14s %14s %7s\n", "model", "template", "ranks", "recompute",
               "estimate_B", "measured_B", "ratio");
@@ -98,9 +126,15 @@ int main(int argc, char** argv) {
   // the planner's reserve (engine::GpuMemoryReserve), printed at the end.
   double most_beyond = -1, most_slack = -1;
   std::string most_beyond_case, most_slack_case;
-  for (const mm::Case& c : Cases(smoke, device)) {
-    if (!only.empty() && c.model != only) continue;
+  for (const mm::Case& c : cases) {
+    if (!only.empty() && ("," + only + ",").find("," + c.model + ",") == std::string::npos)
+      continue;
     const double estimate = *mm::EstimateBytes(c, device);
+    if (estimates_only) {
+      std::printf("%-18s %-9s %5d %-9s %14.0f\n", c.model.c_str(), c.template_name.c_str(), c.ranks,
+                  c.recompute.c_str(), estimate);
+      continue;
+    }
     const std::string command = mm::WorkerFlags(c, device) + " ranks=" + std::to_string(c.ranks);
     auto it = measured_by_command.find(command);
     if (it == measured_by_command.end()) {
