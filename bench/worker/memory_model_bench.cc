@@ -93,24 +93,28 @@ int main(int argc, char** argv) {
     }
   }
   const std::vector<mm::Case> cases = Cases(smoke, device);
-  if (!only.empty()) {
-    // Every name --only gives must be a shape of this run's table.
-    std::string labels, unknown;
-    for (size_t start = 0; start <= only.size();) {
-      size_t end = std::min(only.find(',', start), only.size());
-      const std::string name = only.substr(start, end - start);
-      bool found = false;
-      for (const mm::Case& c : cases) found |= c.model == name;
-      if (!found) unknown += (unknown.empty() ? "" : ", ") + name;
-      start = end + 1;
-    }
-    if (!unknown.empty()) {
-      for (const mm::Case& c : cases)
-        if ((labels + " ").find(" " + c.model + " ") == std::string::npos) labels += " " + c.model;
-      std::fprintf(stderr, "--only: no shape %s on %s%s; the shapes are:%s\n", unknown.c_str(),
-                   device.c_str(), smoke ? " with --smoke" : "", labels.c_str());
-      return 2;
-    }
+  // --only's names, each a shape of this run's table.
+  std::vector<std::string> names;
+  for (size_t start = 0; !only.empty() && start <= only.size();) {
+    const size_t end = std::min(only.find(',', start), only.size());
+    names.push_back(only.substr(start, end - start));
+    start = end + 1;
+  }
+  auto has = [](const std::vector<std::string>& list, const std::string& name) {
+    return std::find(list.begin(), list.end(), name) != list.end();
+  };
+  std::vector<std::string> labels;
+  for (const mm::Case& c : cases)
+    if (!has(labels, c.model)) labels.push_back(c.model);
+  std::string unknown;
+  for (const std::string& name : names)
+    if (!has(labels, name)) unknown += (unknown.empty() ? "" : ", ") + name;
+  if (!unknown.empty()) {
+    std::string all;
+    for (const std::string& l : labels) all += " " + l;
+    std::fprintf(stderr, "--only: no shape %s on %s%s; the shapes are:%s\n", unknown.c_str(),
+                 device.c_str(), smoke ? " with --smoke" : "", all.c_str());
+    return 2;
   }
   // One folder per run: two benches at once must not remove each other's.
   const std::string scratch = std::filesystem::temp_directory_path().string() +
@@ -127,8 +131,7 @@ int main(int argc, char** argv) {
   double most_beyond = -1, most_slack = -1;
   std::string most_beyond_case, most_slack_case;
   for (const mm::Case& c : cases) {
-    if (!only.empty() && ("," + only + ",").find("," + c.model + ",") == std::string::npos)
-      continue;
+    if (!names.empty() && !has(names, c.model)) continue;
     const double estimate = *mm::EstimateBytes(c, device);
     if (estimates_only) {
       std::printf("%-18s %-9s %5d %-9s %14.0f\n", c.model.c_str(), c.template_name.c_str(), c.ranks,

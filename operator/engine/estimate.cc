@@ -280,10 +280,11 @@ std::vector<Stage> PipelineStages(const Layers& l, const api::TaskSpec& task, in
   return stages;
 }
 
-// A stage's weights, gradients and optimizer moments.
-double StageStateBytes(const contract::TemplateTraits& traits, const Stage& st) {
-  return traits.frozen_bytes_per_parameter * (st.stored - st.trained) +
-         kTrainedBytesPerParameter * st.trained;
+// The weights, gradients and optimizer moments of `stored` parameters of
+// which `trained` train, as `traits` keeps a frozen one.
+double HeldBytes(const contract::TemplateTraits& traits, double stored, double trained) {
+  return traits.frozen_bytes_per_parameter * (stored - trained) +
+         kTrainedBytesPerParameter * trained;
 }
 
 // The fullest stage's state; nullopt where the stages are unknown (the
@@ -296,7 +297,7 @@ std::optional<double> PipelineStateBytes(const contract::TemplateTraits& traits,
   const std::vector<Stage> stages = PipelineStages(*l, task, gpus);
   if (stages.empty()) return std::nullopt;
   double most = 0;
-  for (const Stage& st : stages) most = std::max(most, StageStateBytes(traits, st));
+  for (const Stage& st : stages) most = std::max(most, HeldBytes(traits, st.stored, st.trained));
   return most;
 }
 
@@ -376,17 +377,13 @@ double BufferBytes(const api::TaskSpec& task, const contract::TemplateTraits& tr
 // Weights, gradients and optimizer moments one device holds (fp32 Adam), as
 // `traits` divides them over `gpus` ranks.
 double StateBytes(const contract::TemplateTraits& traits, const ParameterCount& params, int gpus) {
-  auto bytes = [&](double stored, double trained) {
-    return traits.frozen_bytes_per_parameter * (stored - trained) +
-           kTrainedBytesPerParameter * trained;
-  };
-  const double all = bytes(params.stored, params.stored_trainable);
+  const double all = HeldBytes(traits, params.stored, params.stored_trainable);
   if (traits.memory == contract::MemoryModel::kSliced) {
     // Tensor parallelism slices the blocks; the embedding and the head stay
     // whole on every rank (an H200 measured GPT-2 small's tensor x2 peak 21%
     // over the estimate that divided them too: docs/DEVELOPING.md).
     const double whole =
-        bytes(params.stored_outside_blocks, params.stored_trainable_outside_blocks);
+        HeldBytes(traits, params.stored_outside_blocks, params.stored_trainable_outside_blocks);
     return whole + (all - whole) / contract::MemoryDivisor(traits, gpus);
   }
   return all / contract::MemoryDivisor(traits, gpus);
@@ -727,7 +724,7 @@ std::optional<double> ActivationBytes(const api::TaskSpec& task, const std::stri
     const std::vector<Stage> stages = PipelineStages(FromGpt(g), task, gpus);
     for (size_t k = 0; k < stages.size(); ++k) {
       const Stage& st = stages[k];
-      const double stage_state = StageStateBytes(*traits, st);
+      const double stage_state = HeldBytes(*traits, st.stored, st.trained);
       const double received = k > 0 ? 4 * s * h * samples : 0;
       // What it received, and the gradients outside its blocks.
       double peak = received + 4 * (st.trained - st.block_trained);
