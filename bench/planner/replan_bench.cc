@@ -51,8 +51,8 @@ int Run(const orrery::planner::Workload& w, const char* label, double window, bo
   std::map<std::string, int> by;
   for (const auto& p : r->replan_log) {
     most = std::max(most, p.solver_seconds);
-    gap += p.gap;
-    worst = std::max(worst, p.gap);
+    gap += p.solve_gap;
+    worst = std::max(worst, p.solve_gap);
     ++by[p.trigger];
   }
   const double n = std::max<double>(1, static_cast<double>(r->replan_log.size()));

@@ -1923,28 +1923,27 @@ void Reconciler::StepEngine(JobContext& ctx) {
     options_.metrics->replans.Add({{"msj", key}, {"adopted", d.adopted ? "true" : "false"}})
         .Increment();
   }
-  if (step.decision && step.decision->adopted) {
-    const engine::Decision& d = *step.decision;
+  if (step.status && step.status->adopted) {
+    const engine::PlanStatusUpdate& u = *step.status;
     api::PlanStatus ps;
-    // Whole seconds: a printer column shows the number as stored.
-    ps.makespan_seconds = std::round(std::max(0.0, d.plan.makespan - now));
-    // Under weightedCompletionTime the plan's bound is on the sum of weight x
-    // completion time, not a time: no makespan bound to show (the gap is on
-    // that objective).
-    const bool makespan = engine::PlanObjective(ctx.loaded.job.spec.scheduling.objective) ==
-                          planner::Objective::kMakespan;
-    ps.lower_bound_seconds = makespan ? std::round(std::max(0.0, d.plan.lower_bound - now)) : 0;
-    st.plan_ends_at = d.plan.makespan;
-    ps.gap = d.plan.gap;
-    ps.solve_seconds = d.solver_seconds;
-    ps.revision = st.engine->adoptions();
-    ps.trigger = d.trigger ? engine::TriggerName(*d.trigger) : trigger;
+    // Whole seconds from now: a printer column shows the number as stored.
+    // Without a bound on the finish (weightedCompletionTime: the bound is on
+    // that objective) lowerBoundSeconds is 0, as the CRD says.
+    ps.makespan_seconds = std::round(std::max(0.0, u.ends_at - now));
+    ps.lower_bound_seconds =
+        u.ends_at_bound ? std::round(std::max(0.0, *u.ends_at_bound - now)) : 0;
+    st.plan_ends_at = u.ends_at;
+    ps.gap = u.plan_gap;
+    ps.solve_seconds = u.solver_seconds;
+    ps.revision = u.revision;
+    ps.trigger = u.trigger;
     st.plan_status = ps;
     Log(LogLevel::kInfo, "Adopted plan",
-        {{"job", key}, {"trigger", trigger}, {"planner", d.plan.planner}});
+        {{"job", key}, {"trigger", u.trigger}, {"planner", u.planner}});
     char note[200];
     std::snprintf(note, sizeof(note), "plan %lld (%s): makespan %.0f s, gap %.1f%%",
-                  static_cast<long long>(ps.revision), trigger, ps.makespan_seconds, 100 * ps.gap);
+                  static_cast<long long>(ps.revision), u.trigger.c_str(), ps.makespan_seconds,
+                  100 * ps.gap);
     Event(ctx, kube::EventType::kNormal, "PlanAdopted", "Plan", note);
   }
 }

@@ -297,6 +297,57 @@ std::optional<int> StoppingForPlanGeneration(const std::string& message) {
   return generation;
 }
 
+namespace {
+// One task's status: its previous status carried over, then its newest gang
+// (or, without one, what the reconciler knows: rejected pods, profiling,
+// never fits, forbidden). Adds the gang's GPUs to `gpus_held` and what
+// degrades the job to `degraded`.
+api::TaskStatus TaskStatusOf(const StatusInput& in, const api::ExpandedTask& task,
+                             const api::ModelSelectionJobStatus* previous, int* gpus_held,
+                             std::vector<std::string>* degraded) {
+  api::TaskStatus t;
+  if (previous != nullptr) {
+    for (const api::TaskStatus& p : previous->tasks) {
+      if (p.name == task.name) t = p;
+    }
+  }
+  t.name = task.name;
+  t.steps_total = engine::TotalSteps(task.task);
+  t.message.clear();
+  bool was_done = t.state == api::TaskState::kSucceeded;
+  auto it = in.observed->find(task.name);
+  const GangObservation* g =
+      it != in.observed->end() && it->second.gang ? &*it->second.gang : nullptr;
+  if (g != nullptr) {
+    *gpus_held += g->gpus_held;
+    t.restarts = it->second.restarts;
+    if (g->config) {
+      t.config = g->config;
+      // A gang never spans GPU types (the planner keeps to it): its first
+      // node's type is the gang's.
+      auto type = t.config->nodes.empty() ? in.node_gpu_types.end()
+                                          : in.node_gpu_types.find(t.config->nodes.front());
+      if (type != in.node_gpu_types.end()) t.config->gpu_type = type->second;
+    }
+    TaskFromGang(in, task, *g, t, degraded);
+  } else if (auto pr = in.pod_rejected.find(task.name); pr != in.pod_rejected.end()) {
+    t.state = api::TaskState::kFailed;
+    t.message = kPodRejectedMessage + pr->second;
+    degraded->push_back(task.name + ": pods rejected: " + pr->second);
+  } else if (!was_done) {
+    t.state =
+        in.profiling.count(task.name) > 0 ? api::TaskState::kProfiling : api::TaskState::kPending;
+    if (auto nf = in.never_fits.find(task.name); nf != in.never_fits.end()) {
+      t.message = nf->second;
+      degraded->push_back(task.name + ": " + nf->second);
+    } else if (auto fb = in.forbidden.find(task.name); fb != in.forbidden.end()) {
+      t.message = fb->second;
+    }
+  }
+  return t;
+}
+}  // namespace
+
 api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
   const api::ModelSelectionJob& job = *in.job;
   const api::ModelSelectionJobStatus* previous = job.status ? &*job.status : nullptr;
@@ -306,45 +357,7 @@ api::ModelSelectionJobStatus BuildJobStatus(const StatusInput& in) {
   int done = 0, failed = 0, active = 0, rescaling = 0, waiting = 0, profiling = 0;
   std::vector<std::string> degraded;
   for (const api::ExpandedTask& task : *in.tasks) {
-    api::TaskStatus t;
-    if (previous != nullptr) {
-      for (const api::TaskStatus& p : previous->tasks) {
-        if (p.name == task.name) t = p;
-      }
-    }
-    t.name = task.name;
-    t.steps_total = engine::TotalSteps(task.task);
-    t.message.clear();
-    bool was_done = t.state == api::TaskState::kSucceeded;
-    auto it = in.observed->find(task.name);
-    const GangObservation* g =
-        it != in.observed->end() && it->second.gang ? &*it->second.gang : nullptr;
-    if (g != nullptr) {
-      s.gpus_held += g->gpus_held;
-      t.restarts = it->second.restarts;
-      if (g->config) {
-        t.config = g->config;
-        // A gang never spans GPU types (the planner keeps to it): its first
-        // node's type is the gang's.
-        auto type = t.config->nodes.empty() ? in.node_gpu_types.end()
-                                            : in.node_gpu_types.find(t.config->nodes.front());
-        if (type != in.node_gpu_types.end()) t.config->gpu_type = type->second;
-      }
-      TaskFromGang(in, task, *g, t, &degraded);
-    } else if (auto pr = in.pod_rejected.find(task.name); pr != in.pod_rejected.end()) {
-      t.state = api::TaskState::kFailed;
-      t.message = kPodRejectedMessage + pr->second;
-      degraded.push_back(task.name + ": pods rejected: " + pr->second);
-    } else if (!was_done) {
-      t.state =
-          in.profiling.count(task.name) > 0 ? api::TaskState::kProfiling : api::TaskState::kPending;
-      if (auto nf = in.never_fits.find(task.name); nf != in.never_fits.end()) {
-        t.message = nf->second;
-        degraded.push_back(task.name + ": " + nf->second);
-      } else if (auto fb = in.forbidden.find(task.name); fb != in.forbidden.end()) {
-        t.message = fb->second;
-      }
-    }
+    api::TaskStatus t = TaskStatusOf(in, task, previous, &s.gpus_held, &degraded);
     switch (t.state) {
       case api::TaskState::kSucceeded: ++done; break;
       case api::TaskState::kFailed: ++failed; break;

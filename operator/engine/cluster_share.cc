@@ -240,27 +240,16 @@ std::map<std::string, std::vector<ShareShrink>> ShrinksAcrossJobs(
 
 }  // namespace
 
-StatusOr<ShareUpdate> ClusterShares::Decide(ScaleTrigger trigger, double now) {
-  std::vector<std::string> owner;  // per task in `all`: its job
-  std::vector<ScaleTask> all = CombinedTasks(demands_, &owner);
-  // One pool per GPU type where there are two or more and their states are
-  // few enough; else one pool of them all.
-  std::vector<std::string> names;
-  planner::elastic::Capacity pools;
-  int capacity = 0;
-  for (const auto& [type, gpus] : capacity_) {
-    names.push_back(type);
-    pools.push_back(gpus);
-    capacity += gpus;
-  }
-  double options = 0;
-  for (const ScaleTask& t : all) options += static_cast<double>(t.options.size());
-  const bool typed =
-      pools.size() >= 2 &&
-      static_cast<double>(planner::elastic::States(pools)) * options <= kTypedShareWork;
-  for (size_t i = 0; i < all.size(); ++i) {
-    const std::vector<std::string>& job_pools = demands_.at(owner[i]).pools;
-    ScaleTask& t = all[i];
+namespace {
+// Each task's options in the capacity's pools: with `typed`, an option of a
+// job's pool (JobDemand::pools) moves to that pool's index in `names` (a type
+// the capacity lacks has no GPUs for it, and the option goes), and a demand
+// that names no pools runs in any; without, every option is in the one pool.
+void ToPools(const std::map<std::string, JobDemand>& demands, const std::vector<std::string>& owner,
+             const std::vector<std::string>& names, bool typed, std::vector<ScaleTask>* all) {
+  for (size_t i = 0; i < all->size(); ++i) {
+    const std::vector<std::string>& job_pools = demands.at(owner[i]).pools;
+    ScaleTask& t = (*all)[i];
     std::vector<planner::elastic::Option> kept;
     int current = -1;
     for (size_t j = 0; j < t.options.size(); ++j) {
@@ -290,6 +279,29 @@ StatusOr<ShareUpdate> ClusterShares::Decide(ScaleTrigger trigger, double now) {
     t.options = std::move(kept);
     t.current = current;
   }
+}
+
+}  // namespace
+
+StatusOr<ShareUpdate> ClusterShares::Decide(ScaleTrigger trigger, double now) {
+  std::vector<std::string> owner;  // per task in `all`: its job
+  std::vector<ScaleTask> all = CombinedTasks(demands_, &owner);
+  // One pool per GPU type where there are two or more and their states are
+  // few enough; else one pool of them all.
+  std::vector<std::string> names;
+  planner::elastic::Capacity pools;
+  int capacity = 0;
+  for (const auto& [type, gpus] : capacity_) {
+    names.push_back(type);
+    pools.push_back(gpus);
+    capacity += gpus;
+  }
+  double options = 0;
+  for (const ScaleTask& t : all) options += static_cast<double>(t.options.size());
+  const bool typed =
+      pools.size() >= 2 &&
+      static_cast<double>(planner::elastic::States(pools)) * options <= kTypedShareWork;
+  ToPools(demands_, owner, names, typed, &all);
   // A task left with no option (no GPUs of its types) asks for nothing.
   for (size_t i = all.size(); i-- > 0;) {
     if (!all[i].options.empty()) continue;

@@ -256,6 +256,32 @@ StatusOr<planner::Plan> SolveWithGangs(planner::Planner& planner, const planner:
   return out;
 }
 
+namespace {
+// The remaining problem's plan `fresh` in world terms: absolute times, world
+// task and node indices.
+planner::Plan InWorldTerms(const WorldView& world, const RemainingProblem& rp,
+                           const planner::Plan& fresh, planner::Objective objective) {
+  planner::Plan world_plan = fresh;
+  world_plan.assignments.assign(world.tasks.size(), planner::Assignment{});
+  for (size_t i = 0; i < rp.task_index.size(); ++i) {
+    planner::Assignment a = fresh.assignments[i];
+    a.start += world.now;
+    a.end += world.now;
+    for (planner::GpuSlot& g : a.gpus) g.node = rp.node_index[static_cast<size_t>(g.node)];
+    world_plan.assignments[static_cast<size_t>(rp.task_index[i])] = a;
+  }
+  world_plan.makespan += world.now;
+  // A makespan bound on the same clock as the makespan (the worlds show both
+  // from their start, the controller both from now). Under weighted
+  // completion the bound stays the remaining problem's, as the gap does.
+  if (objective == planner::Objective::kMakespan) {
+    world_plan.lower_bound += world.now;
+    world_plan.objective += world.now;
+  }
+  return world_plan;
+}
+}  // namespace
+
 const char* StopReasonName(StopReason reason) {
   switch (reason) {
     case StopReason::kReplan: return "replan";
@@ -438,24 +464,7 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
       gangs.clear();  // list-scheduled one task per GPU
     }
   }
-  // To world terms.
-  planner::Plan world_plan = fresh;
-  world_plan.assignments.assign(world.tasks.size(), planner::Assignment{});
-  for (size_t i = 0; i < rp.task_index.size(); ++i) {
-    planner::Assignment a = fresh.assignments[i];
-    a.start += world.now;
-    a.end += world.now;
-    for (planner::GpuSlot& g : a.gpus) g.node = rp.node_index[static_cast<size_t>(g.node)];
-    world_plan.assignments[static_cast<size_t>(rp.task_index[i])] = a;
-  }
-  world_plan.makespan += world.now;
-  // A makespan bound on the same clock as the makespan (the worlds show both
-  // from their start, the controller both from now). Under weighted
-  // completion the bound stays the remaining problem's, as the gap does.
-  if (options_.objective == planner::Objective::kMakespan) {
-    world_plan.lower_bound += world.now;
-    world_plan.objective += world.now;
-  }
+  const planner::Plan world_plan = InWorldTerms(world, rp, fresh, options_.objective);
   d.stops = RunningStops(world, world_plan, rp.task_index);
   d.gangs = GangsInWorld(gangs, rp.task_index);
   StopGangMembers(world, gangs_, d.gangs, &d.stops);
@@ -469,6 +478,31 @@ StatusOr<Decision> Engine::Decide(const WorldView& world, Trigger trigger) {
   d.reason = std::string("adopted on ") + TriggerName(trigger);
   ++adoptions_;
   return d;
+}
+
+PlanStatusUpdate PlanStatusOf(const Decision& d, double now, int revision,
+                              planner::Objective objective) {
+  PlanStatusUpdate u;
+  u.at = now;
+  u.trigger = d.trigger ? TriggerName(*d.trigger) : "";
+  u.adopted = d.adopted;
+  u.revision = revision;
+  u.solve_gap = d.gap;
+  u.lower_bound = d.lower_bound;
+  u.objective = d.new_objective;
+  u.solver_seconds = d.solver_seconds;
+  u.tasks_planned = d.tasks_planned;
+  u.warm = d.warm;
+  u.kept_running = d.kept_running;
+  if (d.adopted) {
+    u.planner = d.plan.planner;
+    u.ends_at = d.plan.makespan;
+    u.plan_gap = d.plan.gap;
+    // Decide put a makespan plan's bound on the world's clock (and left a
+    // weighted-completion bound on its objective).
+    if (objective == planner::Objective::kMakespan) u.ends_at_bound = d.plan.lower_bound;
+  }
+  return u;
 }
 
 // ---- the step ------------------------------------------------------------------
@@ -670,6 +704,8 @@ StepResult Engine::Step(const StepInput& in) {
       solved_ = Observe(in);
     }
     r.decision = std::move(d).value();
+    if (r.decision->solved || r.decision->adopted)
+      r.status = PlanStatusOf(*r.decision, w.now, adoptions_, options_.objective);
   };
   // Coalescing: a trigger within the window after the last solve waits for
   // the window's end (the plan in force keeps launching); what must not wait

@@ -154,6 +154,43 @@ struct Decision {
   std::vector<StopAction> stops;
 };
 
+// The UpdateStatus action: what one solve says of the job, in world terms, for
+// each world's status: the controller's status.plan and PlanAdopted event, the
+// local runner's report and plan event, the simulator's re-plan log. Every
+// world shows the same figures because they are worked out here, once.
+struct PlanStatusUpdate {
+  double at = 0;         // world time of the solve
+  std::string trigger;   // TriggerName of what it solved on
+  bool adopted = false;  // the fresh plan replaced the one in force
+  // The plan in force's number after this solve (Engine::adoptions()): 1 for
+  // the first adopted plan; unchanged when this one was not adopted.
+  int revision = 0;
+  std::string planner;  // the adopted plan's planner; "" when not adopted
+  // When the adopted plan finishes, on the world's clock; 0 when not adopted.
+  double ends_at = 0;
+  // A bound on that finish, on the same clock, under the makespan objective.
+  // Under weighted completion the plan's bound is on the sum of weight x
+  // completion time, not a time: nullopt (the gaps are on that objective).
+  std::optional<double> ends_at_bound;
+  double plan_gap = 0;  // the adopted plan's gap over its bound (0 when not adopted)
+  // The solve itself: the fresh plan's gap over its lower bound (CBC's best
+  // bound where a MILP ran), that bound and its objective on the remaining
+  // problem (from the solve, not on the world's clock), the tasks it planned,
+  // and whether it was warm-started and kept running gangs fixed.
+  double solve_gap = 0;
+  double lower_bound = 0;
+  double objective = 0;
+  double solver_seconds = 0;
+  int tasks_planned = 0;
+  bool warm = false;
+  bool kept_running = false;
+};
+
+// The status a solved decision gives at world time `now`, with `revision`
+// the plan in force's number and `objective` what the plan minimised.
+PlanStatusUpdate PlanStatusOf(const Decision& d, double now, int revision,
+                              planner::Objective objective);
+
 // ---- one step of a world ------------------------------------------------------
 //
 // Every world runs the same loop: observe, Engine::Step, apply. The step finds
@@ -205,6 +242,9 @@ struct StepResult {
   Status error;                      // a solve that failed (the old plan stays)
   std::vector<StopAction> stops;     // the adopted plan's stops
   std::vector<LaunchAction> launches;
+  // UpdateStatus: set on every step that solved or adopted a plan; the world
+  // writes it to its status, report or log as it is.
+  std::optional<PlanStatusUpdate> status;
   // The world time at which the engine wants to be asked again even if nothing
   // changes (the next periodic re-plan); infinity when it does not.
   double next_step_at = std::numeric_limits<double>::infinity();

@@ -246,7 +246,9 @@ class Runner {
   // Observe, engine::Engine::Step, apply: the engine's plan, stops and
   // launches. The runner launches and stops nothing on its own judgement.
   void Step();
-  void ApplyPlan(const engine::Decision& d, engine::Trigger trigger);
+  // The adopted plan `d` as the step's UpdateStatus `u` describes it: the
+  // report's plan row and Gantt bars, and the plan event.
+  void ApplyPlan(const engine::Decision& d, const engine::PlanStatusUpdate& u);
   // The devices for a launch: the planned ones where they are free, else any
   // free device (the local node's devices are alike).
   std::vector<int> DevicesFor(const engine::LaunchAction& launch, std::set<int>& busy) const;
@@ -810,8 +812,8 @@ void Runner::Step() {
   engine::StepResult r = engine_->Step(in);
   const char* trigger = r.trigger ? engine::TriggerName(*r.trigger) : "";
   if (!r.error.ok()) Event(std::string("plan (") + trigger + ") failed: " + r.error.ToString());
-  if (r.decision && r.decision->adopted) {
-    ApplyPlan(*r.decision, *r.trigger);
+  if (r.decision && r.decision->adopted && r.status) {
+    ApplyPlan(*r.decision, *r.status);
   } else if (r.decision && r.trigger != engine::Trigger::kInterval) {
     char buf[200];
     std::snprintf(buf, sizeof(buf), "re-plan (%s): %s", trigger, r.decision->reason.c_str());
@@ -897,31 +899,30 @@ std::vector<int> Runner::DevicesFor(const engine::LaunchAction& l, std::set<int>
   return devices;
 }
 
-void Runner::ApplyPlan(const engine::Decision& d, engine::Trigger trigger) {
+void Runner::ApplyPlan(const engine::Decision& d, const engine::PlanStatusUpdate& u) {
   plan_ = d.plan;
   plan_devices_ = AliveByPool();  // the plan's (node, slot) index into these
   ReportPlan rp;
-  rp.at_s = Now();
-  rp.trigger = engine::TriggerName(trigger);
-  rp.planner = d.plan.planner;
-  rp.makespan_s = d.plan.makespan;
-  rp.lower_bound_s = d.plan.lower_bound;
-  rp.gap = d.plan.gap;
-  rp.solve_s = d.solver_seconds;
+  rp.at_s = u.at;
+  rp.trigger = u.trigger;
+  rp.planner = u.planner;
+  rp.makespan_s = u.ends_at;
   // Under weightedCompletionTime the bound and gap are on the sum of weight x
   // completion, not a time beside the makespan.
-  rp.makespan_bound =
-      engine::PlanObjective(job_.job.spec.scheduling.objective) == planner::Objective::kMakespan;
+  rp.makespan_bound = u.ends_at_bound.has_value();
+  rp.lower_bound_s = u.ends_at_bound ? *u.ends_at_bound : d.plan.lower_bound;
+  rp.gap = u.plan_gap;
+  rp.solve_s = u.solver_seconds;
   report_.plans.push_back(rp);
   report_.planned.clear();
   char buf[240];
   const std::string bound = rp.makespan_bound
-                                ? "lower bound " + FormatDuration(d.plan.lower_bound) + ", gap"
+                                ? "lower bound " + FormatDuration(rp.lower_bound_s) + ", gap"
                                 : std::string("gap over its weighted completion bound");
   std::snprintf(buf, sizeof(buf), "plan %zu (%s, %s): finishes at %s, %s %.1f%%, solved in %.2f s",
-                report_.plans.size(), engine::TriggerName(trigger), d.plan.planner.c_str(),
-                FormatDuration(d.plan.makespan).c_str(), bound.c_str(), 100 * d.plan.gap,
-                d.solver_seconds);
+                report_.plans.size(), u.trigger.c_str(), u.planner.c_str(),
+                FormatDuration(u.ends_at).c_str(), bound.c_str(), 100 * u.plan_gap,
+                u.solver_seconds);
   Event(buf);
   for (size_t t = 0; t < tasks_.size(); ++t) {
     const planner::Assignment& a = plan_->assignments[t];

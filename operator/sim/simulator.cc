@@ -256,12 +256,8 @@ Status Sim::Step() {
   engine::StepResult r = engine_.Step(in);
   ORRERY_RETURN_IF_ERROR(r.error);
   if (r.decision) result_.solver_seconds += r.decision->solver_seconds;
-  if (r.decision && r.decision->solved) {
-    const engine::Decision& d = *r.decision;
-    result_.replan_log.push_back({now_, d.trigger ? engine::TriggerName(*d.trigger) : "",
-                                  d.solver_seconds, d.gap, d.lower_bound, d.new_objective,
-                                  d.tasks_planned, d.adopted, d.warm, d.kept_running});
-  }
+  // The log is of solves: an adopted plan with nothing to solve is not one.
+  if (r.status && r.decision->solved) result_.replan_log.push_back(*r.status);
   if (r.deferred) ++result_.coalesced;
   for (const engine::StopAction& stop : r.stops) {
     if (stop.task >= tasks_.size() || !tasks_[stop.task].running) continue;
@@ -734,13 +730,13 @@ std::string ResultJson(const SimResult& r) {
   j["gangSpeedups"] = r.gang_speedups;
   nlohmann::json log = nlohmann::json::array();
   for (const Replan& p : r.replan_log)
-    log.push_back({{"time", p.time},
+    log.push_back({{"time", p.at},
                    {"trigger", p.trigger},
                    {"solverSeconds", p.solver_seconds},
-                   {"gap", p.gap},
+                   {"gap", p.solve_gap},
                    {"lowerBound", p.lower_bound},
                    {"objective", p.objective},
-                   {"tasks", p.tasks},
+                   {"tasks", p.tasks_planned},
                    {"adopted", p.adopted},
                    {"warmStart", p.warm},
                    {"keptRunning", p.kept_running}});
@@ -801,8 +797,8 @@ std::string ResultTable(const SimResult& r) {
     ++row.n;
     row.seconds += p.solver_seconds;
     row.most = std::max(row.most, p.solver_seconds);
-    row.gap += p.gap;
-    row.worst = std::max(row.worst, p.gap);
+    row.gap += p.solve_gap;
+    row.worst = std::max(row.worst, p.solve_gap);
   }
   if (!by.empty()) out << "  re-plans by trigger (solves, solver s total / max, gap mean / max):\n";
   for (const auto& [trigger, row] : by)
@@ -817,8 +813,8 @@ std::string ReplanTable(const SimResult& r) {
   out << std::fixed << std::setprecision(3);
   out << "  re-plans: time[h] trigger solver[s] gap tasks adopted warm kept-running\n";
   for (const Replan& p : r.replan_log)
-    out << "    " << p.time / 3600 << " " << p.trigger << " " << p.solver_seconds << " "
-        << 100 * p.gap << "% " << p.tasks << " " << (p.adopted ? "yes" : "no") << " "
+    out << "    " << p.at / 3600 << " " << p.trigger << " " << p.solver_seconds << " "
+        << 100 * p.solve_gap << "% " << p.tasks_planned << " " << (p.adopted ? "yes" : "no") << " "
         << (p.warm ? "yes" : "no") << " " << (p.kept_running ? "yes" : "no") << "\n";
   return out.str();
 }

@@ -53,22 +53,10 @@ struct RunInterval {
   std::string gang = {};
 };
 
-// One solve of the engine: when, why (the trigger), the solver's seconds, the
-// fresh plan's gap over its lower bound (CBC's best bound where the planner
-// ran a MILP), the tasks it planned, and whether it was adopted, warm-started
-// and planned only the waiting tasks (running gangs kept).
-struct Replan {
-  double time = 0;
-  std::string trigger;
-  double solver_seconds = 0;
-  double gap = 0;
-  double lower_bound = 0;
-  double objective = 0;
-  int tasks = 0;
-  bool adopted = false;
-  bool warm = false;
-  bool kept_running = false;
-};
+// One solve of the engine, as its UpdateStatus action says it (when, why, the
+// solver's seconds and gap, the tasks it planned, whether it was adopted,
+// warm-started and kept running gangs fixed).
+using Replan = engine::PlanStatusUpdate;
 
 struct SimResult {
   std::string workload;

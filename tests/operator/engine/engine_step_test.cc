@@ -584,23 +584,29 @@ namespace {
 // every order has the same makespan, but under spec.scheduling.objective
 // weightedCompletionTime the engine runs first what finishes the weighted sum
 // soonest: the short task, unless the long one weighs enough more.
+// One node of one GPU at `now`, and two tasks of one configuration: "long"
+// (1000 units of work, weight `long_weight`) and "short" (100, weight 1).
+StepInput LongAndShortOnOneGpu(double now, double long_weight = 1) {
+  StepInput in;
+  in.world.now = now;
+  in.world.nodes = {{"a", 1, 40, true}};
+  for (const auto& [name, work] : {std::pair<std::string, double>{"long", 1000}, {"short", 100}}) {
+    TaskView t;
+    t.name = name;
+    t.remaining_work = work;
+    t.weight = name == "long" ? long_weight : 1;
+    t.profile = {testing::Cfg(1, 1)};
+    in.world.tasks.push_back(t);
+  }
+  return in;
+}
+
 TEST(EngineStep, TheJobsObjectiveOrdersWhatRunsFirst) {
   auto first_launch = [](planner::Objective objective, double long_weight) {
     EngineOptions o = Options();
     o.objective = objective;
     Engine engine(o, nullptr);
-    StepInput in;
-    in.world.now = 0;
-    in.world.nodes = {{"a", 1, 40, true}};
-    for (const auto& [name, work] :
-         {std::pair<std::string, double>{"long", 1000}, {"short", 100}}) {
-      TaskView t;
-      t.name = name;
-      t.remaining_work = work;
-      t.weight = name == "long" ? long_weight : 1;
-      t.profile = {testing::Cfg(1, 1)};
-      in.world.tasks.push_back(t);
-    }
+    StepInput in = LongAndShortOnOneGpu(0, long_weight);
     StepResult r = engine.Step(in);
     EXPECT_TRUE(r.decision && r.decision->adopted);
     EXPECT_EQ(r.launches.size(), 1u);
@@ -616,6 +622,59 @@ TEST(EngineStep, TheJobsObjectiveOrdersWhatRunsFirst) {
   EXPECT_DOUBLE_EQ(heavy, 20 * 1000 + 1100);
   const auto [makespan_first, makespan] = first_launch(planner::Objective::kMakespan, 1);
   EXPECT_DOUBLE_EQ(makespan, 1100);
+}
+
+// The UpdateStatus action: every step that solves says, in world terms, what
+// every world writes (status.plan, the report's plan row, the re-plan log):
+// the plan in force's number, when it ends and its bound on the same clock
+// (no bound under weighted completion, whose bound is not a time); a solve
+// kept out gives the solve's figures and leaves the number as it was.
+TEST(EngineStep, EverySolveSaysTheStatusOnce) {
+  auto one_node = [](planner::Objective objective) {
+    EngineOptions o = Options();
+    o.objective = objective;
+    return std::make_pair(o, LongAndShortOnOneGpu(500));
+  };
+  {
+    auto [o, in] = one_node(planner::Objective::kMakespan);
+    Engine engine(o, nullptr);
+    StepResult r = engine.Step(in);
+    ASSERT_TRUE(r.status.has_value());
+    const PlanStatusUpdate& u = *r.status;
+    EXPECT_TRUE(u.adopted);
+    EXPECT_EQ(u.trigger, "start");
+    EXPECT_EQ(u.revision, 1);
+    EXPECT_DOUBLE_EQ(u.at, 500);
+    EXPECT_DOUBLE_EQ(u.ends_at, 500 + 1100);  // both tasks one after the other, from now
+    ASSERT_TRUE(u.ends_at_bound.has_value());
+    EXPECT_DOUBLE_EQ(*u.ends_at_bound, 500 + 1100);  // one GPU: the bound is the work
+    EXPECT_NEAR(u.plan_gap, 0, 1e-9);
+    EXPECT_EQ(u.tasks_planned, 2);
+    EXPECT_FALSE(u.planner.empty());
+    // Nothing changed: no solve, no status.
+    Apply(in, r);
+    in.world.now += 10;
+    EXPECT_FALSE(engine.Step(in).status.has_value());
+    // A drift solves; the same plan is kept (one GPU, nothing to gain).
+    in.world.tasks[r.launches[0].task].speed_factor = 0.5;
+    StepResult drift = engine.Step(in);
+    ASSERT_TRUE(drift.status.has_value());
+    EXPECT_EQ(drift.status->trigger, "throughput-drift");
+    EXPECT_FALSE(drift.status->adopted);
+    EXPECT_EQ(drift.status->revision, 1);
+    EXPECT_DOUBLE_EQ(drift.status->ends_at, 0);
+    EXPECT_GT(drift.status->objective, 0);
+  }
+  {
+    auto [o, in] = one_node(planner::Objective::kWeightedCompletion);
+    Engine engine(o, nullptr);
+    StepResult r = engine.Step(in);
+    ASSERT_TRUE(r.status.has_value());
+    EXPECT_TRUE(r.status->adopted);
+    EXPECT_FALSE(r.status->ends_at_bound.has_value());
+    EXPECT_DOUBLE_EQ(r.status->ends_at, 500 + 1100);
+    EXPECT_DOUBLE_EQ(r.status->objective, 100 + 1100);  // on the remaining problem, from now
+  }
 }
 
 }  // namespace

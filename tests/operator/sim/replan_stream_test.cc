@@ -52,10 +52,10 @@ TEST(ReplanStream, EveryReplanReportsTriggerSolverTimeAndGap) {
   for (const Replan& p : r->replan_log) {
     EXPECT_EQ(kinds.count(p.trigger), 1U) << p.trigger;
     EXPECT_GT(p.solver_seconds, 0);
-    EXPECT_GE(p.gap, 0);
-    EXPECT_LT(p.gap, 1);
+    EXPECT_GE(p.solve_gap, 0);
+    EXPECT_LT(p.solve_gap, 1);
     EXPECT_GT(p.lower_bound, 0);
-    EXPECT_GT(p.tasks, 0);
+    EXPECT_GT(p.tasks_planned, 0);
     EXPECT_EQ(p.warm, p.trigger != "start");
     total += p.solver_seconds;
   }
